@@ -1,0 +1,3 @@
+"""sdcscan: screen CPUs and GPUs for silent data corruption."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,3 @@
+from sdcscan.cli import cli
+
+cli()

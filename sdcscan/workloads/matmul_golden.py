@@ -1,0 +1,136 @@
+"""`matmul_golden`: matmuls in fp32, fp64, bf16 and fp16 compared bit for bit with an exact int64 reference.
+
+Operands are small integers (|x| <= max_abs) with k * max_abs^2 < 2^24, so every partial sum is exact in
+fp32 and the product is the same in any summation order, blocking or thread count; bf16/fp16 outputs
+are rounded once (RNE) from the exact value (research/abft_recipe.md §6.6). Correct hardware therefore
+matches the golden exactly, anywhere.
+
+The int64 reference is expensive (a generic integer loop), so it is computed once per worker for a
+pool operand pair; each case derives fresh operands by permuting rows, columns and the inner dimension
+and flipping signs, whose exact product follows from the reference by the same permutation.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+
+from sdcscan.digest import Digest
+from sdcscan.workloads.base import (
+    CONSENSUS,
+    INVARIANT,
+    REPEAT,
+    STATUS_MISMATCH,
+    STATUS_OK,
+    Case,
+    Context,
+    Mismatch,
+    Outcome,
+    Quality,
+    register,
+)
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_WORDS = {2: torch.int16, 4: torch.int32, 8: torch.int64}
+MAX_RECORDED = 8  # mismatching elements recorded per case; the count is always complete
+
+
+@register
+class MatmulGolden:
+    name: ClassVar[str] = "matmul_golden"
+    description: ClassVar[str] = (
+        "integer-valued matmuls in fp32/fp64/bf16/fp16 compared bit-exactly with an int64 reference"
+    )
+    evidence: ClassVar[tuple[str, ...]] = (INVARIANT, CONSENSUS, REPEAT)
+    quality: ClassVar[Quality] = Quality.PROD
+    defaults: ClassVar[dict[str, Any]] = {
+        "m": 256,
+        "k": 1024,
+        "n": 256,
+        "max_abs": 8,
+        "dtypes": ["float32", "float64", "bfloat16", "float16"],
+        "repeats": [48, 16, 1, 1],  # per dtype, to give each case about 0.1-0.5 s of compute on one core
+    }
+    fault_sites: ClassVar[tuple[str, ...]] = ("output",)
+
+    def __init__(self, params: dict[str, Any]) -> None:
+        self.p = p = {**self.defaults, **params}
+        if p["k"] * p["max_abs"] ** 2 >= 2**24:
+            raise ValueError("matmul_golden: k * max_abs^2 must stay below 2^24 for exact fp32 partial sums")
+        if any(d not in DTYPES for d in p["dtypes"]) or len(p["repeats"]) != len(p["dtypes"]):
+            raise ValueError(f"matmul_golden: dtypes must be from {', '.join(DTYPES)}, one repeat count each")
+        self.a0 = self.b0 = self.ref0 = None
+
+    def prepare(self, ctx: Context) -> None:
+        p, g = self.p, ctx.generator(ctx.run_seed ^ 0x5EED)
+        lim = p["max_abs"]
+        a0 = torch.randint(-lim, lim + 1, (p["m"], p["k"]), generator=g, dtype=torch.int64)
+        b0 = torch.randint(-lim, lim + 1, (p["k"], p["n"]), generator=g, dtype=torch.int64)
+        self.ref0 = golden_reference(a0, b0)  # exact, on the CPU, independent of the unit's float units
+        self.a0, self.b0 = a0, b0
+
+    def run(self, ctx: Context, case: Case) -> Outcome:
+        p = self.p
+        slot = case.occurrence % len(p["dtypes"])
+        dtype, repeats = DTYPES[p["dtypes"][slot]], p["repeats"][slot]
+        with ctx.phase("setup"):
+            a, b, ref = self._case_operands(ctx, case)
+            a, b = a.to(ctx.device, dtype), b.to(ctx.device, dtype)
+            expected = ref.to(ctx.device, torch.float32).to(dtype)  # exact in fp32; one RNE rounding to dtype
+        mismatches, bad_total = [], 0
+        for r in range(repeats):
+            with ctx.phase("compute"):
+                out = a @ b
+            if r == 0:
+                ctx.fault("output", out)
+            with ctx.phase("check"):
+                if not torch.equal(out, expected):  # NaN-safe: NaN never equals
+                    found, count = bitwise_mismatches(out, expected, p["dtypes"][slot], repeat=r)
+                    bad_total += count
+                    mismatches.extend(found[: MAX_RECORDED - len(mismatches)])
+        with ctx.phase("check"):
+            digest = Digest().tensor(out).hexdigest()
+        return Outcome(
+            status=STATUS_MISMATCH if bad_total else STATUS_OK,
+            digest=digest,
+            mismatches=mismatches,
+            ops=2.0 * p["m"] * p["n"] * p["k"] * repeats,
+            ops_unit="flop",
+            detail={"dtype": p["dtypes"][slot], "bad_elements": bad_total},
+        )
+
+    def _case_operands(self, ctx: Context, case: Case) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Permute and sign-flip the pool operands; the exact product follows from the reference."""
+        assert self.a0 is not None and self.b0 is not None and self.ref0 is not None, "prepare() was not called"
+        g = ctx.generator(case.seed)
+        m, k, n = self.p["m"], self.p["k"], self.p["n"]
+        rows, inner, cols = torch.randperm(m, generator=g), torch.randperm(k, generator=g), torch.randperm(n, generator=g)
+        row_sign = torch.randint(0, 2, (m, 1), generator=g) * 2 - 1
+        col_sign = torch.randint(0, 2, (1, n), generator=g) * 2 - 1
+        a = self.a0[rows][:, inner] * row_sign
+        b = self.b0[inner][:, cols] * col_sign
+        ref = self.ref0[rows][:, cols] * row_sign * col_sign
+        return a, b, ref
+
+
+def golden_reference(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Exact product of integer matrices in int64 on the CPU (torch's generic integer kernel)."""
+    return a.cpu().to(torch.int64) @ b.cpu().to(torch.int64)
+
+
+def bitwise_mismatches(
+    out: torch.Tensor, expected: torch.Tensor, dtype_name: str, repeat: int
+) -> tuple[list[Mismatch], int]:
+    """Every element whose bits differ: (first few as Mismatch records with XOR masks, total count)."""
+    word = _WORDS[out.element_size()]
+    diff = out.view(word) != expected.view(word)
+    count = int(diff.sum())
+    found = []
+    for idx in diff.nonzero()[:MAX_RECORDED].tolist():
+        got, exp = out[tuple(idx)], expected[tuple(idx)]
+        mask = int(got.view(word)) ^ int(exp.view(word))
+        mask &= (1 << (8 * out.element_size())) - 1
+        where = f"{dtype_name} out[{', '.join(map(str, idx))}] (repeat {repeat})"
+        found.append(Mismatch("golden", where, repr(float(exp)), repr(float(got)), f"{mask:#x}"))
+    return found, count

@@ -1,0 +1,141 @@
+"""`train`: a deterministic tiny training loop whose digest covers every loss, the weights and AdamW's state.
+
+A unit that computes one wrong bit anywhere in forward, backward or the optimizer changes the digest
+(research/abft_recipe.md §6.7: a bit-0 flip in one weight changed the final hash). Units of a cohort
+(one thread each, same software) must agree bit for bit, so disagreement is evidence.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from sdcscan.digest import Digest
+from sdcscan.workloads.base import (
+    CONSENSUS,
+    INVARIANT,
+    REPEAT,
+    STATUS_MISMATCH,
+    STATUS_OK,
+    Case,
+    Context,
+    Mismatch,
+    Outcome,
+    Quality,
+    register,
+)
+
+_DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
+
+
+def build_model(inputs: int, hidden: int, classes: int) -> nn.Sequential:
+    """Linear → GELU → Linear → LayerNorm → GELU → Linear: small, but with every common op class."""
+    return nn.Sequential(
+        nn.Linear(inputs, hidden),
+        nn.GELU(),
+        nn.Linear(hidden, hidden),
+        nn.LayerNorm(hidden),
+        nn.GELU(),
+        nn.Linear(hidden, classes),
+    )
+
+
+@register
+class Train:
+    name: ClassVar[str] = "train"
+    description: ClassVar[str] = (
+        "deterministic tiny MLP training with AdamW; digest of every step's loss, final weights and optimizer state"
+    )
+    evidence: ClassVar[tuple[str, ...]] = (INVARIANT, CONSENSUS, REPEAT)
+    quality: ClassVar[Quality] = Quality.PROD
+    defaults: ClassVar[dict[str, Any]] = {
+        "inputs": 64,
+        "hidden": 128,
+        "classes": 10,
+        "batch": 64,
+        "steps": 60,
+        "lr": 1e-3,
+        "dtype": "float32",
+    }
+    fault_sites: ClassVar[tuple[str, ...]] = ("weight",)  # hidden-layer weight, half way through the case
+
+    def __init__(self, params: dict[str, Any]) -> None:
+        self.p = {**self.defaults, **params}
+        if self.p["dtype"] not in _DTYPES:
+            raise ValueError(f"train: dtype must be one of {', '.join(_DTYPES)}")
+        self.model: nn.Sequential | None = None
+
+    def prepare(self, ctx: Context) -> None:
+        p = self.p
+        self.model = build_model(p["inputs"], p["hidden"], p["classes"]).to(ctx.device, _DTYPES[p["dtype"]])
+
+    def run(self, ctx: Context, case: Case) -> Outcome:
+        p, model = self.p, self.model
+        assert model is not None, "prepare() was not called"
+        dtype, steps = _DTYPES[p["dtype"]], p["steps"]
+        with ctx.phase("setup"):
+            x, y = self._init_case(ctx, case, model, dtype)
+            opt = torch.optim.AdamW(model.parameters(), lr=p["lr"])
+        losses = torch.empty(steps, dtype=torch.float32, device=ctx.device)
+        with ctx.phase("compute"):
+            for step in range(steps):
+                if step == steps // 2:
+                    with torch.no_grad():
+                        ctx.fault("weight", model[2].weight.data)
+                opt.zero_grad(set_to_none=True)
+                loss = nn.functional.cross_entropy(model(x[step]).float(), y[step])
+                loss.backward()
+                opt.step()
+                losses[step] = loss.detach()
+        with ctx.phase("check"):
+            mismatches = _nonfinite(losses, model)
+            digest = Digest().tensor(losses)
+            for t in model.parameters():
+                digest.tensor(t)
+            for state in opt.state.values():
+                for v in state.values():
+                    digest.tensor(v if torch.is_tensor(v) else torch.tensor(v))
+        n_params = sum(t.numel() for t in model.parameters())
+        return Outcome(
+            status=STATUS_MISMATCH if mismatches else STATUS_OK,
+            digest=digest.hexdigest(),
+            mismatches=mismatches,
+            ops=6.0 * n_params * p["batch"] * steps,  # forward 2, backward 4 flops per weight and sample
+            ops_unit="flop",
+            detail={"final_loss": float(losses[-1])},
+        )
+
+    def _init_case(
+        self, ctx: Context, case: Case, model: nn.Sequential, dtype: torch.dtype
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Weights, data and labels from the case seed only (never the global RNG)."""
+        p, g = self.p, ctx.generator(case.seed)
+        with torch.no_grad():
+            for module in model:
+                if isinstance(module, nn.Linear):
+                    bound = module.in_features**-0.5
+                    module.weight.copy_(torch.rand(module.weight.shape, generator=g) * 2 * bound - bound)
+                    module.bias.copy_(torch.rand(module.bias.shape, generator=g) * 2 * bound - bound)
+                elif isinstance(module, nn.LayerNorm):
+                    module.weight.fill_(1.0)
+                    module.bias.zero_()
+        x = torch.randn(p["steps"], p["batch"], p["inputs"], generator=g)
+        teacher = torch.randn(p["inputs"], p["classes"], generator=g)
+        y = (x @ teacher).argmax(-1)  # a learnable task, so losses move and every step matters
+        return x.to(ctx.device, dtype), y.to(ctx.device)
+
+
+def _nonfinite(losses: torch.Tensor, model: nn.Module) -> list[Mismatch]:
+    """NaN or Inf anywhere is an invariant failure: this training is finite by construction."""
+    found = []
+    bad = (~torch.isfinite(losses)).nonzero().flatten()
+    if bad.numel():
+        step = int(bad[0])
+        found.append(Mismatch("finite", f"loss at step {step}", "finite", str(float(losses[step]))))
+    for name, t in model.named_parameters():
+        if not bool(torch.isfinite(t).all()):
+            found.append(Mismatch("finite", f"parameter {name}", "finite", "NaN/Inf"))
+            break
+    return found
