@@ -76,20 +76,24 @@ def corrupt_(tensor: Any, spec: FaultSpec) -> dict[str, Any]:
         tensor: a contiguous torch tensor of any dtype, on any device.
         spec: the fault; element and bit are drawn from `spec.seed` when not given.
     Returns:
-        {"kind", "element", "bit"} describing the corruption (bit is None for NaN).
+        {"kind", "element", "bit", "value_changed"} describing the corruption (bit is None for NaN).
     """
     rng = random.Random(spec.seed)
-    n = tensor.numel()
-    element = spec.element if spec.element is not None else rng.randrange(n)
+    flat = tensor.view(-1)
+    element = spec.element if spec.element is not None else rng.randrange(flat.numel())
+    before = flat[element].item()
     if spec.kind == "nan":
         if not tensor.is_floating_point():
             raise ValueError("a NaN cannot be injected into an integer tensor; use bitflip")
-        tensor.view(-1)[element] = float("nan")
-        return {"kind": "nan", "element": element, "bit": None}
-    nbits = 8 * tensor.element_size()
-    bit = spec.bit if spec.bit is not None else rng.randrange(nbits)
-    flip_bit_(tensor, element, bit)
-    return {"kind": "bitflip", "element": element, "bit": bit}
+        flat[element] = float("nan")
+        bit = None
+    else:
+        bit = spec.bit if spec.bit is not None else rng.randrange(8 * tensor.element_size())
+        flip_bit_(tensor, element, bit)
+    after = flat[element].item()
+    # A flip of +0.0 to -0.0 changes bits but no value: detectors are not expected to see it.
+    value_changed = not (before == after)  # NaN compares unequal, so a NaN result counts as changed
+    return {"kind": spec.kind, "element": element, "bit": bit, "value_changed": value_changed}
 
 
 def flip_bit_(tensor: Any, flat_index: int, bit: int) -> None:

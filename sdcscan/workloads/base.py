@@ -91,6 +91,12 @@ class Context:
         self.phases: dict[str, float] = {}
         self._armed: faults.FaultSpec | None = None
         self.injected: dict[str, Any] | None = None
+        self.notes: list[str] = []  # facts a person should read in the report, e.g. a restricted input range
+
+    def note(self, text: str) -> None:
+        """Record a fact about this unit (from prepare) that the report lists and findings repeat."""
+        if text not in self.notes:
+            self.notes.append(text)
 
     def generator(self, seed: int) -> torch.Generator:
         """A CPU generator: inputs are made on the CPU and moved, so every device sees the same data."""

@@ -1,0 +1,181 @@
+"""Units (logical CPUs and GPUs), host inventory and cohort keys.
+
+A cohort is the set of units whose digests must agree bit for bit: same device model and the same
+software stack, thread count and ISA pins (research/abft_recipe.md §6). Digests are only ever
+compared inside a cohort.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import socket
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from sdcscan.errors import UsageError
+
+# Environment variables that change which kernels run, and so the bits (abft_recipe.md §6.3).
+ISA_PINS = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA", "FBGEMM_ENABLE_INSTRUCTIONS")
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """One thing a verdict is about: `cpu:N` (a logical CPU, pinned) or `cuda:N` (a GPU)."""
+
+    id: str
+    kind: str  # "cpu" | "cuda"
+    index: int
+    model: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "kind": self.kind, "index": self.index, "model": self.model}
+
+
+@cache
+def _cpuinfo() -> dict[int, dict[str, str]]:
+    """Per logical CPU, the fields of /proc/cpuinfo (empty where the file does not exist)."""
+    cpus: dict[int, dict[str, str]] = {}
+    try:
+        text = open("/proc/cpuinfo", encoding="utf-8", errors="replace").read()  # noqa: SIM115
+    except OSError:
+        return cpus
+    for block in text.strip().split("\n\n"):
+        fields = {}
+        for line in block.splitlines():
+            key, _, value = line.partition(":")
+            fields[key.strip()] = value.strip()
+        if "processor" in fields and fields["processor"].isdigit():
+            cpus[int(fields["processor"])] = fields
+    return cpus
+
+
+def cpu_model(cpu: int | None = None) -> str:
+    """The model name of a logical CPU (or of the first one)."""
+    info = _cpuinfo()
+    fields = info.get(cpu if cpu is not None else min(info, default=0), {})
+    return fields.get("model name") or fields.get("Model") or platform.processor() or "unknown CPU"
+
+
+def cpu_flags() -> list[str]:
+    info = _cpuinfo()
+    fields = info.get(min(info, default=0), {})
+    return sorted((fields.get("flags") or fields.get("Features") or "").split())
+
+
+def device_model(device: Any) -> str:
+    """A stable name for the model of a torch device, used to key calibration tables and cohorts."""
+    if getattr(device, "type", str(device)) == "cuda":
+        import torch
+
+        return str(torch.cuda.get_device_name(device))
+    return cpu_model()
+
+
+def cpu_units() -> list[Unit]:
+    """Every logical CPU this process may run on (respects taskset and cgroup cpusets)."""
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cpus = list(range(os.cpu_count() or 1))
+    return [Unit(f"cpu:{c}", "cpu", c, cpu_model(c)) for c in cpus]
+
+
+def gpu_units() -> list[Unit]:
+    """Every CUDA device torch sees (none when torch has no CUDA)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return []
+    return [
+        Unit(f"cuda:{i}", "cuda", i, str(torch.cuda.get_device_name(i))) for i in range(torch.cuda.device_count())
+    ]
+
+
+def discover_units() -> list[Unit]:
+    return cpu_units() + gpu_units()
+
+
+def select_units(available: list[Unit], spec: str) -> list[Unit]:
+    """Units named by `spec`: `all`, `cpu`, `cuda`, or a list such as `cpu:0,cpu:3,cuda:1`.
+
+    Raises:
+        UsageError: a named unit does not exist on this host, or the selection is empty.
+    """
+    spec = spec.strip()
+    by_id = {u.id: u for u in available}
+    if spec == "all":
+        chosen = list(available)
+    else:
+        chosen = []
+        for part in (p.strip() for p in spec.split(",") if p.strip()):
+            if part in ("cpu", "cuda"):
+                chosen.extend(u for u in available if u.kind == part)
+            elif part in by_id:
+                chosen.append(by_id[part])
+            else:
+                known = ", ".join(u.id for u in available[:8]) + (", …" if len(available) > 8 else "")
+                raise UsageError(f"unknown unit {part!r} (this host has: {known})")
+    unique = list(dict.fromkeys(chosen))
+    if not unique:
+        raise UsageError(f"--units {spec!r} selects no unit")
+    return unique
+
+
+def cohort_fields(unit: Unit, threads: int) -> dict[str, Any]:
+    """Everything that must match for two units to produce identical digests."""
+    import torch
+
+    fields: dict[str, Any] = {
+        "kind": unit.kind,
+        "model": unit.model,
+        "torch": torch.__version__,
+        "threads": threads,
+        "pins": {k: os.environ[k] for k in ISA_PINS if k in os.environ},
+    }
+    if unit.kind == "cpu":
+        fields["capability"] = torch.backends.cpu.get_cpu_capability()
+        fields["flags_sha256"] = hashlib.sha256(" ".join(cpu_flags()).encode()).hexdigest()[:16]
+    else:
+        props = torch.cuda.get_device_properties(unit.index)
+        fields["sm_count"] = props.multi_processor_count
+        fields["cuda"] = torch.version.cuda
+        fields["cudnn"] = torch.backends.cudnn.version()
+    return fields
+
+
+def cohort_key(fields: dict[str, Any]) -> str:
+    """A short stable id for a cohort: the hash of its fields."""
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def host_inventory() -> dict[str, Any]:
+    """Facts about the host for the report (no torch needed)."""
+    try:
+        mem_bytes = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        mem_bytes = None
+    return {
+        "hostname": socket.gethostname(),
+        "cpu_model": cpu_model(),
+        "logical_cpus": os.cpu_count(),
+        "memory_bytes": mem_bytes,
+        "os": platform.system(),
+        "kernel": platform.release(),
+        "machine": platform.machine(),
+    }
+
+
+def software_versions() -> dict[str, Any]:
+    import torch
+
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "pins": {k: os.environ[k] for k in ISA_PINS if k in os.environ},
+    }
