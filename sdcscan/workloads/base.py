@@ -139,6 +139,10 @@ class Workload(Protocol):
     quality: ClassVar[Quality]
     defaults: ClassVar[Mapping[str, Any]]  # parameters and their defaults; profiles may override these only
     fault_sites: ClassVar[tuple[str, ...]]  # sites passed through ctx.fault; the first is used by --inject
+    tiny: ClassVar[Mapping[str, Any]]  # parameter overrides that make a case take milliseconds (tests, CI)
+    # Optional, for ABFT workloads that `sdcscan selftest` sweeps (see sdcscan/selftest.py):
+    #   negative_sites: ClassVar[tuple[str, ...]]   sites the check cannot see by design (must stay silent)
+    #   selftest_variants: ClassVar[dict[str, dict[str, Any]]]   variant name -> parameter overrides
 
     def prepare(self, ctx: Context) -> None: ...
 

@@ -52,6 +52,7 @@ class MatmulGolden:
         "dtypes": ["float32", "float64", "bfloat16", "float16"],
         "repeats": [48, 16, 1, 1],  # per dtype, to give each case about 0.1-0.5 s of compute on one core
     }
+    tiny: ClassVar[dict[str, Any]] = {"m": 16, "k": 64, "n": 16, "repeats": [2, 2, 1, 1]}
     fault_sites: ClassVar[tuple[str, ...]] = ("output",)
 
     def __init__(self, params: dict[str, Any]) -> None:

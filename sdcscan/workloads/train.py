@@ -59,6 +59,7 @@ class Train:
         "lr": 1e-3,
         "dtype": "float32",
     }
+    tiny: ClassVar[dict[str, Any]] = {"hidden": 16, "batch": 8, "steps": 6}
     fault_sites: ClassVar[tuple[str, ...]] = ("weight",)  # hidden-layer weight, half way through the case
 
     def __init__(self, params: dict[str, Any]) -> None:
