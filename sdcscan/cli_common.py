@@ -1,0 +1,35 @@
+"""Helpers shared by the command modules: one place where library errors become `Error: …` and an exit code."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from sdcscan.errors import SdcscanError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def reports_errors(func: F) -> F:
+    """Decorate a click command body: SdcscanError -> one line `Error: …` on stderr and its exit code."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except SdcscanError as err:
+            click.echo(f"Error: {err}", err=True)
+            sys.exit(err.exit_code)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def emit_json(data: Any) -> None:
+    """Machine output goes to stdout, one JSON document."""
+    import json
+
+    click.echo(json.dumps(data, indent=2, sort_keys=False))
