@@ -82,11 +82,12 @@ def corrupt_(tensor: Any, spec: FaultSpec) -> dict[str, Any]:
     flat = tensor.view(-1)
     element = spec.element if spec.element is not None else rng.randrange(flat.numel())
     before = flat[element].item()
-    if spec.kind == "nan":
-        if not tensor.is_floating_point():
-            raise ValueError("a NaN cannot be injected into an integer tensor; use bitflip")
+    if spec.kind == "nan" and tensor.is_floating_point():
         flat[element] = float("nan")
         bit = None
+    elif spec.kind == "nan":  # integers have no NaN: poison the top bit, the nearest integer analogue
+        bit = 8 * tensor.element_size() - 1
+        flip_bit_(tensor, element, bit)
     else:
         bit = spec.bit if spec.bit is not None else rng.randrange(8 * tensor.element_size())
         flip_bit_(tensor, element, bit)

@@ -157,7 +157,7 @@ def load_profile(name_or_path: str) -> Profile:
     if len(raw) > MAX_PROFILE_BYTES:
         raise ProfileError(f"{label}: file is {len(raw)} bytes; profiles are at most {MAX_PROFILE_BYTES}")
     try:
-        data = yaml.load(raw.decode("utf-8"), Loader=_StrictLoader)  # noqa: S506 - strict subclass of SafeLoader
+        data = yaml.load(raw.decode("utf-8"), Loader=_StrictLoader)
     except UnicodeDecodeError:
         raise ProfileError(f"{label}: not UTF-8 text") from None
     except yaml.YAMLError as err:

@@ -84,8 +84,15 @@ def cpu_units() -> list[Unit]:
     return [Unit(f"cpu:{c}", "cpu", c, cpu_model(c)) for c in cpus]
 
 
+def _may_have_gpus() -> bool:
+    """Cheap check before importing torch: NVIDIA's driver exposes these when a GPU is present."""
+    return os.path.exists("/proc/driver/nvidia/gpus") or os.path.exists("/dev/nvidia0") or os.path.exists("/dev/kfd")
+
+
 def gpu_units() -> list[Unit]:
     """Every CUDA device torch sees (none when torch has no CUDA)."""
+    if not _may_have_gpus():
+        return []  # spares the parent process a torch import on CPU-only hosts
     import torch
 
     if not torch.cuda.is_available():

@@ -69,7 +69,9 @@ class MatmulGolden:
         a0 = torch.randint(-lim, lim + 1, (p["m"], p["k"]), generator=g, dtype=torch.int64)
         b0 = torch.randint(-lim, lim + 1, (p["k"], p["n"]), generator=g, dtype=torch.int64)
         self.ref0 = golden_reference(a0, b0)  # exact, on the CPU, independent of the unit's float units
-        self.a0, self.b0 = a0, b0
+        # Kept as fp32 (exact for these small integers): permuting 4-byte words per case is cheap.
+        self.a0, self.b0 = a0.to(ctx.device, torch.float32), b0.to(ctx.device, torch.float32)
+        self.ref0 = self.ref0.to(ctx.device, torch.float32)  # |C| < 2^24: exact in fp32
 
     def run(self, ctx: Context, case: Case) -> Outcome:
         p = self.p
@@ -77,8 +79,8 @@ class MatmulGolden:
         dtype, repeats = DTYPES[p["dtypes"][slot]], p["repeats"][slot]
         with ctx.phase("setup"):
             a, b, ref = self._case_operands(ctx, case)
-            a, b = a.to(ctx.device, dtype), b.to(ctx.device, dtype)
-            expected = ref.to(ctx.device, torch.float32).to(dtype)  # exact in fp32; one RNE rounding to dtype
+            a, b = a.to(dtype), b.to(dtype)
+            expected = ref.to(dtype)  # exact in fp32; one RNE rounding to dtype
         mismatches, bad_total = [], 0
         for r in range(repeats):
             with ctx.phase("compute"):
@@ -107,11 +109,13 @@ class MatmulGolden:
         g = ctx.generator(case.seed)
         m, k, n = self.p["m"], self.p["k"], self.p["n"]
         rows, inner, cols = torch.randperm(m, generator=g), torch.randperm(k, generator=g), torch.randperm(n, generator=g)
-        row_sign = torch.randint(0, 2, (m, 1), generator=g) * 2 - 1
-        col_sign = torch.randint(0, 2, (1, n), generator=g) * 2 - 1
+        row_sign = (torch.randint(0, 2, (m, 1), generator=g) * 2 - 1).to(self.a0.device, torch.float32)
+        col_sign = (torch.randint(0, 2, (1, n), generator=g) * 2 - 1).to(self.a0.device, torch.float32)
+        rows, inner, cols = rows.to(self.a0.device), inner.to(self.a0.device), cols.to(self.a0.device)
         a = self.a0[rows][:, inner] * row_sign
         b = self.b0[inner][:, cols] * col_sign
-        ref = self.ref0[rows][:, cols] * row_sign * col_sign
+        # + 0.0 turns the -0.0 of (0 * -1) into +0.0, the zero an exact sum of products yields.
+        ref = self.ref0[rows][:, cols] * row_sign * col_sign + 0.0
         return a, b, ref
 
 

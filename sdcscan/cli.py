@@ -1,0 +1,197 @@
+"""The command line: parse, call the library, render, exit. No torch at import, so `--help` is instant."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from sdcscan import __version__
+from sdcscan.cli_common import emit_json, reports_errors
+from sdcscan.errors import EXIT_INTERRUPTED
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="sdcscan")
+def cli() -> None:
+    """Screen CPUs and GPUs for silent data corruption.
+
+    Exit codes: 0 pass, 1 fail (SDC suspected), 2 usage or profile error,
+    3 invalid (could not run or judge), 130 interrupted (SIGINT), 143 terminated (SIGTERM).
+    """
+
+
+@cli.command()
+@click.option("-p", "--profile", default="quick", show_default=True, help="Built-in profile name or a YAML path.")
+@click.option("-b", "--budget", help="Time budget, e.g. 90s, 15m, 2h (default: the profile's).")
+@click.option("--units", "units_spec", help="all, cpu, cuda, or a list such as cpu:0,cpu:3 (default: all).")
+@click.option("-w", "--workloads", help="Comma-separated workloads of the profile to run (default: all of them).")
+@click.option("--seed", type=click.IntRange(0, 2**63 - 1), help="Replay a plan exactly (default: from profile and ISO week).")
+@click.option("-o", "--out", type=click.Path(dir_okay=False, path_type=Path), help="Write the report JSON here (atomically).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report JSON on stdout.")
+@click.option("--hostname", help="Host label in the report (containers, tests).")
+@click.option("--inject", multiple=True, metavar="UNIT:KIND[@RATE]", help="Fault injection: bitflip, nan, hang, crash.")
+@click.option("--calibration", type=click.Path(dir_okay=False), help="gemm_fp calibration file from `sdcscan calibrate`.")
+@reports_errors
+def run(**kw: Any) -> None:
+    """Run the profile's workloads on every unit of this host for the time budget.
+
+    Every logical CPU is a unit (one pinned worker, one thread); every GPU torch sees is
+    one too. All units run the same deterministic plan concurrently; a unit fails when an
+    invariant check fires or its digests disagree with its cohort. The run ends within the
+    budget plus a bounded shutdown (the last case, a few seconds of re-runs of disputed cases).
+    Precedence: built-in default < profile < command-line flag.
+
+    \b
+    Example:
+        sdcscan run                              # quick profile, 60 s, all units
+        sdcscan run -p burnin --budget 2h -o /var/lib/sdcscan/report.json
+        sdcscan run --budget 10s --inject cpu:1:bitflip@0.3   # prove the pipeline catches a bad unit
+    """
+    started = time.time()
+    opts = _scan_options(kw)
+    from sdcscan.render import Progress, render_summary, stderr_console
+    from sdcscan.report import write_json_atomic
+    from sdcscan.scan import prepare, scan
+
+    console = stderr_console()
+    try:
+        setup = prepare(opts)
+        signal.signal(signal.SIGTERM, _raise_terminated)
+        with Progress(console) as progress:
+            report = scan(opts, setup, progress, started)
+    except KeyboardInterrupt:
+        console.print("interrupted before any case ran\nexit: interrupted")
+        sys.exit(EXIT_INTERRUPTED)
+    try:
+        if opts.out is not None:
+            write_json_atomic(opts.out, report)
+    finally:
+        render_summary(report, console)
+        if kw["as_json"]:
+            emit_json(report)
+    sys.exit(report["exit_code"])
+
+
+def _scan_options(kw: dict[str, Any]) -> Any:
+    from sdcscan.faults import parse_inject
+    from sdcscan.profile import load_profile, parse_duration
+    from sdcscan.scan import ScanOptions
+
+    budget_s = parse_duration(kw["budget"]) if kw["budget"] is not None else None
+    injections = [parse_inject(s) for s in kw["inject"]]
+    profile = load_profile(kw["profile"])
+    if kw["workloads"]:
+        profile = profile.select([w.strip() for w in kw["workloads"].split(",") if w.strip()])
+    overrides = {"gemm_fp": {"calibration": kw["calibration"]}} if kw["calibration"] else {}
+    return ScanOptions(
+        profile=profile,
+        seed=kw["seed"],
+        budget_s=budget_s,
+        units=kw["units_spec"],
+        injections=injections,
+        hostname=kw["hostname"],
+        out=kw["out"],
+        argv=sys.argv[1:],
+        param_overrides=overrides,
+    )
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    from sdcscan.runner import Terminated
+
+    raise Terminated()
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")
+@reports_errors
+def profiles(as_json: bool) -> None:
+    """List the built-in profiles.
+
+    \b
+    Example:
+        sdcscan profiles
+        sdcscan profiles --json
+    """
+    from sdcscan.profile import builtin_profile_names, load_profile
+
+    rows = []
+    for name in builtin_profile_names():
+        p = load_profile(name)
+        rows.append(
+            {
+                "name": p.name,
+                "description": p.description,
+                "budget_s": p.budget_s,
+                "seed": p.seed,
+                "workloads": [w.name for w in p.workloads],
+                "sha256": p.sha256,
+            }
+        )
+    _show(rows, as_json, "print_profiles")
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")
+@reports_errors
+def workloads(as_json: bool) -> None:
+    """List the workloads and the evidence each supports (invariant, consensus, repeat).
+
+    \b
+    Example:
+        sdcscan workloads
+    """
+    from sdcscan.workloads import REGISTRY
+
+    rows = [
+        {
+            "name": name,
+            "description": cls.description,
+            "evidence": list(cls.evidence),
+            "quality": cls.quality.value,
+            "defaults": dict(cls.defaults),
+            "fault_sites": list(cls.fault_sites),
+        }
+        for name, cls in sorted(REGISTRY.items())
+    ]
+    _show(rows, as_json, "print_workloads")
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")
+@click.option("--threads", default=1, show_default=True, help="Threads per unit (part of the cohort key).")
+@reports_errors
+def info(as_json: bool, threads: int) -> None:
+    """Show the host inventory, its units and their cohort keys.
+
+    \b
+    Example:
+        sdcscan info --json
+    """
+    from sdcscan import units
+
+    found = units.discover_units()
+    data = {
+        "host": units.host_inventory(),
+        "software": units.software_versions(),
+        "units": [
+            {**u.to_dict(), "cohort": units.cohort_key(f), "cohort_fields": f}
+            for u in found
+            for f in [units.cohort_fields(u, threads)]
+        ],
+    }
+    _show(data, as_json, "print_info")
+
+
+def _show(data: Any, as_json: bool, renderer: str) -> None:
+    if as_json:
+        emit_json(data)
+        return
+    from sdcscan import render
+
+    getattr(render, renderer)(data, render.stderr_console())

@@ -1,0 +1,174 @@
+"""Everything people see on stderr: live progress, the final table, findings. The only module that imports rich."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+PLAIN_PROGRESS_EVERY_S = 15.0
+_STYLE = {"pass": "green", "fail": "bold red", "invalid": "yellow", "interrupted": "magenta"}
+
+
+def stderr_console() -> Console:
+    console = Console(stderr=True, highlight=False)
+    if not console.is_terminal:
+        console.width = max(console.width, 120)  # logs and pipes: don't wrap sentences at 80 columns
+    return console
+
+
+class Progress:
+    """The runner's on_event callback: a live table on a terminal, a few plain lines otherwise."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.live: Live | None = None
+        self.start = time.time()
+        self.deadline = self.start
+        self.cases: dict[str, int] = defaultdict(int)
+        self.bad: dict[str, int] = defaultdict(int)
+        self.ops: dict[str, float] = defaultdict(float)
+        self.busy_s: dict[str, float] = defaultdict(float)
+        self.current: dict[str, str] = {}
+        self.state: dict[str, str] = {}
+        self.units: list[str] = []
+        self._last_plain = time.time()
+
+    def __enter__(self) -> Progress:
+        if self.console.is_terminal:
+            self.live = Live(self._table(), console=self.console, refresh_per_second=4, transient=True)
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.live is not None:
+            self.live.__exit__(None, None, None)
+            self.live = None
+
+    def __call__(self, kind: str, **data: Any) -> None:
+        getattr(self, f"_on_{kind}", lambda **_: None)(**data)
+        if self.live is not None:
+            self.live.update(self._table())
+        elif time.time() - self._last_plain > PLAIN_PROGRESS_EVERY_S:
+            self._last_plain = time.time()
+            done = sum(self.cases.values())
+            self.console.print(f"[{self._elapsed()}] {done} cases done on {len(self.units)} units")
+
+    def _on_start(self, run: dict[str, Any], units: list[str], deadline: float) -> None:
+        self.units, self.deadline = units, deadline
+        self.state = {u: "starting" for u in units}
+        self.console.print(
+            f"sdcscan run: profile {run['profile']['name']}, seed {run['seed']} ({run['seed_source']}), "
+            f"budget {run['budget_s']:g} s, {len(units)} units"
+        )
+        self.console.print(f"journal: {run['journal']}")
+
+    def _on_ready(self, unit: str) -> None:
+        self.state[unit] = "running"
+
+    def _on_case_start(self, unit: str, index: int, workload: str) -> None:
+        self.current[unit] = workload
+
+    def _on_case(self, unit: str, index: int, workload: str, attempt: int, outcome: dict[str, Any]) -> None:
+        if attempt:
+            return
+        self.cases[unit] += 1
+        self.ops[unit] += outcome.get("ops") or 0.0
+        self.busy_s[unit] += outcome.get("seconds") or 0.0
+        if outcome["status"] != "ok":
+            self.bad[unit] += 1
+
+    def _on_problem(self, unit: str, reason: str) -> None:
+        self.state[unit] = "invalid"
+        if self.live is None:
+            self.console.print(f"{unit}: {reason}")
+
+    def _on_phase(self, name: str, cases: list[int]) -> None:
+        if self.live is None:
+            self.console.print(f"re-running disputed cases {', '.join(map(str, cases))} on the units involved")
+
+    def _elapsed(self) -> str:
+        return f"{time.time() - self.start:.0f}/{self.deadline - self.start:.0f} s"
+
+    def _table(self) -> Table:
+        table = Table(title=f"sdcscan  {self._elapsed()}", title_justify="left", box=None)
+        for col in ("unit", "state", "cases", "bad", "workload", "GFLOP/s"):
+            table.add_column(col, justify="right" if col in ("cases", "bad", "GFLOP/s") else "left")
+        for u in self.units:
+            rate = self.ops[u] / self.busy_s[u] / 1e9 if self.busy_s[u] else 0.0
+            bad = str(self.bad[u]) if self.bad[u] else ""
+            table.add_row(u, self.state.get(u, ""), str(self.cases[u]), bad, self.current.get(u, ""), f"{rate:.1f}")
+        return table
+
+
+def render_summary(report: dict[str, Any], console: Console) -> None:
+    """The final table, the findings as sentences, and the last line `exit: <verdict>`."""
+    table = Table(box=None)
+    for col in ("unit", "verdict", "cases", "workloads", "mismatches", "reason"):
+        table.add_column(col, justify="right" if col in ("cases", "mismatches") else "left")
+    for u in report["units"]:
+        style = _STYLE.get(u["verdict"], "")
+        table.add_row(
+            u["id"],
+            f"[{style}]{u['verdict']}[/{style}]",
+            str(u["cases_run"]),
+            ", ".join(u["workloads"]),
+            str(u["mismatches"]),
+            u["reason"] or "",
+        )
+    console.print(table)
+    first_bits = _flipped_bits(report)
+    for f in report["findings"]:
+        unit = f"{f['unit']}: " if f["unit"] and not f["message"].startswith(f["unit"]) else ""
+        console.print(f"- {unit}{f['message']}")
+        if f["kind"] == "invariant" and f["unit"] in first_bits:
+            console.print(f"  first mismatches: {first_bits[f['unit']]}")
+        if f.get("next"):
+            console.print(f"  next: {f['next']}")
+    verdict = report["verdict"]
+    style = _STYLE.get(verdict, "")
+    console.print(f"exit: [{style}]{verdict}[/{style}]")
+
+
+def _flipped_bits(report: dict[str, Any]) -> dict[str, str]:
+    """Per unit, the first few mismatch records in words: where, expected, actual, XOR mask."""
+    out: dict[str, list[str]] = defaultdict(list)
+    for m in report.get("mismatches", []):
+        if len(out[m["unit"]]) < 3:
+            mask = f", xor {m['mask']}" if m.get("mask") else ""
+            out[m["unit"]].append(f"case {m['index']} {m['where']}: expected {m['expected']}, got {m['actual']}{mask}")
+    return {u: "; ".join(v) for u, v in out.items()}
+
+
+def print_profiles(rows: list[dict[str, Any]], console: Console) -> None:
+    table = Table(box=None)
+    for col in ("profile", "budget", "seed", "workloads", "description"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["name"], f"{r['budget_s']:g} s", str(r["seed"] or "week"), ", ".join(r["workloads"]), r["description"])
+    console.print(table)
+
+
+def print_workloads(rows: list[dict[str, Any]], console: Console) -> None:
+    table = Table(box=None)
+    for col in ("workload", "quality", "evidence", "description"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["name"], r["quality"], ", ".join(r["evidence"]), r["description"])
+    console.print(table)
+
+
+def print_info(info: dict[str, Any], console: Console) -> None:
+    host = info["host"]
+    console.print(f"host {host['hostname']}: {host['cpu_model']}, {host['logical_cpus']} logical CPUs")
+    console.print(f"software: {', '.join(f'{k} {v}' for k, v in info['software'].items() if v and k != 'pins')}")
+    table = Table(box=None)
+    for col in ("unit", "kind", "model", "cohort"):
+        table.add_column(col)
+    for u in info["units"]:
+        table.add_row(u["id"], u["kind"], u["model"], u["cohort"])
+    console.print(table)

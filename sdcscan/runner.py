@@ -1,0 +1,234 @@
+"""The parent of a run: starts one worker per unit, owns the deadline, watchdog, journal and re-runs.
+
+Workers stream outcomes; the parent appends each to the journal as it arrives, so a crash or a
+signal loses nothing that finished. A worker that dies or stops answering makes its unit invalid;
+the other units go on.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import queue
+import signal
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sdcscan.journal import Journal
+from sdcscan.units import Unit, cohort_key
+from sdcscan.verdict import CaseResult, find_disputes
+from sdcscan.worker import WorkerConfig, worker_main
+
+READY_TIMEOUT_S = 180.0  # importing torch and preparing workloads on a loaded host
+WATCHDOG_FLOOR_S = 5.0  # never call a case hung sooner than this
+WATCHDOG_FACTOR = 10.0  # ... or sooner than this many times the workload's median case time
+WATCHDOG_FIRST_S = 60.0  # before any case of a workload has finished anywhere
+MAX_DISPUTES_RETESTED = 4
+RETEST_BUDGET_S = 10.0
+POLL_S = 0.1
+
+
+class Terminated(BaseException):
+    """Raised in the parent by the SIGTERM handler, like KeyboardInterrupt is for SIGINT."""
+
+
+Event = Callable[..., None]
+
+
+@dataclass
+class UnitState:
+    unit: Unit
+    cohort: str = ""
+    cohort_fields: dict[str, Any] = field(default_factory=dict)
+    proc: Any = None
+    inbox: Any = None
+    ready: bool = False
+    busy: bool = False
+    notes: list[str] = field(default_factory=list)
+    current: tuple[int, str, float] | None = None  # (case index, workload, started at)
+    problem: str | None = None
+    results: list[CaseResult] = field(default_factory=list)
+
+    @property
+    def alive(self) -> bool:
+        return self.problem is None
+
+
+@dataclass
+class RunResult:
+    states: dict[str, UnitState]
+    retests: dict[tuple[str, int], list[str | None]]
+    outcomes: list[dict[str, Any]]  # every outcome message, main pass and re-runs, in arrival order
+    started: float
+    ended: float
+    interrupted: str | None = None  # "SIGINT" | "SIGTERM" | None
+    software: dict[str, Any] = field(default_factory=dict)
+
+
+class Runner:
+    """Run `configs` (one per unit) until `deadline`, then settle disputes with re-runs."""
+
+    def __init__(self, configs: list[WorkerConfig], journal: Journal, on_event: Event):
+        self.ctx = mp.get_context("spawn")  # fork is unsafe with torch's threads and CUDA
+        self.outbox = self.ctx.Queue()
+        self.configs = {c.unit.id: c for c in configs}
+        self.states = {c.unit.id: UnitState(c.unit) for c in configs}
+        self.software: dict[str, Any] = {}
+        self.journal, self.emit = journal, on_event
+        self.outcomes: list[dict[str, Any]] = []
+        self.retests: dict[tuple[str, int], list[str | None]] = {}
+
+    def run(self, deadline: float) -> RunResult:
+        started = time.time()
+        interrupted = None
+        try:
+            self._start_workers(deadline)
+            self._pump(until=lambda: not any(s.busy or (s.alive and not s.ready) for s in self.states.values()))
+            self._retest_disputes(time.time() + RETEST_BUDGET_S)
+        except KeyboardInterrupt:
+            interrupted = "SIGINT"
+        except Terminated:
+            interrupted = "SIGTERM"
+        finally:
+            self._stop_workers()
+        return RunResult(self.states, self.retests, self.outcomes, started, time.time(), interrupted, self.software)
+
+    def _start_workers(self, deadline: float) -> None:
+        # Children inherit an ignored SIGINT across exec, so Ctrl-C reaches only the parent, which
+        # coordinates the shutdown (and no half-started child prints a traceback).
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            self._spawn_all(deadline)
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+    def _spawn_all(self, deadline: float) -> None:
+        for uid, state in self.states.items():
+            state.inbox = self.ctx.Queue()
+            state.proc = self.ctx.Process(
+                target=worker_main, args=(self.configs[uid], state.inbox, self.outbox), name=f"sdcscan-{uid}", daemon=True
+            )
+            state.proc.start()
+            state.inbox.put(("plan", deadline))
+            state.busy = True
+        self.spawned_at = time.time()
+
+    def _retest_disputes(self, until: float) -> None:
+        """Re-run cases without a majority on every unit involved (the two-unit tie)."""
+        results = [r for s in self.states.values() for r in s.results]
+        cohorts = {uid: s.cohort for uid, s in self.states.items() if s.alive}
+        disputes = [d for d in find_disputes(cohorts, results) if d.needs_retest][:MAX_DISPUTES_RETESTED]
+        if not disputes:
+            return
+        self.emit("phase", name="retest", cases=[d.index for d in disputes])
+        for d in disputes:
+            for uid in d.digests:
+                state = self.states[uid]
+                if state.alive and time.time() < until:
+                    state.inbox.put(("case", d.index, 1))
+                    state.busy = True
+                    self._pump(until=lambda s=state: not s.busy, hard_stop=until)
+
+    def _pump(self, until: Callable[[], bool], hard_stop: float | None = None) -> None:
+        """Handle worker messages and the watchdog until `until()` holds."""
+        while not until():
+            if hard_stop is not None and time.time() > hard_stop:
+                return
+            try:
+                msg = self.outbox.get(timeout=POLL_S)
+            except queue.Empty:
+                msg = None
+            if msg is not None:
+                self._handle(msg)
+            self._watchdog()
+
+    def _handle(self, msg: tuple[Any, ...]) -> None:
+        kind, uid = msg[0], msg[1]
+        state = self.states[uid]
+        if not state.alive:
+            return
+        if kind == "ready":
+            state.ready, state.notes = True, list(msg[2])
+            state.cohort_fields, state.cohort = msg[3], cohort_key(msg[3])
+            self.software = self.software or msg[4]
+            self.journal.write({"type": "unit", "unit": uid, "cohort": state.cohort, "notes": state.notes})
+            self.emit("ready", unit=uid)
+        elif kind == "start":
+            _, _, index, workload, _attempt = msg
+            state.current = (index, workload, time.time())
+            self.emit("case_start", unit=uid, index=index, workload=workload)
+        elif kind == "outcome":
+            self._record(state, *msg[2:])
+        elif kind == "idle":
+            state.busy, state.current = False, None
+        elif kind == "fatal":
+            self._fail(state, msg[2], detail=msg[3])
+
+    def _record(self, state: UnitState, index: int, attempt: int, workload: str, out: dict[str, Any]) -> None:
+        uid = state.unit.id
+        state.current = None
+        record = {"type": "case", "unit": uid, "index": index, "attempt": attempt, "workload": workload, **out}
+        self.journal.write(record)
+        self.outcomes.append(record)
+        if attempt == 0:
+            state.results.append(CaseResult(uid, index, workload, out["status"], out["digest"], out["seconds"]))
+        else:
+            self.retests.setdefault((uid, index), []).append(out["digest"] if out["status"] == "ok" else None)
+        self.emit("case", unit=uid, index=index, workload=workload, attempt=attempt, outcome=out)
+
+    def _watchdog(self) -> None:
+        now = time.time()
+        for state in self.states.values():
+            if not state.alive:
+                continue
+            if state.proc is not None and not state.proc.is_alive():
+                code = state.proc.exitcode
+                self._fail(state, f"worker process died (exit code {code}) during case {self._case_of(state)}")
+            elif not state.ready and now - self.spawned_at > READY_TIMEOUT_S:
+                self._fail(state, f"worker did not start within {READY_TIMEOUT_S:.0f} s")
+            elif state.current is not None:
+                index, workload, since = state.current
+                limit = self._case_limit(workload)
+                if now - since > limit:
+                    self._fail(state, f"case {index} ({workload}) hung: no result after {limit:.0f} s; worker killed")
+
+    def _case_limit(self, workload: str) -> float:
+        times = [r.seconds for s in self.states.values() for r in s.results if r.workload == workload]
+        if not times:
+            return WATCHDOG_FIRST_S
+        return max(WATCHDOG_FLOOR_S, WATCHDOG_FACTOR * statistics.median(times))
+
+    def _case_of(self, state: UnitState) -> str:
+        return f"{state.current[0]} ({state.current[1]})" if state.current else "setup"
+
+    def _fail(self, state: UnitState, reason: str, detail: str | None = None) -> None:
+        state.problem, state.busy = reason, False
+        if state.proc is not None and state.proc.is_alive():
+            state.proc.kill()
+        self.journal.write({"type": "problem", "unit": state.unit.id, "reason": reason, "detail": detail})
+        self.emit("problem", unit=state.unit.id, reason=reason)
+
+    def _stop_workers(self) -> None:
+        for state in self.states.values():
+            if state.proc is not None and state.proc.is_alive():
+                try:
+                    state.inbox.put(("stop",))
+                except (OSError, ValueError):
+                    pass
+        end = time.time() + 2.0
+        for state in self.states.values():
+            if state.proc is not None:
+                state.proc.join(timeout=max(0.0, end - time.time()))
+                if state.proc.is_alive():
+                    state.proc.kill()
+                    state.proc.join(timeout=1.0)
+        # Drain outcomes that arrived while stopping, so nothing finished is lost.
+        while True:
+            try:
+                msg = self.outbox.get_nowait()
+            except (queue.Empty, OSError, ValueError):
+                break
+            if msg[0] == "outcome":
+                self._handle(msg)
