@@ -93,7 +93,7 @@ def corrupt_(tensor: Any, spec: FaultSpec) -> dict[str, Any]:
         flip_bit_(tensor, element, bit)
     after = flat[element].item()
     # A flip of +0.0 to -0.0 changes bits but no value: detectors are not expected to see it.
-    value_changed = not (before == after)  # NaN compares unequal, so a NaN result counts as changed
+    value_changed = before != after  # NaN compares unequal, so a NaN result counts as changed
     return {"kind": spec.kind, "element": element, "bit": bit, "value_changed": value_changed}
 
 

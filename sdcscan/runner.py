@@ -7,6 +7,7 @@ the other units go on.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import queue
 import signal
@@ -213,10 +214,8 @@ class Runner:
     def _stop_workers(self) -> None:
         for state in self.states.values():
             if state.proc is not None and state.proc.is_alive():
-                try:
+                with contextlib.suppress(OSError, ValueError):
                     state.inbox.put(("stop",))
-                except (OSError, ValueError):
-                    pass
         end = time.time() + 2.0
         for state in self.states.values():
             if state.proc is not None:
