@@ -40,7 +40,7 @@ class FaultSpec:
     site: str
     seed: int
     element: int | None = None
-    bit: int | None = None
+    bit: int | None = None  # negative counts from the top: -1 is the sign (or most significant) bit
 
 
 def parse_inject(text: str) -> Injection:
@@ -89,7 +89,9 @@ def corrupt_(tensor: Any, spec: FaultSpec) -> dict[str, Any]:
         bit = 8 * tensor.element_size() - 1
         flip_bit_(tensor, element, bit)
     else:
-        bit = spec.bit if spec.bit is not None else rng.randrange(8 * tensor.element_size())
+        nbits = 8 * tensor.element_size()
+        bit = spec.bit if spec.bit is not None else rng.randrange(nbits)
+        bit = bit + nbits if bit < 0 else bit  # -1 is the top bit of whatever word the site holds
         flip_bit_(tensor, element, bit)
     after = flat[element].item()
     # A flip of +0.0 to -0.0 changes bits but no value: detectors are not expected to see it.

@@ -1,0 +1,35 @@
+"""Shared fixtures: run the sdcscan CLI in a subprocess from this checkout, exactly as a user would."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def sdcscan_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "sdcscan", *args]
+
+
+def child_env() -> dict[str, str]:
+    """This checkout first on the path, and no state left in the user's home."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+@pytest.fixture
+def run_cli(tmp_path: Path):
+    """Run `python -m sdcscan ARGS` with XDG_STATE_HOME in a temporary directory; returns CompletedProcess."""
+
+    def _run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        env = child_env()
+        env["XDG_STATE_HOME"] = str(tmp_path / "state")
+        return subprocess.run(sdcscan_cmd(*args), capture_output=True, text=True, env=env, timeout=timeout, cwd=tmp_path)
+
+    return _run

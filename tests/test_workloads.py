@@ -1,0 +1,62 @@
+"""Every registered workload, at tiny size: silent and repeatable on clean runs, and it fires under injection."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sdcscan.faults import FaultSpec
+from sdcscan.workloads import REGISTRY, get
+from sdcscan.workloads.base import STATUS_MISMATCH, STATUS_OK, Case, Context
+
+NAMES = sorted(REGISTRY)
+
+
+def make(name: str, **overrides):
+    cls = get(name)
+    params = {**cls.defaults, **cls.tiny, **overrides}
+    ctx = Context(unit="cpu:0", device=torch.device("cpu"), run_seed=4242, params=params)
+    workload = cls(params)
+    workload.prepare(ctx)
+    return workload, ctx
+
+
+def run_case(workload, ctx, index, fault=None):
+    ctx.begin_case(fault)
+    case = Case(index=index, workload=workload.name, seed=1000 + index, occurrence=index)
+    return workload.run(ctx, case)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_clean_cases_pass_and_repeat_bit_identically(name):
+    """No false positive on clean data, and the same case gives the same digest twice."""
+    workload, ctx = make(name)
+    for index in range(4):
+        first, again = run_case(workload, ctx, index), run_case(workload, ctx, index)
+        assert first.status == STATUS_OK, first.mismatches
+        assert first.digest == again.digest and first.digest
+        assert first.ops > 0
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("kind", ["bitflip", "nan"])
+def test_injection_at_the_default_site_is_detected(name, kind):
+    """A fault at the site `--inject` uses is caught: by an invariant, or by a changed digest."""
+    workload, ctx = make(name)
+    site = type(workload).fault_sites[0]
+    detected = 0
+    for index in range(6):
+        clean = run_case(workload, ctx, index)
+        bit = None if kind == "nan" else -2  # a high exponent or magnitude bit of the site's word
+        hit = run_case(workload, ctx, index, FaultSpec(kind, site, seed=index, bit=bit))
+        assert ctx.injected is not None, "the workload never passed its default fault site through ctx.fault"
+        detected += hit.status == STATUS_MISMATCH or hit.digest != clean.digest
+    assert detected == 6
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_workload_declares_its_contract(name):
+    cls = REGISTRY[name]
+    assert cls.name == name and cls.description and cls.fault_sites
+    assert set(cls.evidence) <= {"invariant", "consensus", "repeat"}
+    assert set(cls.tiny) <= set(cls.defaults)
