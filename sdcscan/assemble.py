@@ -7,14 +7,77 @@ from collections import defaultdict
 from typing import Any
 
 from sdcscan import __version__
+from sdcscan.errors import EXIT_TERMINATED
 from sdcscan.report import SCHEMA_VERSION
-from sdcscan.verdict import EXIT_CODES, Finding, Judgement
+from sdcscan.verdict import (
+    CLASSIFICATIONS,
+    EXIT_CODES,
+    CaseResult,
+    Finding,
+    Judgement,
+    Retest,
+    judge,
+    unit_classification,
+)
 
 MAX_MISMATCHES_PER_UNIT = 50  # enough to see a pattern; the per-case status column has the full count
+MAX_RETEST_RECORDS = 20  # per unit; the counts cover every failing case
 
 
 def iso(ts: float) -> str:
     return dt.datetime.fromtimestamp(ts, dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def judge_and_build(
+    *,
+    run: dict[str, Any],
+    host: dict[str, Any],
+    software: dict[str, Any],
+    cohorts: dict[str, dict[str, Any]],
+    units: list[dict[str, Any]],
+    outcomes: list[dict[str, Any]],
+    problems: dict[str, str],
+    interrupted: str | None,
+) -> dict[str, Any]:
+    """Judge journal-style outcomes and assemble the report; shared by `run` and `report --from-journal`.
+
+    Args:
+        units: {id, kind, model, cohort, notes} per unit; cohort "" for a unit that never started.
+        outcomes: case records ({unit, index, attempt, workload, status, digest, seconds, error, …}).
+        interrupted: "SIGINT", "SIGTERM", "journal" (rebuilt after the run was killed) or None.
+    """
+    replay = f"--profile {run['profile']['name']} --seed {run['seed']}"
+    # A unit that never started has no cohort of its own; it is judged invalid, alone.
+    cohort_of = {u["id"]: u["cohort"] or f"unstarted:{u['id']}" for u in units}
+    main = [o for o in outcomes if o.get("attempt", 0) == 0]
+    reruns: dict[tuple[str, int], list[str | None]] = {}
+    for o in outcomes:
+        if o.get("attempt", 0) > 0:
+            reruns.setdefault((o["unit"], o["index"]), []).append(o.get("digest") if o["status"] == "ok" else None)
+    judgement = judge(
+        cohort_of,
+        [_case_result(o) for o in main],
+        retests=reruns,
+        problems=problems,
+        interrupted=interrupted is not None,
+        replay=replay,
+    )
+    return build_report(
+        run=run,
+        host=host,
+        software=software,
+        cohorts=cohorts,
+        units=[{**u, "cohort": cohort_of[u["id"]]} for u in units],
+        outcomes=outcomes,
+        judgement=judgement,
+        exit_code=EXIT_TERMINATED if interrupted == "SIGTERM" else None,
+    )
+
+
+def _case_result(o: dict[str, Any]) -> CaseResult:
+    return CaseResult(
+        o["unit"], o["index"], o["workload"], o["status"], o.get("digest"), o.get("seconds") or 0.0, o.get("error")
+    )
 
 
 def build_report(
@@ -109,6 +172,7 @@ def _unit_doc(u: dict[str, Any], cases: list[dict[str, Any]], judgement: Judgeme
         "mismatches": len(bad),
         "first_bad_case": bad[0] if bad else None,
         "notes": list(u.get("notes", [])),
+        "retest": _retest_doc(judgement.retests.get(uid, [])),
         "cases": {
             "index": [o["index"] for o in cases],
             "workload": [o["workload"] for o in cases],
@@ -126,4 +190,15 @@ def _dispute_doc(d: Any) -> dict[str, Any]:
         "cohort": d.cohort,
         "digests": dict(sorted(d.digests.items())),
         "majority": d.majority,
+    }
+
+
+def _retest_doc(records: list[Retest]) -> dict[str, Any]:
+    """How the unit's failing cases behaved on re-run: summary, counts per classification, first records."""
+    counts = {c: sum(r.classification == c for r in records) for c in CLASSIFICATIONS}
+    return {
+        "classification": unit_classification(records),
+        "counts": counts,
+        # Re-run cases first: they carry the evidence; untested ones are only counted beyond the cap.
+        "cases": [r.to_dict() for r in sorted(records, key=lambda r: r.reruns == 0)[:MAX_RETEST_RECORDS]],
     }

@@ -34,7 +34,8 @@ def cli() -> None:
 @click.option("-o", "--out", type=click.Path(dir_okay=False, path_type=Path), help="Write the report JSON here (atomically).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report JSON on stdout.")
 @click.option("--hostname", help="Host label in the report (containers, tests).")
-@click.option("--inject", multiple=True, metavar="UNIT:KIND[@RATE]", help="Fault injection: bitflip, nan, hang, crash.")
+@click.option("--inject", multiple=True, metavar="UNIT:KIND[@RATE]", help="Fault injection: bitflip, nan, hang, crash, raise.")
+@click.option("--retest", type=click.IntRange(0, 128), help="Re-runs of each failing case on its unit (default: the profile's, 3; 0: off).")
 @click.option("--calibration", type=click.Path(dir_okay=False), help="gemm_fp calibration file from `sdcscan calibrate`.")
 @reports_errors
 def run(**kw: Any) -> None:
@@ -42,8 +43,13 @@ def run(**kw: Any) -> None:
 
     Every logical CPU is a unit (one pinned worker, one thread); every GPU torch sees is
     one too. All units run the same deterministic plan concurrently; a unit fails when an
-    invariant check fires or its digests disagree with its cohort. The run ends within the
-    budget plus a bounded shutdown (the last case, a few seconds of re-runs of disputed cases).
+    invariant check fires or its digests disagree with its cohort. Each failing case (at most 3
+    per unit) is re-run on its unit and once on a peer, and classified transient, persistent, or
+    case (fails everywhere: a software problem, not the unit).
+
+    The run ends within the budget plus a bounded shutdown: at most 10 s for the last cases (a unit
+    still busy then is stopped as hung), then re-runs for 5% of the budget (5 to 30 s), then 3 s to
+    stop the workers. A unit that hangs or dies is invalid; the others go on.
     Precedence: built-in default < profile < command-line flag.
 
     \b
@@ -98,6 +104,7 @@ def _scan_options(kw: dict[str, Any]) -> Any:
         out=kw["out"],
         argv=sys.argv[1:],
         param_overrides=overrides,
+        retest=kw["retest"],
     )
 
 
@@ -195,3 +202,8 @@ def _show(data: Any, as_json: bool, renderer: str) -> None:
     from sdcscan import render
 
     getattr(render, renderer)(data, render.stderr_console())
+
+
+from sdcscan.cli_report import report  # noqa: E402 - registered after the group exists
+
+cli.add_command(report)

@@ -15,9 +15,16 @@ from sdcscan.errors import UsageError
 
 DATA_KINDS = ("bitflip", "nan")  # corrupt a value at a workload fault site
 PROCESS_KINDS = ("hang", "crash")  # the worker stops answering / dies inside a case
-KINDS = DATA_KINDS + PROCESS_KINDS
+# The workload raises at its fault site, as a bug or a driver error would: proves that a raising
+# workload makes its unit invalid (never pass) while the other units go on.
+EXCEPTION_KINDS = ("raise",)
+KINDS = DATA_KINDS + PROCESS_KINDS + EXCEPTION_KINDS
 
 _SPEC = re.compile(r"^(?P<unit>(?:cpu|cuda):\d+):(?P<kind>[a-z]+)(?:@(?P<rate>[0-9.eE+-]+))?$")
+
+
+class InjectedError(RuntimeError):
+    """Raised inside a workload by `--inject UNIT:raise`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +85,8 @@ def corrupt_(tensor: Any, spec: FaultSpec) -> dict[str, Any]:
     Returns:
         {"kind", "element", "bit", "value_changed"} describing the corruption (bit is None for NaN).
     """
+    if spec.kind == "raise":
+        raise InjectedError(f"injected exception at fault site {spec.site!r}")
     rng = random.Random(spec.seed)
     flat = tensor.view(-1)
     element = spec.element if spec.element is not None else rng.randrange(flat.numel())

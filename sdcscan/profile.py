@@ -117,6 +117,8 @@ class _StrictLoader(yaml.SafeLoader):
         seen = set()
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, str | int | float | bool | None):  # `? [a, b]` keys: unhashable, never ours
+                raise yaml.YAMLError(f"mapping keys must be plain values (line {key_node.start_mark.line + 1})")
             if key in seen:
                 raise yaml.YAMLError(f"duplicate key {key!r} (line {key_node.start_mark.line + 1})")
             seen.add(key)
@@ -162,6 +164,10 @@ def load_profile(name_or_path: str) -> Profile:
         raise ProfileError(f"{label}: not UTF-8 text") from None
     except yaml.YAMLError as err:
         raise ProfileError(f"{label}: invalid YAML: {_one_line(err)}") from None
+    except RecursionError:  # PyYAML parses nested collections recursively
+        raise ProfileError(f"{label}: invalid YAML: nested too deeply") from None
+    except (ValueError, OverflowError) as err:  # a scalar PyYAML cannot convert, e.g. a 5000-digit integer
+        raise ProfileError(f"{label}: invalid YAML value: {_one_line(err)}") from None
     return profile_from_data(data, label=label, default_name=path.stem)
 
 
@@ -259,7 +265,7 @@ def _params(label: str, where: str, given: Any, defaults: Mapping[str, Any]) -> 
         expected = defaults[key]
         if not _same_kind(value, expected):
             raise ProfileError(f"{label}: {where}.{key}: expected {_type(expected)}, got {value!r}")
-        if isinstance(value, int | float) and not isinstance(value, bool) and abs(value) > 1e9:
+        if isinstance(value, int | float) and not isinstance(value, bool) and not abs(value) <= 1e9:  # also NaN
             raise ProfileError(f"{label}: {where}.{key}: value {value!r} is out of range")
         out[key] = value
     return out

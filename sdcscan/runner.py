@@ -13,21 +13,26 @@ import queue
 import signal
 import statistics
 import time
+from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from sdcscan.journal import Journal
 from sdcscan.units import Unit, cohort_key
-from sdcscan.verdict import CaseResult, find_disputes
+from sdcscan.verdict import CaseResult, retest_plan
 from sdcscan.worker import WorkerConfig, worker_main
 
 READY_TIMEOUT_S = 180.0  # importing torch and preparing workloads on a loaded host
 WATCHDOG_FLOOR_S = 5.0  # never call a case hung sooner than this
 WATCHDOG_FACTOR = 10.0  # ... or sooner than this many times the workload's median case time
 WATCHDOG_FIRST_S = 60.0  # before any case of a workload has finished anywhere
-MAX_DISPUTES_RETESTED = 4
-RETEST_BUDGET_S = 10.0
+# Shutdown bound: budget + OVERRUN_S (a unit still busy or not started then is stopped as hung) +
+# the re-run window + STOP_S. The CLI's --help states it; keep the two in step.
+OVERRUN_S = 10.0
+RETEST_MIN_S, RETEST_MAX_S, RETEST_SHARE = 5.0, 30.0, 0.05  # re-run window: 5% of the budget, 5..30 s
+MAX_RETEST_CASES = 3  # failing cases re-run per unit: enough to classify, bounded in time
+STOP_S = 3.0
 POLL_S = 0.1
 
 
@@ -71,7 +76,7 @@ class RunResult:
 class Runner:
     """Run `configs` (one per unit) until `deadline`, then settle disputes with re-runs."""
 
-    def __init__(self, configs: list[WorkerConfig], journal: Journal, on_event: Event):
+    def __init__(self, configs: list[WorkerConfig], journal: Journal, on_event: Event, *, retest: int = 3):
         self.ctx = mp.get_context("spawn")  # fork is unsafe with torch's threads and CUDA
         self.outbox = self.ctx.Queue()
         self.configs = {c.unit.id: c for c in configs}
@@ -80,14 +85,18 @@ class Runner:
         self.journal, self.emit = journal, on_event
         self.outcomes: list[dict[str, Any]] = []
         self.retests: dict[tuple[str, int], list[str | None]] = {}
+        self.retest_count = retest
+        self.overrun_at: float | None = None  # main pass only: a unit still busy after this is stopped as hung
 
     def run(self, deadline: float) -> RunResult:
         started = time.time()
         interrupted = None
         try:
+            self.overrun_at = deadline + OVERRUN_S
             self._start_workers(deadline)
             self._pump(until=lambda: not any(s.busy or (s.alive and not s.ready) for s in self.states.values()))
-            self._retest_disputes(time.time() + RETEST_BUDGET_S)
+            self.overrun_at = None
+            self._retest(time.time() + retest_window(deadline - started))
         except KeyboardInterrupt:
             interrupted = "SIGINT"
         except Terminated:
@@ -109,28 +118,43 @@ class Runner:
         for uid, state in self.states.items():
             state.inbox = self.ctx.Queue()
             state.proc = self.ctx.Process(
-                target=worker_main, args=(self.configs[uid], state.inbox, self.outbox), name=f"sdcscan-{uid}", daemon=True
+                target=worker_main,
+                args=(self.configs[uid], state.inbox, self.outbox),
+                name=f"sdcscan-{uid}",
+                daemon=True,
             )
             state.proc.start()
             state.inbox.put(("plan", deadline))
             state.busy = True
         self.spawned_at = time.time()
+        self.deadline = deadline
 
-    def _retest_disputes(self, until: float) -> None:
-        """Re-run cases without a majority on every unit involved (the two-unit tie)."""
-        results = [r for s in self.states.values() for r in s.results]
-        cohorts = {uid: s.cohort for uid, s in self.states.items() if s.alive}
-        disputes = [d for d in find_disputes(cohorts, results) if d.needs_retest][:MAX_DISPUTES_RETESTED]
-        if not disputes:
+    def _retest(self, until: float) -> None:
+        """Re-run failing cases on their units and on peers (see verdict.retest_plan), all units at once."""
+        results = [r for st in self.states.values() for r in st.results]
+        cohorts = {uid: st.cohort for uid, st in self.states.items() if st.alive}
+        todo: dict[str, deque[int]] = defaultdict(deque)
+        for uid, index in retest_plan(cohorts, results, reruns=self.retest_count, max_cases=MAX_RETEST_CASES):
+            todo[uid].append(index)
+        if not todo:
             return
-        self.emit("phase", name="retest", cases=[d.index for d in disputes])
-        for d in disputes:
-            for uid in d.digests:
+        self.emit("phase", name="retest", cases=sorted({i for q in todo.values() for i in q}))
+        attempts: dict[tuple[str, int], int] = defaultdict(int)
+        while time.time() < until:
+            for uid, jobs in todo.items():
                 state = self.states[uid]
-                if state.alive and time.time() < until:
-                    state.inbox.put(("case", d.index, 1))
+                if state.alive and not state.busy and jobs:
+                    index = jobs.popleft()
+                    attempts[(uid, index)] += 1  # a new attempt number: injections are drawn afresh
+                    state.inbox.put(("case", index, attempts[(uid, index)]))
                     state.busy = True
-                    self._pump(until=lambda s=state: not s.busy, hard_stop=until)
+            pending = [u for u, q in todo.items() if self.states[u].alive and (q or self.states[u].busy)]
+            if not pending:
+                return
+            self._pump(
+                until=lambda p=pending: any(not self.states[u].busy for u in p),  # a unit freed (or died)
+                hard_stop=until,
+            )
 
     def _pump(self, until: Callable[[], bool], hard_stop: float | None = None) -> None:
         """Handle worker messages and the watchdog until `until()` holds."""
@@ -154,7 +178,16 @@ class Runner:
             state.ready, state.notes = True, list(msg[2])
             state.cohort_fields, state.cohort = msg[3], cohort_key(msg[3])
             self.software = self.software or msg[4]
-            self.journal.write({"type": "unit", "unit": uid, "cohort": state.cohort, "notes": state.notes})
+            self.journal.write(
+                {
+                    "type": "unit",
+                    "unit": uid,
+                    "cohort": state.cohort,
+                    "notes": state.notes,
+                    "cohort_fields": state.cohort_fields,
+                    "software": msg[4],
+                }
+            )
             self.emit("ready", unit=uid)
         elif kind == "start":
             _, _, index, workload, _attempt = msg
@@ -174,7 +207,8 @@ class Runner:
         self.journal.write(record)
         self.outcomes.append(record)
         if attempt == 0:
-            state.results.append(CaseResult(uid, index, workload, out["status"], out["digest"], out["seconds"]))
+            result = CaseResult(uid, index, workload, out["status"], out["digest"], out["seconds"], out.get("error"))
+            state.results.append(result)
         else:
             self.retests.setdefault((uid, index), []).append(out["digest"] if out["status"] == "ok" else None)
         self.emit("case", unit=uid, index=index, workload=workload, attempt=attempt, outcome=out)
@@ -185,15 +219,20 @@ class Runner:
             if not state.alive:
                 continue
             if state.proc is not None and not state.proc.is_alive():
+                self._drain()  # its last messages (the case it started) may still be queued
                 code = state.proc.exitcode
                 self._fail(state, f"worker process died (exit code {code}) during case {self._case_of(state)}")
-            elif not state.ready and now - self.spawned_at > READY_TIMEOUT_S:
-                self._fail(state, f"worker did not start within {READY_TIMEOUT_S:.0f} s")
+            elif not state.ready and (now - self.spawned_at > READY_TIMEOUT_S or self._overrun(now)):
+                self._fail(state, f"worker did not start within {now - self.spawned_at:.0f} s (budget ended)")
             elif state.current is not None:
                 index, workload, since = state.current
                 limit = self._case_limit(workload)
-                if now - since > limit:
-                    self._fail(state, f"case {index} ({workload}) hung: no result after {limit:.0f} s; worker killed")
+                if now - since > limit or self._overrun(now):
+                    self._fail(state, f"case {index} ({workload}) hung: no result after {now - since:.0f} s; worker killed")
+
+    def _overrun(self, now: float) -> bool:
+        """The main pass runs past the budget by more than OVERRUN_S: whoever is still busy is stuck."""
+        return self.overrun_at is not None and now > self.overrun_at
 
     def _case_limit(self, workload: str) -> float:
         times = [r.seconds for s in self.states.values() for r in s.results if r.workload == workload]
@@ -202,7 +241,9 @@ class Runner:
         return max(WATCHDOG_FLOOR_S, WATCHDOG_FACTOR * statistics.median(times))
 
     def _case_of(self, state: UnitState) -> str:
-        return f"{state.current[0]} ({state.current[1]})" if state.current else "setup"
+        if state.current:
+            return f"{state.current[0]} ({state.current[1]})"
+        return "none (between cases)" if state.ready else "none (during setup)"
 
     def _fail(self, state: UnitState, reason: str, detail: str | None = None) -> None:
         state.problem, state.busy = reason, False
@@ -216,18 +257,26 @@ class Runner:
             if state.proc is not None and state.proc.is_alive():
                 with contextlib.suppress(OSError, ValueError):
                     state.inbox.put(("stop",))
-        end = time.time() + 2.0
+        end = time.time() + STOP_S - 1.0
         for state in self.states.values():
             if state.proc is not None:
                 state.proc.join(timeout=max(0.0, end - time.time()))
                 if state.proc.is_alive():
                     state.proc.kill()
                     state.proc.join(timeout=1.0)
-        # Drain outcomes that arrived while stopping, so nothing finished is lost.
+        self._drain(only="outcome")  # outcomes that arrived while stopping: nothing finished is lost
+
+    def _drain(self, only: str | None = None) -> None:
+        """Handle every message already queued (of kind `only`, when given) without waiting."""
         while True:
             try:
                 msg = self.outbox.get_nowait()
             except (queue.Empty, OSError, ValueError):
                 break
-            if msg[0] == "outcome":
+            if only is None or msg[0] == only:
                 self._handle(msg)
+
+
+def retest_window(budget_s: float) -> float:
+    """Seconds allowed for re-runs after the main pass: a share of the budget, within bounds."""
+    return min(RETEST_MAX_S, max(RETEST_MIN_S, RETEST_SHARE * budget_s))

@@ -10,13 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from sdcscan import faults, units
-from sdcscan.assemble import build_report, iso
-from sdcscan.errors import EXIT_TERMINATED, RunError, UsageError
+from sdcscan.assemble import iso, judge_and_build
+from sdcscan.errors import RunError, UsageError
 from sdcscan.journal import Journal
 from sdcscan.plan import week_seed
 from sdcscan.profile import Profile
 from sdcscan.runner import Event, Runner
-from sdcscan.verdict import judge
 from sdcscan.worker import WorkerConfig
 
 
@@ -32,6 +31,7 @@ class ScanOptions:
     journal: Path | None = None
     argv: list[str] = field(default_factory=list)
     param_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
+    retest: int | None = None  # re-runs per failing case (None: the profile's)
 
 
 def default_state_dir() -> Path:
@@ -91,7 +91,16 @@ def scan(opts: ScanOptions, setup: dict[str, Any], on_event: Event, started: flo
         "injections": [i.to_dict() for i in opts.injections],
         "journal": str(jpath),
     }
-    journal.write({"type": "run", **run_doc, "hostname": _hostname(opts)})
+    # Enough to rebuild a report from the journal alone (`sdcscan report --from-journal`).
+    journal.write(
+        {
+            "type": "run",
+            **run_doc,
+            "hostname": _hostname(opts),
+            "host": units.host_inventory(),
+            "units": [u.to_dict() for u in setup["units"]],
+        }
+    )
     configs = [
         WorkerConfig(
             u,
@@ -104,40 +113,30 @@ def scan(opts: ScanOptions, setup: dict[str, Any], on_event: Event, started: flo
         for u in setup["units"]
     ]
     on_event("start", run=run_doc, units=[u.id for u in setup["units"]], deadline=started + budget)
-    result = Runner(configs, journal, on_event).run(deadline=started + budget)
+    retest = profile.retest if opts.retest is None else opts.retest
+    result = Runner(configs, journal, on_event, retest=retest).run(deadline=started + budget)
     journal.close()
     return finish(opts, setup, run_doc, result)
 
 
 def finish(opts: ScanOptions, setup: dict[str, Any], run_doc: dict[str, Any], result: Any) -> dict[str, Any]:
     """Judge the results and assemble the report."""
-    replay = f"--profile {opts.profile.name} --seed {setup['seed']}"
-    # A unit that never started has no cohort of its own; it is judged invalid, alone.
-    cohorts = {uid: s.cohort or f"unstarted:{uid}" for uid, s in result.states.items()}
-    judgement = judge(
-        cohorts,
-        [r for s in result.states.values() for r in s.results],
-        retests=result.retests,
-        problems={uid: s.problem for uid, s in result.states.items() if s.problem},
-        interrupted=result.interrupted is not None,
-        replay=replay,
-    )
     run_doc = {**run_doc, "ended_at": iso(result.ended), "duration_s": round(result.ended - result.started, 3)}
     if result.interrupted:
         run_doc["interrupted_by"] = result.interrupted
-    unit_docs = [{**u.to_dict(), "cohort": cohorts[u.id], "notes": result.states[u.id].notes} for u in setup["units"]]
-    host = {**units.host_inventory(), "hostname": _hostname(opts)}
-    cohort_docs = {s.cohort: s.cohort_fields for s in result.states.values() if s.cohort}
-    exit_code = EXIT_TERMINATED if result.interrupted == "SIGTERM" else None
-    return build_report(
+    unit_docs = [
+        {**u.to_dict(), "cohort": result.states[u.id].cohort, "notes": result.states[u.id].notes}
+        for u in setup["units"]
+    ]
+    return judge_and_build(
         run=run_doc,
-        host=host,
+        host={**units.host_inventory(), "hostname": _hostname(opts)},
         software=result.software,
-        cohorts=cohort_docs,
+        cohorts={s.cohort: s.cohort_fields for s in result.states.values() if s.cohort},
         units=unit_docs,
         outcomes=result.outcomes,
-        judgement=judgement,
-        exit_code=exit_code,
+        problems={uid: s.problem for uid, s in result.states.items() if s.problem},
+        interrupted=result.interrupted,
     )
 
 

@@ -1,21 +1,37 @@
-"""Outcomes -> unit and run verdicts. Pure: no I/O, no clock, no torch.
+"""Outcomes -> unit and run verdicts, and the classification of re-runs. Pure: no I/O, no clock, no torch.
 
 Evidence (DESIGN.md): an invariant firing on a unit fails it. Digests of the same case are compared
 inside a cohort: with a strict majority the minority is divergent; without one (two units, or a
 tie) nobody is accused on consensus alone — the disputed case is re-run on every unit involved and a
 unit whose result does not reproduce is blamed; if every result reproduces and they still disagree,
 the dispute is undecided and all the units involved are suspects.
+
+Repeat evidence: every failing (unit, case) is re-run on the unit and once on a peer of its cohort,
+and classified `transient` (does not fail again on the unit), `persistent` (fails again on the unit,
+not on the peer) or `case` (fails on the peer too: a software or determinism problem, so the unit is
+not blamed for it). See `classify` and `retest_plan`.
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 PASS, FAIL, INVALID, INTERRUPTED = "pass", "fail", "invalid", "interrupted"
 _SEVERITY = {PASS: 0, FAIL: 1, INVALID: 2, INTERRUPTED: 3}
 EXIT_CODES = {PASS: 0, FAIL: 1, INVALID: 3, INTERRUPTED: 130}
+
+TRANSIENT, PERSISTENT, CASE, UNTESTED = "transient", "persistent", "case", "untested"
+CLASSIFICATIONS = (
+    PERSISTENT,
+    TRANSIENT,
+    CASE,
+    UNTESTED,
+)  # most telling first: a unit's summary is the first present
+
+# (unit, case index) -> the digest of each re-run on that unit, None where the re-run did not end `ok`.
+Reruns = Mapping[tuple[str, int], Sequence[str | None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +44,7 @@ class CaseResult:
     status: str  # ok | mismatch | error
     digest: str | None
     seconds: float = 0.0
+    error: str | None = None  # the exception summary when status is error
 
 
 @dataclass(frozen=True)
@@ -49,9 +66,36 @@ class Dispute:
         return self.majority is None
 
 
+@dataclass(frozen=True, slots=True)
+class Retest:
+    """How one failing case of a unit behaved when re-run."""
+
+    unit: str
+    index: int
+    workload: str
+    evidence: str  # invariant | consensus: what made the case fail in the first place
+    classification: str  # transient | persistent | case | untested
+    reruns: int  # re-runs on the unit
+    reproduced: int  # ... of which failed again
+    peers: tuple[str, ...] = ()  # peer units that re-ran the case
+    peer_failures: int = 0  # ... re-runs there that failed too
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "index": self.index,
+            "workload": self.workload,
+            "evidence": self.evidence,
+            "classification": self.classification,
+            "reruns": self.reruns,
+            "reproduced": self.reproduced,
+            "peers": list(self.peers),
+            "peer_failures": self.peer_failures,
+        }
+
+
 @dataclass
 class Finding:
-    kind: str  # invariant | divergent | not_reproducible | undecided | invalid | note
+    kind: str  # invariant | divergent | not_reproducible | undecided | retest | case | invalid | note
     unit: str | None
     message: str
     next: str | None = None
@@ -67,6 +111,7 @@ class Judgement:
     verdict: str
     disputes: list[Dispute] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
+    retests: dict[str, list[Retest]] = field(default_factory=dict)  # unit -> its classified failing cases
 
 
 def find_disputes(cohorts: Mapping[str, str], results: Iterable[CaseResult]) -> list[Dispute]:
@@ -90,11 +135,69 @@ def find_disputes(cohorts: Mapping[str, str], results: Iterable[CaseResult]) -> 
     return sorted(disputes, key=lambda d: (d.index, d.cohort))
 
 
+def classify(reruns_bad: Sequence[bool], peers_bad: Sequence[bool]) -> str:
+    """Classify one failing case of one unit from its re-runs.
+
+    Args:
+        reruns_bad: for each re-run on the failing unit, whether it failed again.
+        peers_bad: for each re-run on a peer unit of the same cohort, whether it failed there too.
+    Returns:
+        `case` when it failed on a peer too (the test or the software stack, not this unit);
+        otherwise `untested` without re-runs on the unit, `persistent` when it failed again on the
+        unit (in any re-run: an intermittent fault that follows the unit is still the unit's),
+        and `transient` when it never did.
+    """
+    if any(peers_bad):
+        return CASE
+    if not reruns_bad:
+        return UNTESTED
+    return PERSISTENT if any(reruns_bad) else TRANSIENT
+
+
+def failing_cases(cohorts: Mapping[str, str], results: Iterable[CaseResult]) -> dict[str, list[int]]:
+    """unit -> indices of its failing cases, in order: invariant failures, minority digests, either side of a tie."""
+    results = list(results)
+    failing: dict[str, set[int]] = defaultdict(set)
+    for r in results:
+        if r.status == "mismatch" and r.unit in cohorts:
+            failing[r.unit].add(r.index)
+    for d in find_disputes(cohorts, results):
+        for unit in d.minority if not d.needs_retest else d.digests:
+            failing[unit].add(d.index)
+    return {u: sorted(failing[u]) for u in sorted(failing, key=_unit_order)}
+
+
+def retest_plan(
+    cohorts: Mapping[str, str], results: Iterable[CaseResult], *, reruns: int, max_cases: int
+) -> list[tuple[str, int]]:
+    """The re-runs to do after the main pass, as (unit, case index) jobs, in order.
+
+    Each failing case of a unit (at most `max_cases` per unit, earliest first) is re-run `reruns`
+    times on the unit and once on a peer of its cohort that does not already re-run that case.
+    `reruns` 0 turns re-runs off.
+    """
+    if reruns <= 0:
+        return []
+    chosen = {u: idx[:max_cases] for u, idx in failing_cases(cohorts, results).items()}
+    rerunning = {(u, i) for u, idx in chosen.items() for i in idx}
+    jobs: list[tuple[str, int]] = []
+    for unit, indices in chosen.items():
+        members = sorted((u for u, c in cohorts.items() if c == cohorts[unit]), key=_unit_order)
+        after = members[members.index(unit) + 1 :] + members[: members.index(unit)]  # spread peer work around
+        for index in indices:
+            jobs += [(unit, index)] * reruns
+            peer = next((p for p in after if (p, index) not in rerunning), None)
+            if peer is not None:
+                jobs.append((peer, index))
+                rerunning.add((peer, index))
+    return jobs
+
+
 def judge(
     cohorts: Mapping[str, str],
     results: list[CaseResult],
     *,
-    retests: Mapping[tuple[str, int], list[str | None]] | None = None,
+    retests: Reruns | None = None,
     problems: Mapping[str, str] | None = None,
     interrupted: bool = False,
     replay: str = "",
@@ -104,105 +207,257 @@ def judge(
     Args:
         cohorts: unit id -> cohort key, for every unit of the run.
         results: main-pass case results of all units.
-        retests: (unit, case index) -> digests of re-runs of a disputed case on that unit.
-        problems: unit id -> why it could not be judged (crashed, hung, raised).
+        retests: (unit, case index) -> digests of re-runs of that case on that unit (None: not ok).
+        problems: unit id -> why it could not be judged (crashed, hung). A case that raised is one too.
         interrupted: the run was stopped by a signal before its budget ended.
         replay: command-line fragment that replays this run (`--seed N --profile P`), for findings.
     """
-    retests, problems = retests or {}, problems or {}
-    blame: dict[str, list[str]] = defaultdict(list)
-    findings: list[Finding] = []
-    _invariants(results, blame, findings, replay)
+    j = _Judge(cohorts, retests or {}, replay)
+    j.invariants(results)
     disputes = find_disputes(cohorts, results)
     for d in disputes:
-        _settle(d, retests, blame, findings, replay)
-    verdicts, reasons = {}, {}
+        j.settle(d)
+    j.attribute_unsettled()
+    problems = {**_raised(results), **(problems or {})}
     counts = Counter(r.unit for r in results)
+    verdicts, reasons = {}, {}
     for unit in sorted(cohorts, key=_unit_order):
-        problem = problems.get(unit) or (None if counts[unit] else "ran no case")
-        if blame[unit]:
-            verdicts[unit], reasons[unit] = FAIL, blame[unit][0]
+        problem = problems.get(unit) or j.case_problems.get(unit) or (None if counts[unit] else "ran no case")
+        if j.blame[unit]:
+            verdicts[unit], reasons[unit] = FAIL, j.blame[unit][0]
         elif problem:
             verdicts[unit], reasons[unit] = INVALID, problem
-            findings.append(Finding("invalid", unit, f"{unit} could not be judged: {problem}.", _next_invalid(unit)))
+            j.findings.append(
+                Finding("invalid", unit, f"{unit} could not be judged: {problem}.", _next_invalid(unit))
+            )
         else:
             verdicts[unit], reasons[unit] = (INTERRUPTED if interrupted else PASS), None
-    overall = INTERRUPTED if interrupted else max(verdicts.values(), key=_SEVERITY.__getitem__, default=INVALID)
+    overall = (
+        INTERRUPTED if interrupted else max(verdicts.values(), key=_SEVERITY.__getitem__, default=INVALID)
+    )
     if not verdicts:
-        findings.append(Finding("invalid", None, "No unit was selected, so nothing was judged."))
-    return Judgement(verdicts, reasons, overall, disputes, findings)
+        j.findings.append(Finding("invalid", None, "No unit was selected, so nothing was judged."))
+    j.retest_findings()
+    return Judgement(verdicts, reasons, overall, disputes, j.findings, dict(j.classified))
 
 
-def _invariants(results: list[CaseResult], blame: dict[str, list[str]], findings: list[Finding], replay: str) -> None:
-    first: dict[str, CaseResult] = {}
-    count: Counter[str] = Counter()
+def unit_classification(records: Sequence[Retest]) -> str | None:
+    """A unit's summary: the most telling classification among its failing cases, None without any."""
+    present = {r.classification for r in records}
+    return next((c for c in CLASSIFICATIONS if c in present), None)
+
+
+def _raised(results: Iterable[CaseResult]) -> dict[str, str]:
+    """A case that raised leaves its unit unjudgeable: the first such case per unit, with the exception."""
+    out: dict[str, str] = {}
     for r in results:
-        if r.status == "mismatch":
-            count[r.unit] += 1
-            first.setdefault(r.unit, r)
-    for unit, r in sorted(first.items(), key=lambda kv: _unit_order(kv[0])):
-        blame[unit].append(f"invariant failed in {count[unit]} case(s), first case {r.index} ({r.workload})")
-        findings.append(
-            Finding(
-                "invariant",
-                unit,
-                f"{unit} computed wrong results: {r.workload} check failed in {count[unit]} case(s), "
-                f"first at case {r.index}.",
-                _next_fail(unit, replay),
-            )
+        if r.status == "error" and r.unit not in out:
+            out[r.unit] = f"workload raised in case {r.index} ({r.workload}): {r.error or 'unknown error'}"
+    return out
+
+
+class _Judge:
+    """The evidence gathered while judging: blame per unit, findings, and the re-run classification."""
+
+    def __init__(self, cohorts: Mapping[str, str], reruns: Reruns, replay: str) -> None:
+        self.cohorts, self.reruns, self.replay = cohorts, reruns, replay
+        self.blame: dict[str, list[str]] = defaultdict(list)
+        self.findings: list[Finding] = []
+        self.classified: dict[str, list[Retest]] = defaultdict(list)
+        self.case_problems: dict[str, str] = {}
+        self.unsettled: list[tuple[Dispute, list[str]]] = []
+
+    def classify(
+        self,
+        unit: str,
+        index: int,
+        workload: str,
+        evidence: str,
+        bad: Callable[[str | None], bool],
+        peers: Iterable[str],
+    ) -> Retest:
+        """Classify (unit, case) from the re-runs on it and on `peers`; a `case` is not the unit's fault."""
+        own = self.reruns.get((unit, index), ())
+        peers = tuple(p for p in sorted(peers, key=_unit_order) if p != unit and self.reruns.get((p, index)))
+        peer_bad = [bad(x) for p in peers for x in self.reruns[(p, index)]]
+        own_bad = [bad(x) for x in own]
+        rec = Retest(
+            unit,
+            index,
+            workload,
+            evidence,
+            classify(own_bad, peer_bad),
+            len(own),
+            sum(own_bad),
+            peers,
+            sum(peer_bad),
         )
+        self.classified[unit].append(rec)
+        if rec.classification == CASE:
+            self.case_problems.setdefault(
+                unit,
+                f"case {index} ({workload}) failed on peer {', '.join(peers)} too: a software or determinism problem",
+            )
+        return rec
 
+    def peers_of(self, unit: str) -> list[str]:
+        return [u for u, c in self.cohorts.items() if c == self.cohorts.get(unit) and u != unit]
 
-def _settle(
-    d: Dispute,
-    retests: Mapping[tuple[str, int], list[str | None]],
-    blame: dict[str, list[str]],
-    findings: list[Finding],
-    replay: str,
-) -> None:
-    """Blame the minority, or use re-runs where there is no majority."""
-    if not d.needs_retest:
+    def invariants(self, results: list[CaseResult]) -> None:
+        failed: dict[str, list[CaseResult]] = defaultdict(list)
+        for r in results:
+            if r.status == "mismatch":
+                rec = self.classify(
+                    r.unit, r.index, r.workload, "invariant", lambda x: x is None, self.peers_of(r.unit)
+                )
+                if rec.classification != CASE:
+                    failed[r.unit].append(r)
+        for unit, rs in sorted(failed.items(), key=lambda kv: _unit_order(kv[0])):
+            first, n = rs[0], len(rs)
+            self.blame[unit].append(
+                f"invariant failed in {n} case(s), first case {first.index} ({first.workload})"
+            )
+            self.findings.append(
+                Finding(
+                    "invariant",
+                    unit,
+                    f"{unit} computed wrong results: {first.workload} check failed in {n} case(s), "
+                    f"first at case {first.index}.",
+                    _next_fail(unit, self.replay),
+                )
+            )
+
+    def settle(self, d: Dispute) -> None:
+        """Blame the minority, or use re-runs where there is no majority."""
+        if d.needs_retest:
+            self._settle_tie(d)
+            return
         for unit in d.minority:
-            blame[unit].append(f"digest disagreed with the cohort majority at case {d.index} ({d.workload})")
-            findings.append(
+            rec = self.classify(
+                unit, d.index, d.workload, "consensus", lambda x: x != d.majority, self.peers_of(unit)
+            )
+            if rec.classification == CASE:
+                continue
+            self.blame[unit].append(
+                f"digest disagreed with the cohort majority at case {d.index} ({d.workload})"
+            )
+            self.findings.append(
                 Finding(
                     "divergent",
                     unit,
                     f"{unit} disagreed with the other {len(d.digests) - 1} units of its cohort "
                     f"at case {d.index} ({d.workload}).",
-                    _next_fail(unit, replay),
+                    _next_fail(unit, self.replay),
                 )
             )
-        return
-    units = sorted(d.digests, key=_unit_order)
-    reproduced = {u: bool(retests.get((u, d.index))) and all(x == d.digests[u] for x in retests[(u, d.index)]) for u in units}
-    flaky = [u for u in units if retests.get((u, d.index)) and not reproduced[u]]
-    for unit in flaky:
-        blame[unit].append(f"result of disputed case {d.index} ({d.workload}) did not reproduce on re-run")
-        findings.append(
-            Finding(
-                "not_reproducible",
-                unit,
-                f"{unit} and its peers disagreed at case {d.index} ({d.workload}); on re-run {unit} "
-                "gave a different result while its peers repeated theirs.",
-                _next_fail(unit, replay),
+
+    def _settle_tie(self, d: Dispute) -> None:
+        """No majority: a unit that does not repeat its own result is blamed, judged against those that do."""
+        units = sorted(d.digests, key=_unit_order)
+        runs = {u: self.reruns.get((u, d.index), ()) for u in units}
+        steady = [u for u in units if runs[u] and all(x == d.digests[u] for x in runs[u])]
+        flaky = [u for u in units if runs[u] and u not in steady]
+        if flaky and not steady and len(flaky) == len(units):
+            # Nobody repeats its own result: the case is not deterministic here, which no unit explains.
+            for u in units:
+                self.classify(u, d.index, d.workload, "consensus", lambda x, u=u: x != d.digests[u], units)
+            return
+        reference = {d.digests[u] for u in steady}
+        for unit in flaky:
+            ref = next(iter(reference)) if len(reference) == 1 else None
+            self.classify(unit, d.index, d.workload, "consensus", lambda x, ref=ref: x != ref, steady)
+            self.blame[unit].append(
+                f"result of disputed case {d.index} ({d.workload}) did not reproduce on re-run"
             )
-        )
-    steady = [u for u in units if reproduced[u]]
-    untested = [u for u in units if not retests.get((u, d.index))]
-    if len({d.digests[u] for u in steady}) > 1 or (untested and not flaky):
-        suspects = [u for u in units if u not in flaky]
-        for unit in suspects:
-            blame[unit].append(f"undecided dispute at case {d.index} ({d.workload}) with {', '.join(suspects)}")
-        findings.append(
-            Finding(
-                "undecided",
-                None,
-                f"Units {', '.join(suspects)} disagreed at case {d.index} ({d.workload}) and re-runs did not "
-                "settle it; all of them are suspects.",
-                f"sdcscan run {replay} --units {suspects[0]} --budget 10m, then the same for each suspect".strip(),
+            self.findings.append(
+                Finding(
+                    "not_reproducible",
+                    unit,
+                    f"{unit} and its peers disagreed at case {d.index} ({d.workload}); on re-run {unit} "
+                    "gave a different result while its peers repeated theirs.",
+                    _next_fail(unit, self.replay),
+                )
             )
+        untested = [u for u in units if not runs[u]]
+        if len(reference) > 1 or (untested and not flaky):
+            self.unsettled.append((d, [u for u in units if u not in flaky]))
+
+    def attribute_unsettled(self) -> None:
+        """Disputes re-runs did not settle: blame a suspect already shown bad by other evidence, else all."""
+        shown_bad = {u for u, reasons in self.blame.items() if reasons}
+        for d, suspects in self.unsettled:
+            known = [u for u in suspects if u in shown_bad]
+            if len(known) == 1:
+                self.blame[known[0]].append(
+                    f"disputed case {d.index} ({d.workload}), attributed to it by other evidence"
+                )
+                continue
+            for unit in suspects:
+                self.blame[unit].append(
+                    f"undecided dispute at case {d.index} ({d.workload}) with {', '.join(suspects)}"
+                )
+            self.findings.append(
+                Finding(
+                    "undecided",
+                    None,
+                    f"Units {', '.join(suspects)} disagreed at case {d.index} ({d.workload}) and re-runs did not "
+                    "settle it; all of them are suspects.",
+                    f"sdcscan run {self.replay} --units {suspects[0]} --budget 10m, then the same for each suspect".strip(),
+                )
+            )
+
+    def retest_findings(self) -> None:
+        """One finding per unit saying how its failing cases behaved on re-run, and one per `case` problem."""
+        for unit in sorted(self.classified, key=_unit_order):
+            recs = self.classified[unit]
+            summary = unit_classification(recs)
+            for rec in recs:
+                if rec.classification == CASE and not any(
+                    f.kind == "case" and f"case {rec.index} " in f.message for f in self.findings
+                ):
+                    self.findings.append(
+                        Finding(
+                            "case",
+                            unit,
+                            _case_message(rec),
+                            f"report it with the journal; replay: sdcscan run {self.replay} --units {unit} --budget 1m",
+                        )
+                    )
+            if summary in (PERSISTENT, TRANSIENT, UNTESTED):
+                self.findings.append(Finding("retest", unit, _retest_message(unit, summary, recs)))
+
+
+_MEANING = {
+    PERSISTENT: "the error follows this unit: take it out of service",
+    TRANSIENT: "the error did not repeat: a one-off corruption, still a hardware event; watch this unit",
+    UNTESTED: "no re-run could be done (retest off, time up or the unit stopped)",
+}
+
+
+def _retest_message(unit: str, summary: str, recs: Sequence[Retest]) -> str:
+    parts, tested = [], [r for r in recs if r.classification != UNTESTED]
+    for r in tested[:3]:
+        peer = (
+            f"; {r.peer_failures} of {len(r.peers)} peer re-run(s) on {', '.join(r.peers)} failed"
+            if r.peers
+            else ""
         )
+        parts.append(
+            f"case {r.index} ({r.workload}) {r.classification}: failed again in {r.reproduced} of {r.reruns} re-run(s){peer}"
+        )
+    untested = len(recs) - len(tested)
+    more = f"; {len(tested) - 3} more re-run" if len(tested) > 3 else ""
+    more += f"; {untested} more failing case(s) not re-run" if untested else ""
+    return (
+        f"{unit} re-runs of failing cases: {summary} — {_MEANING[summary]}. " + "; ".join(parts) + more + "."
+    )
+
+
+def _case_message(rec: Retest) -> str:
+    return (
+        f"Case {rec.index} ({rec.workload}) failed on {rec.unit} and again on {', '.join(rec.peers)}: it fails "
+        "wherever it runs, so this is a software or determinism problem in the test, not a hardware fault of these units."
+    )
 
 
 def _unit_order(unit: str) -> tuple[str, int]:

@@ -1,0 +1,49 @@
+"""`sdcscan report`: show a saved report, or rebuild one from a run's journal after the run was killed."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from sdcscan.cli_common import emit_json, reports_errors
+from sdcscan.errors import UsageError
+
+
+@click.command()
+@click.argument("report_path", required=False, metavar="[REPORT]", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--from-journal",
+    "journal",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Rebuild the report from this journal (printed when the run started; beside --out as <stem>.journal.jsonl).",
+)
+@click.option("-o", "--out", type=click.Path(dir_okay=False, path_type=Path), help="Write the report JSON here (atomically).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report JSON on stdout.")
+@reports_errors
+def report(report_path: Path | None, journal: Path | None, out: Path | None, as_json: bool) -> None:
+    """Show a saved report, or rebuild one from the journal of a run that was killed.
+
+    A rebuilt report holds every case the journal recorded; its verdict is `interrupted`.
+    Exits with the report's exit code (0 pass, 1 fail, 3 invalid, 130 interrupted),
+    or 3 when the file cannot be read.
+
+    \b
+    Example:
+        sdcscan report report.json
+        sdcscan report --from-journal report.journal.jsonl -o report.json
+    """
+    from sdcscan.rebuild import report_from_journal
+    from sdcscan.render import render_summary, stderr_console
+    from sdcscan.report import load_report, write_json_atomic
+
+    if (report_path is None) == (journal is None):
+        raise UsageError("give either a REPORT file or --from-journal PATH")
+    doc = report_from_journal(journal) if journal is not None else load_report(report_path)  # type: ignore[arg-type]
+    if out is not None:
+        write_json_atomic(out, doc)
+    render_summary(doc, stderr_console())
+    if as_json:
+        emit_json(doc)
+    sys.exit(doc.get("exit_code", 3))

@@ -1,0 +1,89 @@
+"""Rebuild a report from a run's journal, for when the parent was killed (SIGKILL, OOM, power) mid-run.
+
+The journal's first record describes the run (profile, seed, units, host); unit records carry cohorts
+and notes; case records carry every finished outcome. The rebuilt report is judged by the same code as
+a live run, and its verdict is `interrupted`: the run did not end normally, so nothing in it is a pass.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from sdcscan.assemble import iso, judge_and_build
+from sdcscan.errors import ReportError
+from sdcscan.journal import read_journal
+
+_RUN_KEYS = ("id", "profile", "seed", "budget_s", "started_at", "units", "hostname")
+_STATUSES = ("ok", "mismatch", "error")
+
+
+def report_from_journal(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The report (verdict `interrupted`) of the last run recorded in the journal at `path`.
+
+    Raises:
+        ReportError: unreadable, not a journal, or written by an sdcscan too old to rebuild from.
+    """
+    p = Path(path)
+    try:
+        records = read_journal(p)
+    except (OSError, ValueError) as err:
+        raise ReportError(f"{p}: cannot read journal: {getattr(err, 'strerror', None) or err}") from None
+    starts = [i for i, r in enumerate(records) if r.get("type") == "run"]
+    if not starts:
+        raise ReportError(f"{p}: not an sdcscan journal (no run record)")
+    records = records[starts[-1] :]  # a journal reused by a later run with the same --out: the last run
+    run = records[0]
+    missing = [k for k in _RUN_KEYS if k not in run]
+    if missing or not isinstance(run["units"], list) or not isinstance(run["profile"], dict):
+        raise ReportError(f"{p}: run record lacks {', '.join(missing) or 'valid units'}; cannot rebuild a report")
+    try:
+        return _build(run, records[1:])
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        raise ReportError(f"{p}: malformed journal record ({type(err).__name__}: {err})") from None
+
+
+def _build(run: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, Any]:
+    unit_recs = {r["unit"]: r for r in records if r.get("type") == "unit" and isinstance(r.get("unit"), str)}
+    problems: dict[str, str] = {}
+    for r in records:
+        if r.get("type") == "problem" and isinstance(r.get("unit"), str):
+            problems.setdefault(r["unit"], str(r.get("reason")))
+    outcomes = [r for r in records if r.get("type") == "case" and _is_case(r)]
+    units = [
+        {
+            **u,
+            "cohort": unit_recs.get(u["id"], {}).get("cohort") or "",
+            "notes": list(unit_recs.get(u["id"], {}).get("notes") or []),
+        }
+        for u in run["units"]
+    ]
+    last_t = max([float(r.get("t", 0.0)) for r in records] + [float(run.get("t", 0.0))])
+    run_doc = {k: v for k, v in run.items() if k not in ("type", "t", "hostname", "host", "units")}
+    run_doc.update(
+        ended_at=iso(last_t),
+        duration_s=round(max(0.0, last_t - float(run.get("t", last_t))), 3),
+        interrupted_by="journal",  # rebuilt: the run never wrote its own report
+    )
+    return judge_and_build(
+        run=run_doc,
+        host={**(run.get("host") or {}), "hostname": run["hostname"]},
+        software=next((r["software"] for r in unit_recs.values() if isinstance(r.get("software"), dict)), {}),
+        cohorts={r["cohort"]: r.get("cohort_fields") or {} for r in unit_recs.values() if r.get("cohort")},
+        units=units,
+        outcomes=outcomes,
+        problems=problems,
+        interrupted="journal",
+    )
+
+
+def _is_case(r: dict[str, Any]) -> bool:
+    """A well-formed case record; anything else (a hand-edited or foreign line) is skipped."""
+    return (
+        isinstance(r.get("unit"), str)
+        and isinstance(r.get("index"), int)
+        and isinstance(r.get("attempt", 0), int)
+        and isinstance(r.get("workload"), str)
+        and r.get("status") in _STATUSES
+    )

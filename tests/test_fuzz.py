@@ -1,0 +1,194 @@
+"""Fuzzing the loaders of untrusted files: profiles and reports fail only with their clean errors, never a traceback."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sdcscan.errors import ProfileError, ReportError
+from sdcscan.profile import MAX_PROFILE_BYTES, Profile, load_profile, profile_from_data
+from sdcscan.report import load_report, validate_report
+
+FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=20),
+)
+json_like = st.recursive(
+    scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=12), inner, max_size=5)),
+    max_leaves=25,
+)
+# Text built from YAML's own syntax, so the parser gets deep instead of failing at the first byte.
+yaml_tokens = st.sampled_from(
+    ["version: 1\n", "workloads:\n", "  - name: train\n", "    params: {", "}", "[", "]", "&a ", "*a", "!!python/object ",
+     "budget: ", "1e999", "-", " ", "\n", ":", "'", '"', "\t", "seed: ", "? ", "|", ">", "%YAML 1.2\n", "---\n", "..."]
+)  # fmt: skip
+
+
+def _load_profile_text(tmp_path: Path, data: bytes) -> Profile | None:
+    path = tmp_path / "fuzz.yaml"
+    path.write_bytes(data)
+    try:
+        return load_profile(str(path))
+    except ProfileError:
+        return None
+
+
+@FUZZ
+@given(data=st.binary(max_size=2000))
+def test_profile_loader_survives_arbitrary_bytes(tmp_path, data):
+    """Random bytes give a Profile or ProfileError."""
+    _load_profile_text(tmp_path, data)
+
+
+@FUZZ
+@given(parts=st.lists(yaml_tokens, max_size=40))
+def test_profile_loader_survives_yaml_shaped_text(tmp_path, parts):
+    """Text made of YAML syntax gives a Profile or ProfileError."""
+    _load_profile_text(tmp_path, "".join(parts).encode())
+
+
+@FUZZ
+@given(data=json_like)
+def test_profile_validation_survives_arbitrary_documents(data):
+    """Any parsed document gives a Profile or ProfileError."""
+    try:
+        profile_from_data(data, label="fuzz.yaml", default_name="fuzz")
+    except ProfileError:
+        pass
+
+
+@FUZZ
+@given(key=st.sampled_from(["version", "name", "budget", "seed", "threads_per_unit", "units", "retest", "workloads"]),
+       value=json_like, where=st.sampled_from(["top", "workload", "params"]))  # fmt: skip
+def test_profile_validation_survives_one_bad_value_in_a_good_profile(key, value, where):
+    """A valid profile with one value replaced gives a Profile or a ProfileError naming the file."""
+    doc = {"version": 1, "budget": "60s", "workloads": [{"name": "train", "params": {}}, {"name": "matmul_golden"}]}
+    target = {"top": doc, "workload": doc["workloads"][0], "params": doc["workloads"][0]["params"]}[where]
+    target[key if where == "top" else str(key)] = value
+    try:
+        profile_from_data(doc, label="fuzz.yaml", default_name="fuzz")
+    except ProfileError as err:
+        assert "fuzz.yaml" in str(err)
+
+
+HOSTILE_PROFILES = {
+    "anchor bomb": "a: &a [x, x]\nb: &b [*a, *a]\nc: &c [*b, *b]\nd: [*c, *c]\n",
+    "deep nesting": "version: 1\nworkloads: " + "[" * 5000 + "]" * 5000 + "\n",
+    "deep mapping": "version: 1\nx: " + "{a: " * 3000 + "1" + "}" * 3000 + "\n",
+    "huge budget": "version: 1\nbudget: 1e400\nworkloads: [{name: train}]\n",
+    "huge seed": "version: 1\nseed: " + "9" * 5000 + "\nworkloads: [{name: train}]\n",
+    "huge param": "version: 1\nworkloads: [{name: train, params: {steps: 99999999999999999999}}]\n",
+    "nan param": "version: 1\nworkloads: [{name: train, params: {lr: .nan}}]\n",
+    "python tag": "version: 1\nworkloads: !!python/object/apply:os.system ['true']\n",
+    "binary": "version: 1\nname: !!binary aGVsbG8=\nworkloads: [{name: train}]\n",
+    "duplicate key": "version: 1\nversion: 1\nworkloads: [{name: train}]\n",
+    "unknown key": "version: 1\nworkload: [{name: train}]\n",
+    "wrong type": "version: 1\nthreads_per_unit: many\nworkloads: [{name: train}]\n",
+    "not a mapping": "- 1\n- 2\n",
+    "empty": "",
+    "too big": "version: 1\n" + "#" * (MAX_PROFILE_BYTES + 1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE_PROFILES))
+def test_hostile_profiles_are_refused_with_one_clear_line(tmp_path, name):
+    """Classic attacks on YAML loaders end in a one-line ProfileError naming the file."""
+    path = tmp_path / "hostile.yaml"
+    path.write_text(HOSTILE_PROFILES[name])
+    with pytest.raises(ProfileError) as info:
+        load_profile(str(path))
+    assert "hostile.yaml" in str(info.value) and "\n" not in str(info.value)
+
+
+def _good_report() -> dict:
+    unit = {"id": "cpu:0", "verdict": "pass", "cohort": "c",
+            "cases": {"index": [0], "workload": ["train"], "digest": ["d"], "status": ["ok"], "seconds": [0.1]}}  # fmt: skip
+    return {"schema_version": 1, "tool": {}, "verdict": "pass", "run": {}, "host": {}, "units": [unit], "findings": []}
+
+
+@FUZZ
+@given(data=st.binary(max_size=3000))
+def test_report_loader_survives_arbitrary_bytes(tmp_path, data):
+    """Random bytes give a report or ReportError."""
+    path = tmp_path / "r.json"
+    path.write_bytes(data)
+    try:
+        load_report(path)
+    except ReportError:
+        pass
+
+
+@FUZZ
+@given(data=json_like)
+def test_report_validation_survives_arbitrary_documents(data):
+    """Any JSON document gives a report or ReportError."""
+    try:
+        validate_report(data)
+    except ReportError:
+        pass
+
+
+@FUZZ
+@given(path=st.sampled_from(["verdict", "units", "units.0", "units.0.cases", "units.0.cases.index", "schema_version"]),
+       value=json_like)  # fmt: skip
+def test_report_validation_survives_one_bad_value_in_a_good_report(path, value):
+    """A valid report with one value replaced is accepted or refused with ReportError."""
+    doc = _good_report()
+    *parents, last = path.split(".")
+    target = doc
+    for p in parents:
+        target = target[int(p)] if p.isdigit() else target[p]
+    target[int(last) if last.isdigit() else last] = value
+    try:
+        validate_report(doc)
+    except ReportError:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        (b"", "truncated"),
+        (json.dumps(_good_report()).encode()[:-7], "truncated"),
+        (b"\x89PNG\r\n\x1a\n\x00\x00\xff\xfe", "not UTF-8"),
+        (json.dumps({**_good_report(), "schema_version": 99}).encode(), "schema_version 99"),
+        (b"[" * 100000 + b"]" * 100000, ""),
+        (b"[1, 2, 3]", "not a report"),
+    ],
+)
+def test_bad_report_files_get_a_clear_error(tmp_path, content, reason):
+    """Truncated, binary, deeply nested and foreign-version reports raise ReportError saying why."""
+    path = tmp_path / "r.json"
+    path.write_bytes(content)
+    with pytest.raises(ReportError, match=reason):
+        load_report(path)
+
+
+def test_enormous_report_is_refused_before_parsing(tmp_path, monkeypatch):
+    """A file over the size limit is refused by its size, without reading it."""
+    import sdcscan.report as report_module
+
+    monkeypatch.setattr(report_module, "MAX_REPORT_BYTES", 100)
+    path = tmp_path / "r.json"
+    path.write_bytes(json.dumps(_good_report()).encode())
+    with pytest.raises(ReportError, match="too large"):
+        load_report(path)
+
+
+def test_yaml_module_is_the_safe_loader():
+    """The strict loader refuses Python object tags even when asked directly."""
+    from sdcscan.profile import _StrictLoader
+
+    with pytest.raises(yaml.YAMLError):
+        yaml.load("!!python/object/apply:os.system ['true']", Loader=_StrictLoader)
