@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sdcscan.verdict import CaseResult, find_disputes, judge
+from sdcscan.verdict import CaseResult, classify, find_disputes, judge, retest_plan, unit_classification
 
 
 def r(unit, index, digest="d", status="ok", workload="train"):
@@ -129,3 +129,130 @@ def test_findings_say_what_to_do_next():
     (f,) = [f for f in j.findings if f.kind == "invariant"]
     assert f.unit == "cpu:1" and "case 4" in f.message and "matmul_golden" in f.message
     assert "--seed 9" in f.next and "--units cpu:1" in f.next
+
+
+@pytest.mark.parametrize(
+    ("reruns_bad", "peers_bad", "expected"),
+    [
+        ([True, True, True], [False], "persistent"),
+        ([True, False, True], [False], "persistent"),  # intermittent, but it follows the unit
+        ([False, False, False], [False], "transient"),
+        ([False], [], "transient"),
+        ([True, True], [], "persistent"),  # no peer to ask: the unit's own re-runs decide
+        ([True, True, True], [True], "case"),  # fails on the peer too: not this unit
+        ([False, False], [True], "case"),
+        ([], [], "untested"),
+        ([], [False], "untested"),
+    ],
+)
+def test_classify_table(reruns_bad, peers_bad, expected):
+    """The repeat evidence: transient, persistent, case (fails everywhere) or untested."""
+    assert classify(reruns_bad, peers_bad) == expected
+
+
+@pytest.mark.parametrize(
+    ("name", "cohorts", "results", "retests", "verdicts", "classes"),
+    [
+        (
+            "invariant that follows the unit: persistent, fail",
+            TWO,
+            [r("cpu:0", 1), r("cpu:1", 1, "x", "mismatch")],
+            {("cpu:1", 1): [None, None, None], ("cpu:0", 1): ["d"]},
+            ["pass", "fail"],
+            {"cpu:1": "persistent"},
+        ),
+        (
+            "invariant that does not repeat: transient, still fail",
+            TWO,
+            [r("cpu:0", 1), r("cpu:1", 1, "x", "mismatch")],
+            {("cpu:1", 1): ["d", "d", "d"], ("cpu:0", 1): ["d"]},
+            ["pass", "fail"],
+            {"cpu:1": "transient"},
+        ),
+        (
+            "invariant that fails on the peer too: case, nobody fails, unit invalid",
+            TWO,
+            [r("cpu:0", 1), r("cpu:1", 1, "x", "mismatch")],
+            {("cpu:1", 1): [None, None, None], ("cpu:0", 1): [None]},
+            ["pass", "invalid"],
+            {"cpu:1": "case"},
+        ),
+        (
+            "minority digest that follows the unit: persistent",
+            THREE,
+            [r("cpu:0", 0), r("cpu:1", 0), r("cpu:2", 0, "bad")],
+            {("cpu:2", 0): ["bad", "bad2", "bad"], ("cpu:0", 0): ["d"]},
+            ["pass", "pass", "fail"],
+            {"cpu:2": "persistent"},
+        ),
+        (
+            "minority digest whose peer re-run disagrees too: case",
+            THREE,
+            [r("cpu:0", 0), r("cpu:1", 0), r("cpu:2", 0, "bad")],
+            {("cpu:2", 0): ["e", "f", "g"], ("cpu:0", 0): ["h"]},
+            ["pass", "pass", "invalid"],
+            {"cpu:2": "case"},
+        ),
+        (
+            "two-unit tie, bit flipped anew on every re-run: persistent on the flaky unit",
+            TWO,
+            [r("cpu:0", 0, "a"), r("cpu:1", 0, "b")],
+            {("cpu:0", 0): ["a", "a", "a"], ("cpu:1", 0): ["c", "e", "f"]},
+            ["pass", "fail"],
+            {"cpu:1": "persistent"},
+        ),
+        (
+            "two-unit tie, the flaky unit repeats the peer's result: transient",
+            TWO,
+            [r("cpu:0", 0, "a"), r("cpu:1", 0, "b")],
+            {("cpu:0", 0): ["a", "a", "a"], ("cpu:1", 0): ["a", "a", "a"]},
+            ["pass", "fail"],
+            {"cpu:1": "transient"},
+        ),
+        (
+            "two-unit tie, nobody repeats its result: a determinism problem, nobody fails",
+            TWO,
+            [r("cpu:0", 0, "a"), r("cpu:1", 0, "b")],
+            {("cpu:0", 0): ["c", "e"], ("cpu:1", 0): ["f", "g"]},
+            ["invalid", "invalid"],
+            {"cpu:0": "case", "cpu:1": "case"},
+        ),
+        (
+            "tie without re-runs is attributed to a unit already shown bad elsewhere",
+            TWO,
+            [r("cpu:0", 0, "a"), r("cpu:1", 0, "b"), r("cpu:0", 1), r("cpu:1", 1, "x", "mismatch")],
+            {},
+            ["pass", "fail"],
+            {"cpu:1": "untested"},
+        ),
+    ],
+)
+def test_judge_with_retests(name, cohorts, results, retests, verdicts, classes):
+    """Re-runs classify each failing case; a `case` is never blamed on the unit."""
+    j = judge(cohorts, results, retests=retests)
+    assert [j.unit_verdicts[u] for u in sorted(cohorts)] == verdicts, name
+    assert {u: unit_classification(recs) for u, recs in j.retests.items()} == classes, name
+    if "case" in classes.values():
+        assert any(f.kind == "case" and "not a hardware fault" in f.message for f in j.findings)
+
+
+def test_a_case_that_raised_makes_its_unit_invalid_with_the_exception():
+    """A workload exception is an error with its summary in the reason, never a pass."""
+    results = [r("cpu:0", 0), CaseResult("cpu:1", 0, "train", "error", None, error="RuntimeError: boom")]
+    j = judge(TWO, results)
+    assert j.unit_verdicts == {"cpu:0": "pass", "cpu:1": "invalid"}
+    assert "RuntimeError: boom" in j.unit_reasons["cpu:1"]
+
+
+def test_retest_plan_reruns_on_the_unit_and_once_on_a_peer_with_a_cap():
+    """Each failing case: N re-runs on its unit, one on a peer; at most max_cases per unit."""
+    results = [r("cpu:0", i) for i in range(5)] + [r("cpu:1", i, "x", "mismatch") for i in range(5)]
+    jobs = retest_plan(TWO, results, reruns=3, max_cases=2)
+    assert jobs == [("cpu:1", 0)] * 3 + [("cpu:0", 0)] + [("cpu:1", 1)] * 3 + [("cpu:0", 1)]
+    assert retest_plan(TWO, results, reruns=0, max_cases=2) == []
+
+
+def test_retest_plan_reruns_both_sides_of_a_tie_without_extra_peers():
+    """In a tie both units are failing: each re-runs, and each is the other's peer."""
+    jobs = retest_plan(TWO, [r("cpu:0", 0, "a"), r("cpu:1", 0, "b")], reruns=2, max_cases=3)
+    assert sorted(jobs) == [("cpu:0", 0)] * 2 + [("cpu:1", 0)] * 2
