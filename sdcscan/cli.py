@@ -61,7 +61,6 @@ def run(**kw: Any) -> None:
     started = time.time()
     opts = _scan_options(kw)
     from sdcscan.render import Progress, render_summary, stderr_console
-    from sdcscan.report import write_json_atomic
     from sdcscan.scan import prepare, scan
 
     console = stderr_console()
@@ -75,7 +74,7 @@ def run(**kw: Any) -> None:
         sys.exit(EXIT_INTERRUPTED)
     try:
         if opts.out is not None:
-            write_json_atomic(opts.out, report)
+            _write_report(opts.out, report)
     finally:
         render_summary(report, console)
         if kw["as_json"]:
@@ -106,6 +105,17 @@ def _scan_options(kw: dict[str, Any]) -> Any:
         param_overrides=overrides,
         retest=kw["retest"],
     )
+
+
+def _write_report(out: Path, report: dict[str, Any]) -> None:
+    from sdcscan.errors import ReportError
+    from sdcscan.report import write_json_atomic
+
+    try:
+        write_json_atomic(out, report)
+    except ReportError as err:  # full disk, directory gone: say where the results still are
+        journal = report["run"].get("journal")
+        raise ReportError(f"{err}; every finished case is in {journal}: sdcscan report --from-journal {journal}") from None
 
 
 def _raise_terminated(signum: int, frame: Any) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from sdcscan.cli_common import emit_json, reports_errors
-from sdcscan.errors import UsageError
+from sdcscan.errors import ReportError, UsageError
 
 
 @click.command()
@@ -43,7 +43,11 @@ def report(report_path: Path | None, journal: Path | None, out: Path | None, as_
     doc = report_from_journal(journal) if journal is not None else load_report(report_path)  # type: ignore[arg-type]
     if out is not None:
         write_json_atomic(out, doc)
-    render_summary(doc, stderr_console())
+    try:
+        render_summary(doc, stderr_console())
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        # load_report checks what readers rely on; a report valid to it may still lack what the summary shows.
+        raise ReportError(f"{report_path}: malformed report: {type(err).__name__} {err}") from None
     if as_json:
         emit_json(doc)
     sys.exit(doc.get("exit_code", 3))
