@@ -223,12 +223,15 @@ class Runner:
                 code = state.proc.exitcode
                 self._fail(state, f"worker process died (exit code {code}) during case {self._case_of(state)}")
             elif not state.ready and (now - self.spawned_at > READY_TIMEOUT_S or self._overrun(now)):
-                self._fail(state, f"worker did not start within {now - self.spawned_at:.0f} s (budget ended)")
+                why = " and the budget ended" if self._overrun(now) else ""
+                self._fail(state, f"worker did not start within {now - self.spawned_at:.0f} s{why}")
             elif state.current is not None:
                 index, workload, since = state.current
                 limit = self._case_limit(workload)
                 if now - since > limit or self._overrun(now):
                     self._fail(state, f"case {index} ({workload}) hung: no result after {now - since:.0f} s; worker killed")
+            elif state.busy and self._overrun(now):  # stuck outside any case, e.g. sending its results
+                self._fail(state, f"worker did not finish its plan {OVERRUN_S:.0f} s after the budget ended; killed")
 
     def _overrun(self, now: float) -> bool:
         """The main pass runs past the budget by more than OVERRUN_S: whoever is still busy is stuck."""
