@@ -246,7 +246,7 @@ class Runner:
     def _case_of(self, state: UnitState) -> str:
         if state.current:
             return f"{state.current[0]} ({state.current[1]})"
-        return "none (between cases)" if state.ready else "none (during setup)"
+        return "none (between cases)" if state.ready else "none (while starting up; its last messages may be lost)"
 
     def _fail(self, state: UnitState, reason: str, detail: str | None = None) -> None:
         state.problem, state.busy = reason, False

@@ -119,6 +119,9 @@ class _Engine:
                 while True:  # a wedged unit: never returns; the parent's watchdog must catch it
                     time.sleep(HANG_SLEEP_S)
             if inj.kind == "crash":
+                # Flush what was sent (ready, this case's start) so the parent can say which case it died in.
+                self.outbox.close()
+                self.outbox.join_thread()
                 os.kill(os.getpid(), signal.SIGKILL)
             armed = faults.FaultSpec(inj.kind, workload.fault_sites[0], seed=case.seed ^ (attempt + 1))
         return armed
