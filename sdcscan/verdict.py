@@ -437,16 +437,10 @@ _MEANING = {
 def _retest_message(unit: str, summary: str, recs: Sequence[Retest]) -> str:
     parts, tested = [], [r for r in recs if r.classification != UNTESTED]
     for r in tested[:3]:
-        peer = (
-            f"; {r.peer_failures} of {len(r.peers)} peer re-run(s) on {', '.join(r.peers)} failed"
-            if r.peers
-            else ""
-        )
-        parts.append(
-            f"case {r.index} ({r.workload}) {r.classification}: failed again in {r.reproduced} of {r.reruns} re-run(s){peer}"
-        )
+        peer = f", {r.peer_failures} times on peer {', '.join(r.peers)}" if r.peers else ", no peer re-run"
+        parts.append(f"case {r.index} ({r.workload}) {r.classification}: failed again {r.reproduced} of {r.reruns} times{peer}")
     untested = len(recs) - len(tested)
-    more = f"; {len(tested) - 3} more re-run" if len(tested) > 3 else ""
+    more = f"; {len(tested) - 3} more re-run case(s)" if len(tested) > 3 else ""
     more += f"; {untested} more failing case(s) not re-run" if untested else ""
     return (
         f"{unit} re-runs of failing cases: {summary} — {_MEANING[summary]}. " + "; ".join(parts) + more + "."
