@@ -9,16 +9,8 @@ from typing import Any
 from sdcscan import __version__
 from sdcscan.errors import EXIT_TERMINATED
 from sdcscan.report import SCHEMA_VERSION
-from sdcscan.verdict import (
-    CLASSIFICATIONS,
-    EXIT_CODES,
-    CaseResult,
-    Finding,
-    Judgement,
-    Retest,
-    judge,
-    unit_classification,
-)
+from sdcscan.retest import CLASSIFICATIONS, Retest, unit_classification
+from sdcscan.verdict import EXIT_CODES, CaseResult, Finding, Judgement, judge
 
 MAX_MISMATCHES_PER_UNIT = 50  # enough to see a pattern; the per-case status column has the full count
 MAX_RETEST_RECORDS = 20  # per unit; the counts cover every failing case

@@ -9,7 +9,7 @@ the dispute is undecided and all the units involved are suspects.
 Repeat evidence: every failing (unit, case) is re-run on the unit and once on a peer of its cohort,
 and classified `transient` (does not fail again on the unit), `persistent` (fails again on the unit,
 not on the peer) or `case` (fails on the peer too: a software or determinism problem, so the unit is
-not blamed for it). See `classify` and `retest_plan`.
+not blamed for it). The classification table is `sdcscan.retest.classify`; `retest_plan` says what to re-run.
 """
 
 from __future__ import annotations
@@ -18,17 +18,21 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from sdcscan.retest import (
+    CASE,
+    PERSISTENT,
+    TRANSIENT,
+    UNTESTED,
+    Retest,
+    case_message,
+    classify,
+    retest_message,
+    unit_classification,
+)
+
 PASS, FAIL, INVALID, INTERRUPTED = "pass", "fail", "invalid", "interrupted"
 _SEVERITY = {PASS: 0, FAIL: 1, INVALID: 2, INTERRUPTED: 3}
 EXIT_CODES = {PASS: 0, FAIL: 1, INVALID: 3, INTERRUPTED: 130}
-
-TRANSIENT, PERSISTENT, CASE, UNTESTED = "transient", "persistent", "case", "untested"
-CLASSIFICATIONS = (
-    PERSISTENT,
-    TRANSIENT,
-    CASE,
-    UNTESTED,
-)  # most telling first: a unit's summary is the first present
 
 # (unit, case index) -> the digest of each re-run on that unit, None where the re-run did not end `ok`.
 Reruns = Mapping[tuple[str, int], Sequence[str | None]]
@@ -64,33 +68,6 @@ class Dispute:
     @property
     def needs_retest(self) -> bool:
         return self.majority is None
-
-
-@dataclass(frozen=True, slots=True)
-class Retest:
-    """How one failing case of a unit behaved when re-run."""
-
-    unit: str
-    index: int
-    workload: str
-    evidence: str  # invariant | consensus: what made the case fail in the first place
-    classification: str  # transient | persistent | case | untested
-    reruns: int  # re-runs on the unit
-    reproduced: int  # ... of which failed again
-    peers: tuple[str, ...] = ()  # peer units that re-ran the case
-    peer_failures: int = 0  # ... re-runs there that failed too
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "index": self.index,
-            "workload": self.workload,
-            "evidence": self.evidence,
-            "classification": self.classification,
-            "reruns": self.reruns,
-            "reproduced": self.reproduced,
-            "peers": list(self.peers),
-            "peer_failures": self.peer_failures,
-        }
 
 
 @dataclass
@@ -133,25 +110,6 @@ def find_disputes(cohorts: Mapping[str, str], results: Iterable[CaseResult]) -> 
         workload = next(iter(runs.values())).workload
         disputes.append(Dispute(index, workload, cohort, digests, majority))
     return sorted(disputes, key=lambda d: (d.index, d.cohort))
-
-
-def classify(reruns_bad: Sequence[bool], peers_bad: Sequence[bool]) -> str:
-    """Classify one failing case of one unit from its re-runs.
-
-    Args:
-        reruns_bad: for each re-run on the failing unit, whether it failed again.
-        peers_bad: for each re-run on a peer unit of the same cohort, whether it failed there too.
-    Returns:
-        `case` when it failed on a peer too (the test or the software stack, not this unit);
-        otherwise `untested` without re-runs on the unit, `persistent` when it failed again on the
-        unit (in any re-run: an intermittent fault that follows the unit is still the unit's),
-        and `transient` when it never did.
-    """
-    if any(peers_bad):
-        return CASE
-    if not reruns_bad:
-        return UNTESTED
-    return PERSISTENT if any(reruns_bad) else TRANSIENT
 
 
 def failing_cases(cohorts: Mapping[str, str], results: Iterable[CaseResult]) -> dict[str, list[int]]:
@@ -239,12 +197,6 @@ def judge(
         j.findings.append(Finding("invalid", None, "No unit was selected, so nothing was judged."))
     j.retest_findings()
     return Judgement(verdicts, reasons, overall, disputes, j.findings, dict(j.classified))
-
-
-def unit_classification(records: Sequence[Retest]) -> str | None:
-    """A unit's summary: the most telling classification among its failing cases, None without any."""
-    present = {r.classification for r in records}
-    return next((c for c in CLASSIFICATIONS if c in present), None)
 
 
 def _raised(results: Iterable[CaseResult]) -> dict[str, str]:
@@ -419,39 +371,12 @@ class _Judge:
                         Finding(
                             "case",
                             unit,
-                            _case_message(rec),
+                            case_message(rec),
                             f"report it with the journal; replay: sdcscan run {self.replay} --units {unit} --budget 1m",
                         )
                     )
             if summary in (PERSISTENT, TRANSIENT, UNTESTED):
-                self.findings.append(Finding("retest", unit, _retest_message(unit, summary, recs)))
-
-
-_MEANING = {
-    PERSISTENT: "the error follows this unit: take it out of service",
-    TRANSIENT: "the error did not repeat: a one-off corruption, still a hardware event; watch this unit",
-    UNTESTED: "no re-run could be done (retest off, time up or the unit stopped)",
-}
-
-
-def _retest_message(unit: str, summary: str, recs: Sequence[Retest]) -> str:
-    parts, tested = [], [r for r in recs if r.classification != UNTESTED]
-    for r in tested[:3]:
-        peer = f", {r.peer_failures} times on peer {', '.join(r.peers)}" if r.peers else ", no peer re-run"
-        parts.append(f"case {r.index} ({r.workload}) {r.classification}: failed again {r.reproduced} of {r.reruns} times{peer}")
-    untested = len(recs) - len(tested)
-    more = f"; {len(tested) - 3} more re-run case(s)" if len(tested) > 3 else ""
-    more += f"; {untested} more failing case(s) not re-run" if untested else ""
-    return (
-        f"{unit} re-runs of failing cases: {summary} — {_MEANING[summary]}. " + "; ".join(parts) + more + "."
-    )
-
-
-def _case_message(rec: Retest) -> str:
-    return (
-        f"Case {rec.index} ({rec.workload}) failed on {rec.unit} and again on {', '.join(rec.peers)}: it fails "
-        "wherever it runs, so this is a software or determinism problem in the test, not a hardware fault of these units."
-    )
+                self.findings.append(Finding("retest", unit, retest_message(unit, summary, recs)))
 
 
 def _unit_order(unit: str) -> tuple[str, int]:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sdcscan.verdict import CaseResult, classify, find_disputes, judge, retest_plan, unit_classification
+from sdcscan.retest import classify, unit_classification
+from sdcscan.verdict import CaseResult, find_disputes, judge, retest_plan
 
 
 def r(unit, index, digest="d", status="ok", workload="train"):

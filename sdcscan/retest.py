@@ -1,0 +1,97 @@
+"""The repeat evidence: how a failing case behaves when re-run on its unit and on a peer. Pure, table-driven.
+
+`transient`: it does not fail again on the unit (a one-off corruption; still a hardware event).
+`persistent`: it fails again on the unit and not on the peer (the error follows the unit).
+`case`: it fails on the peer too (a software or determinism problem: the unit is not blamed).
+`untested`: no re-run could be done (re-runs off, the per-unit cap, the time window, or the unit stopped).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+TRANSIENT, PERSISTENT, CASE, UNTESTED = "transient", "persistent", "case", "untested"
+# Most telling first: a unit's summary is the first of these among its cases.
+CLASSIFICATIONS = (PERSISTENT, TRANSIENT, CASE, UNTESTED)
+
+
+@dataclass(frozen=True, slots=True)
+class Retest:
+    """How one failing case of a unit behaved when re-run."""
+
+    unit: str
+    index: int
+    workload: str
+    evidence: str  # invariant | consensus: what made the case fail in the first place
+    classification: str  # transient | persistent | case | untested
+    reruns: int  # re-runs on the unit
+    reproduced: int  # ... of which failed again
+    peers: tuple[str, ...] = ()  # peer units that re-ran the case
+    peer_failures: int = 0  # ... re-runs there that failed too
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "index": self.index,
+            "workload": self.workload,
+            "evidence": self.evidence,
+            "classification": self.classification,
+            "reruns": self.reruns,
+            "reproduced": self.reproduced,
+            "peers": list(self.peers),
+            "peer_failures": self.peer_failures,
+        }
+
+
+def classify(reruns_bad: Sequence[bool], peers_bad: Sequence[bool]) -> str:
+    """Classify one failing case of one unit from its re-runs.
+
+    Args:
+        reruns_bad: for each re-run on the failing unit, whether it failed again.
+        peers_bad: for each re-run on a peer unit of the same cohort, whether it failed there too.
+    Returns:
+        `case` when it failed on a peer too (the test or the software stack, not this unit);
+        otherwise `untested` without re-runs on the unit, `persistent` when it failed again on the
+        unit (in any re-run: an intermittent fault that follows the unit is still the unit's),
+        and `transient` when it never did.
+    """
+    if any(peers_bad):
+        return CASE
+    if not reruns_bad:
+        return UNTESTED
+    return PERSISTENT if any(reruns_bad) else TRANSIENT
+
+
+def unit_classification(records: Sequence[Retest]) -> str | None:
+    """A unit's summary: the most telling classification among its failing cases, None without any."""
+    present = {r.classification for r in records}
+    return next((c for c in CLASSIFICATIONS if c in present), None)
+
+
+_MEANING = {
+    PERSISTENT: "the error follows this unit: take it out of service",
+    TRANSIENT: "the error did not repeat: a one-off corruption, still a hardware event; watch this unit",
+    UNTESTED: "no re-run could be done (retest off, time up or the unit stopped)",
+}
+
+
+def retest_message(unit: str, summary: str, recs: Sequence[Retest]) -> str:
+    parts, tested = [], [r for r in recs if r.classification != UNTESTED]
+    for r in tested[:3]:
+        peer = f", {r.peer_failures} times on peer {', '.join(r.peers)}" if r.peers else ", no peer re-run"
+        parts.append(f"case {r.index} ({r.workload}) {r.classification}: failed again {r.reproduced} of {r.reruns} times{peer}")
+    untested = len(recs) - len(tested)
+    more = f"; {len(tested) - 3} more re-run case(s)" if len(tested) > 3 else ""
+    more += f"; {untested} more failing case(s) not re-run" if untested else ""
+    return (
+        f"{unit} re-runs of failing cases: {summary} — {_MEANING[summary]}. " + "; ".join(parts) + more + "."
+    )
+
+
+def case_message(rec: Retest) -> str:
+    return (
+        f"Case {rec.index} ({rec.workload}) failed on {rec.unit} and again on {', '.join(rec.peers)}: it fails "
+        "wherever it runs, so this is a software or determinism problem in the test, not a hardware fault of these units."
+    )
+
+
