@@ -360,21 +360,15 @@ class _Judge:
 
     def retest_findings(self) -> None:
         """One finding per unit saying how its failing cases behaved on re-run, and one per `case` problem."""
+        reported: set[int] = set()  # a case that fails everywhere is one finding, not one per unit
         for unit in sorted(self.classified, key=_unit_order):
             recs = self.classified[unit]
-            summary = unit_classification(recs)
             for rec in recs:
-                if rec.classification == CASE and not any(
-                    f.kind == "case" and f"case {rec.index} " in f.message for f in self.findings
-                ):
-                    self.findings.append(
-                        Finding(
-                            "case",
-                            unit,
-                            case_message(rec),
-                            f"report it with the journal; replay: sdcscan run {self.replay} --units {unit} --budget 1m",
-                        )
-                    )
+                if rec.classification == CASE and rec.index not in reported:
+                    reported.add(rec.index)
+                    replay = f"sdcscan run {self.replay} --units {unit} --budget 1m"
+                    self.findings.append(Finding("case", unit, case_message(rec), f"report it with the journal; replay: {replay}"))
+            summary = unit_classification(recs)
             if summary in (PERSISTENT, TRANSIENT, UNTESTED):
                 self.findings.append(Finding("retest", unit, retest_message(unit, summary, recs)))
 
