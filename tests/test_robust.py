@@ -252,3 +252,16 @@ def test_journal_on_a_full_disk_does_not_stop_the_run(tmp_path):
     j = Journal(Path("/dev/full"))
     j.write({"type": "case"})  # must not raise
     j.close()
+
+
+@pytest.mark.parametrize("name", ["anchor bomb", "deep nesting", "huge seed", "python tag", "unknown key"])
+def test_hostile_profile_on_the_command_line_is_exit_2(tmp_path, name):
+    """`run --profile hostile.yaml`: exit 2 with one `Error:` line naming the file."""
+    from tests.test_fuzz import HOSTILE_PROFILES
+
+    path = tmp_path / "hostile.yaml"
+    path.write_text(HOSTILE_PROFILES[name])
+    r = invoke("run", "--profile", str(path))
+    assert r.exit_code == 2 and isinstance(r.exception, SystemExit)
+    (line,) = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert line.startswith("Error:") and "hostile.yaml" in line
