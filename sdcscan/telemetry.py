@@ -94,6 +94,11 @@ def default_sources(unit_ids: Sequence[str]) -> list[Source]:
 class Sampler:
     """Context manager that samples telemetry around a run.
 
+    Args:
+        units: Unit objects or unit ids ("cpu:3", "cuda:0").
+        interval_s: seconds between samples during the run.
+        sources: override the sources (tests pass fakes, or EdacSource/MceSource on a fake root).
+
     Example:
         with Sampler(units, interval_s=5.0) as sampler:
             report = run(...)
@@ -108,11 +113,6 @@ class Sampler:
         *,
         sources: Sequence[Source] | None = None,
     ) -> None:
-        """Args:
-        units: Unit objects or unit ids ("cpu:3", "cuda:0").
-        interval_s: seconds between samples during the run.
-        sources: override the sources (tests pass fakes or a fake sysfs root).
-        """
         self.unit_ids = [str(getattr(u, "id", u)) for u in units]
         self.interval_s = interval_s
         self.sources = list(sources) if sources is not None else default_sources(self.unit_ids)
