@@ -12,6 +12,8 @@ import click
 
 from sdcscan import __version__
 from sdcscan.cli_common import emit_json, reports_errors
+from sdcscan.cli_ops import COMMANDS as OPS_COMMANDS
+from sdcscan.cli_ops import output_options
 from sdcscan.errors import EXIT_INTERRUPTED
 
 
@@ -36,6 +38,7 @@ def cli() -> None:
 @click.option("--hostname", help="Host label in the report (containers, tests).")
 @click.option("--inject", multiple=True, metavar="UNIT:KIND[@RATE]", help="Fault injection: bitflip, nan, hang, crash.")
 @click.option("--calibration", type=click.Path(dir_okay=False), help="gemm_fp calibration file from `sdcscan calibrate`.")
+@output_options
 @reports_errors
 def run(**kw: Any) -> None:
     """Run the profile's workloads on every unit of this host for the time budget.
@@ -49,32 +52,62 @@ def run(**kw: Any) -> None:
     \b
     Example:
         sdcscan run                              # quick profile, 60 s, all units
-        sdcscan run -p burnin --budget 2h -o /var/lib/sdcscan/report.json
+        sdcscan run -p burnin --budget 2h -o /var/lib/sdcscan/report.json --junit junit.xml
         sdcscan run --budget 10s --inject cpu:1:bitflip@0.3   # prove the pipeline catches a bad unit
     """
     started = time.time()
     opts = _scan_options(kw)
-    from sdcscan.render import Progress, render_summary, stderr_console
-    from sdcscan.report import write_json_atomic
-    from sdcscan.scan import prepare, scan
+    from sdcscan.cli_ops import run_guard
+    from sdcscan.render import stderr_console
 
     console = stderr_console()
     try:
-        setup = prepare(opts)
-        signal.signal(signal.SIGTERM, _raise_terminated)
-        with Progress(console) as progress:
-            report = scan(opts, setup, progress, started)
+        with run_guard(kw["history"], kw["no_history"]) as note:
+            if note:
+                console.print(note)
+            report = _scan_with_telemetry(opts, console, started)
+            _write_outputs(report, opts, kw, console)
     except KeyboardInterrupt:
         console.print("interrupted before any case ran\nexit: interrupted")
         sys.exit(EXIT_INTERRUPTED)
+    sys.exit(report["exit_code"])
+
+
+def _scan_with_telemetry(opts: Any, console: Any, started: float) -> dict[str, Any]:
+    from sdcscan.render import Progress
+    from sdcscan.scan import prepare, scan
+    from sdcscan.telemetry import Sampler, telemetry_findings
+
+    setup = prepare(opts)
+    signal.signal(signal.SIGTERM, _raise_terminated)
+    with Sampler(setup["units"], interval_s=5.0) as sampler, Progress(console) as progress:
+        report = scan(opts, setup, progress, started)
+    report["telemetry"] = sampler.summary()
+    report["findings"] += telemetry_findings(report["telemetry"])
+    return report
+
+
+def _write_outputs(report: dict[str, Any], opts: Any, kw: dict[str, Any], console: Any) -> None:
+    """Report file first (nothing lost), then JUnit/Prometheus/history; the summary is shown in any case."""
+    from sdcscan.cli_ops import after_run
+    from sdcscan.render import render_summary
+    from sdcscan.report import write_json_atomic
+
     try:
         if opts.out is not None:
             write_json_atomic(opts.out, report)
+        after_run(
+            report,
+            str(opts.out) if opts.out else None,
+            junit=kw["junit"],
+            prom=kw["prom"],
+            history=kw["history"],
+            no_history=kw["no_history"],
+        )
     finally:
         render_summary(report, console)
         if kw["as_json"]:
             emit_json(report)
-    sys.exit(report["exit_code"])
 
 
 def _scan_options(kw: dict[str, Any]) -> Any:
@@ -195,3 +228,7 @@ def _show(data: Any, as_json: bool, renderer: str) -> None:
     from sdcscan import render
 
     getattr(render, renderer)(data, render.stderr_console())
+
+
+for _command in OPS_COMMANDS:
+    cli.add_command(_command)
