@@ -193,3 +193,11 @@ def test_realistic_bound_catches_large_errors_and_nan() -> None:
     flip_bit_(out, 3, 29)
     out[1, 0] = float("nan")
     assert embbag.realistic_bad_bags(out, s_exp, threshold).tolist() == [True, True]
+
+
+def test_all_bags_empty() -> None:
+    """No lookups at all: every expected sum is 0 and an all-zero output passes."""
+    row_sums = torch.tensor([5, -7], dtype=torch.int16)
+    expected = embbag.exact_expected(row_sums, torch.zeros(0, dtype=torch.int64), torch.tensor([0, 0]), None)
+    assert expected.tolist() == [0, 0]
+    assert not embbag.exact_bad_bags(torch.zeros(2, 4), expected).any()

@@ -164,4 +164,6 @@ def _segment_sums(vals: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
 
 def _prefix_at(prefix: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
     """Sum of the first `count` values: prefix[count - 1], or 0 where count is 0."""
+    if prefix.numel() == 0:  # every bag is empty
+        return torch.zeros(count.shape, dtype=prefix.dtype, device=prefix.device)
     return torch.where(count > 0, prefix[(count - 1).clamp(min=0)], 0)
