@@ -61,6 +61,7 @@ class UnitState:
     notes: list[str] = field(default_factory=list)
     current: tuple[int, str, float] | None = None  # (case index, workload, started at)
     problem: str | None = None
+    late: str | None = None  # why a unit that started after the deadline ran no case
     results: list[CaseResult] = field(default_factory=list)
 
     @property
@@ -93,7 +94,8 @@ class Runner:
         self.retests: dict[tuple[str, int], list[str | None]] = {}
 
     def run(self, deadline: float) -> RunResult:
-        started = time.time()
+        started = self.started = time.time()
+        self.deadline = deadline
         interrupted = None
         try:
             self._start_workers(deadline)
@@ -164,6 +166,11 @@ class Runner:
         if kind == "ready":
             state.ready, state.notes = True, list(msg[2])
             state.cohort_fields, state.cohort = msg[3], cohort_key(msg[3])
+            if time.time() >= self.deadline:
+                state.late = (
+                    f"the budget ended before this unit was ready ({time.time() - self.started:.1f} s to start "
+                    "torch and prepare workloads on this host); use a longer --budget"
+                )
             self.software = self.software or msg[4]
             self.journal.write({"type": "unit", "unit": uid, "cohort": state.cohort, "notes": state.notes})
             self.emit("ready", unit=uid)

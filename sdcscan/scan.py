@@ -118,7 +118,7 @@ def finish(opts: ScanOptions, setup: dict[str, Any], run_doc: dict[str, Any], re
         cohorts,
         [r for s in result.states.values() for r in s.results],
         retests=result.retests,
-        problems={uid: s.problem for uid, s in result.states.items() if s.problem},
+        problems={uid: s.problem or s.late for uid, s in result.states.items() if s.problem or (s.late and not s.results)},
         interrupted=result.interrupted is not None,
         replay=replay,
     )

@@ -27,7 +27,7 @@ def _report(proc: subprocess.CompletedProcess[str]) -> dict:
 
 
 def test_clean_run_passes_covers_every_cpu_and_matches_the_schema(run_cli):
-    proc = run_cli("run", "--budget", "10s", "--json", "--hostname", "test-host")
+    proc = run_cli("run", "--budget", "12s", "--json", "--hostname", "test-host")
     report = _report(proc)
     assert proc.returncode == 0, proc.stderr
     assert report["verdict"] == "pass" and report["host"]["hostname"] == "test-host"
@@ -44,7 +44,7 @@ def test_clean_run_passes_covers_every_cpu_and_matches_the_schema(run_cli):
 @pytest.mark.parametrize("kind", ["bitflip@0.3", "nan@0.5"])
 def test_injected_faults_fail_the_bad_unit_only(run_cli, kind):
     bad, good = f"cpu:{CPUS[-1]}", f"cpu:{CPUS[0]}"
-    proc = run_cli("run", "--budget", "10s", "--units", TWO, "--inject", f"{bad}:{kind}", "--json")
+    proc = run_cli("run", "--budget", "12s", "--units", TWO, "--inject", f"{bad}:{kind}", "--json")
     report = _report(proc)
     assert proc.returncode == 1, proc.stderr
     verdicts = {u["id"]: u["verdict"] for u in report["units"]}
@@ -54,8 +54,8 @@ def test_injected_faults_fail_the_bad_unit_only(run_cli, kind):
 
 
 def test_same_seed_replays_identical_digests(run_cli, tmp_path):
-    a = _report(run_cli("run", "--budget", "8s", "--seed", "1234", "--json"))
-    b = _report(run_cli("run", "--budget", "8s", "--seed", "1234", "--json"))
+    a = _report(run_cli("run", "--budget", "10s", "--seed", "1234", "--json"))
+    b = _report(run_cli("run", "--budget", "10s", "--seed", "1234", "--json"))
     assert a["run"]["seed"] == b["run"]["seed"] == 1234 and a["run"]["seed_source"] == "cli"
     da = {(r["unit"], r["index"]): r["digest"] for r in case_records(a)}
     db = {(r["unit"], r["index"]): r["digest"] for r in case_records(b)}
@@ -114,6 +114,6 @@ def test_unwritable_report_path_is_exit_3_before_any_work(run_cli, tmp_path):
 
 def test_report_on_disk_matches_stdout(run_cli, tmp_path: Path):
     out = tmp_path / "r.json"
-    proc = run_cli("run", "--budget", "8s", "--units", f"cpu:{CPUS[0]}", "-o", str(out), "--json")
+    proc = run_cli("run", "--budget", "10s", "--units", f"cpu:{CPUS[0]}", "-o", str(out), "--json")
     assert json.loads(proc.stdout) == load_report(out)
     assert (tmp_path / "r.journal.jsonl").exists()
