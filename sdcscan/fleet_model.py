@@ -136,20 +136,24 @@ class Extractor:
             # Only clean outcomes vote: a mismatch is already an invariant finding, an error judged nothing.
             digests = [d if s == "ok" else None for d, s in zip(digests, st, strict=True)]
         intern = self.intern
-        dig = tuple(digests)
-        if dig not in intern:  # a new sequence: share its strings with the rest of the fleet
-            dig = tuple(intern(d) for d in dig)
         return UnitRecord(
             unit=intern(unit["id"]),
             cohort=intern(unit["cohort"]),
             verdict=unit["verdict"],
             reason=unit.get("reason"),
             indices=intern(tuple(indices)),
-            digests=intern(dig),
-            workloads=intern(tuple(intern(w) for w in workloads)),
+            digests=self._shared(digests),
+            workloads=self._shared(workloads),
             throughput=self._throughput(unit),
             invariant=_invariant(unit, st, workloads, indices, records),
         )
+
+    def _shared(self, seq: list[Any]) -> tuple[Any, ...]:
+        """The fleet's one copy of this sequence; its strings are shared too when it is new."""
+        t = tuple(seq)
+        if t in self.intern:  # the common case: a healthy unit, same outcome as many before it
+            return self.intern(t)
+        return self.intern(tuple(self.intern(x) for x in t))
 
     def _throughput(self, unit: dict[str, Any]) -> tuple[tuple[str, float, str], ...]:
         raw = unit.get("throughput") or {}
@@ -188,7 +192,7 @@ def _invariant(
     records: list[dict[str, Any]],
 ) -> Invariant | None:
     """Summarise a unit's invariant failures, from its count, its case statuses and the mismatch records."""
-    bad = [i for i, s in enumerate(statuses) if s == "mismatch"]
+    bad = [i for i, s in enumerate(statuses) if s == "mismatch"] if "mismatch" in statuses else []
     count = unit.get("mismatches") if isinstance(unit.get("mismatches"), int) else 0
     count = max(count, len(bad), len(records))
     if count <= 0:
