@@ -297,19 +297,17 @@ def _invariants(reports: list[HostReport], golden: GoldenIndex | None, col: Coll
     """Add invariant findings (carried by reports, plus golden disagreements); return units the golden
     could not judge."""
     unjudged = 0
-    cache: dict[tuple[Any, ...], Invariant | None] = {}
+    cache: dict[tuple[Any, ...], tuple[int, Invariant | None]] = {}
     for r in reports:
         for u in r.units:
             inv = u.invariant
             if golden is not None:
-                entry = golden.get((r.plan, u.cohort))
-                if entry is None:
-                    unjudged += 1
-                else:
-                    key = (r.plan, u.cohort, u.indices, u.digests)
-                    if key not in cache:
-                        cache[key] = _golden_invariant(u, entry)
-                    inv = _merge(inv, cache[key])
+                key = (r.plan, u.cohort, u.indices, u.digests)
+                if key not in cache:  # healthy units share signatures: judge each one once
+                    cache[key] = _golden_invariant(u, golden.get((r.plan, u.cohort)))
+                judged, bad = cache[key]
+                unjudged += not judged
+                inv = _merge(inv, bad)
             if inv is not None:
                 ev = {
                     "mismatches": inv.mismatches,
@@ -321,12 +319,14 @@ def _invariants(reports: list[HostReport], golden: GoldenIndex | None, col: Coll
     return unjudged
 
 
-def _golden_invariant(unit: UnitRecord, entry: Any) -> Invariant | None:
-    """A unit's disagreements with the golden, as an invariant failure of check `golden`."""
-    _, bad = judge_unit(unit, entry)
+def _golden_invariant(unit: UnitRecord, entry: Any) -> tuple[int, Invariant | None]:
+    """(cases judged, disagreements as an invariant failure of check `golden`) of one unit."""
+    if entry is None:
+        return 0, None
+    judged, bad = judge_unit(unit, entry)
     if not bad:
-        return None
-    return Invariant(len(bad), bad[0].index, tuple(sorted({d.workload for d in bad})), ("golden",))
+        return judged, None
+    return judged, Invariant(len(bad), bad[0].index, tuple(sorted({d.workload for d in bad})), ("golden",))
 
 
 def _merge(a: Invariant | None, b: Invariant | None) -> Invariant | None:

@@ -38,7 +38,7 @@ def fold_judgements(report: dict[str, Any], judgements: list[UnitJudgement]) -> 
     unjudged: dict[str, list[str]] = {}
     for j in judgements:
         unit = units[j.unit]
-        if not j.judged:
+        if not j.judged or j.cases_judged == 0:
             unjudged.setdefault(j.cohort, []).append(j.unit)
         elif j.disagreements:
             _fail_unit(report, unit, j, run)
@@ -103,8 +103,8 @@ def _no_entry_finding(run: dict[str, Any], cohort: str, ids: list[str]) -> dict[
     return {
         "kind": "golden",
         "unit": ids[0] if len(ids) == 1 else None,
-        "message": f"the golden has no entry for this plan (profile {sha}…, seed {run.get('seed')}) and "
-        f"cohort {cohort}: {len(ids)} unit(s) ({names}) were not judged against it",
+        "message": f"the golden cannot judge {len(ids)} unit(s) ({names}): it holds no case they ran for "
+        f"this plan (profile {sha}…, seed {run.get('seed')}) and cohort {cohort}",
         "next": "record a golden from reports of the same profile, seed and hardware: "
         "sdcscan golden record REPORT… -o golden.json",
     }

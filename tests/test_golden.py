@@ -107,10 +107,18 @@ def test_apply_golden_without_an_entry_cannot_judge():
     assert (
         f["kind"] == "golden"
         and f["unit"] is None
-        and "no entry" in f["message"]
-        and "cpu:0, cpu:1" in f["message"]
+        and "cannot judge 2 unit(s) (cpu:0, cpu:1)" in f["message"]
     )
     assert "sdcscan golden record" in f["next"]
+
+
+def test_apply_golden_with_no_overlapping_case_cannot_judge():
+    """An entry exists but holds none of the cases the unit ran: not judged, not passed silently."""
+    g = record([report("a", [unit(cases=2)])])
+    r = report("q", [unit("cpu:0", cases=4, digests={0: None, 1: None}, statuses={0: "error", 1: "error"})])
+    out = apply_golden(r, g)
+    assert out["verdict"] == "pass" and "cannot judge 1 unit(s) (cpu:0)" in out["findings"][0]["message"]
+    assert out["findings"][0]["unit"] == "cpu:0"
 
 
 @pytest.mark.parametrize(("verdict", "code"), [("invalid", 3), ("interrupted", 130)])
