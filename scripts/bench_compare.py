@@ -50,39 +50,32 @@ def run_child(argv: list[str], stdout: Path, stderr: Path) -> tuple[int, float, 
     return proc.returncode, wall, usage.ru_maxrss / 1024  # ru_maxrss is KiB on Linux
 
 
+def findings(path: Path) -> list[dict[str, Any]]:
+    """(host, unit, kind) of every finding in a `compare --json` output, sorted like the manifest."""
+    doc = json.loads(path.read_text())
+    found = [{"host": f["host"], "unit": f["unit"], "kind": f["kind"]} for f in doc["findings"]]
+    return sorted(found, key=lambda e: (e["kind"], e["host"], e["unit"] or ""))
+
+
+def simulate(hosts: int, units: int, cases: int, fleet: Path) -> float:
+    """Write a fleet with the simulator; return the seconds it took."""
+    t0 = time.perf_counter()
+    sim = [sys.executable, str(ROOT / "scripts" / "simulate_fleet.py"), "--hosts", str(hosts)]
+    sim += ["--units", str(units), "--cases", str(cases), "--out", str(fleet), "--seed", "1"]
+    subprocess.run(sim, check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - t0
+
+
 def bench_one(hosts: int, units: int, cases: int, work: Path) -> dict[str, Any]:
     """Simulate one fleet, time compare on it, check its findings, clean up."""
     fleet = work / f"fleet-{hosts}"
-    t0 = time.perf_counter()
-    subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "scripts" / "simulate_fleet.py"),
-            "--hosts",
-            str(hosts),
-            "--units",
-            str(units),
-            "--cases",
-            str(cases),
-            "--out",
-            str(fleet),
-            "--seed",
-            "1",
-        ],
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
-    generate_s = time.perf_counter() - t0
+    generate_s = simulate(hosts, units, cases, fleet)
     manifest = json.loads((fleet / "planted.json").read_text())
     size = sum(p.stat().st_size for p in (fleet / "reports").rglob("*.json"))
     argv, _ = compare_command()
     argv += [str(fleet / "reports"), "--hosts", str(fleet / "hosts.txt"), "--now", manifest["now"], "--json"]
     code, wall, rss = run_child(argv, work / "out.json", work / "err.txt")
-    doc = json.loads((work / "out.json").read_text()) if code in (0, 1) else {"findings": []}
-    found = sorted(
-        ({"host": f["host"], "unit": f["unit"], "kind": f["kind"]} for f in doc["findings"]),
-        key=lambda e: (e["kind"], e["host"], e["unit"] or ""),
-    )
+    found = findings(work / "out.json") if code in (0, 1) else []
     shutil.rmtree(fleet)
     return {
         "hosts": hosts,

@@ -2,7 +2,7 @@
 """Write a synthetic fleet of sdcscan reports (schema version 1) with planted faults, for tests and bench.
 
 Example:
-    python scripts/simulate_fleet.py --hosts 40 --units 8 --cases 100 --out /tmp/fleet --seed 1
+    python scripts/simulate_fleet.py --hosts 40 --units 8 --cases 100 --out fleet/ --seed 1
 
 Writes DIR/reports/**.json (one report per host, plus a few corrupt and duplicate files),
 DIR/hosts.txt (every host that should report, including some that did not) and DIR/planted.json:
@@ -120,32 +120,10 @@ def build_unit(
             dig[i] = d
     mism = []
     if p.mismatch_at is not None:
-        i = p.mismatch_at
-        status[i] = "mismatch"
-        mism.append(
-            {
-                "unit": uid,
-                "index": i,
-                "workload": wl[i],
-                "check": "golden_matmul",
-                "where": "fp32[3,7]",
-                "expected": "12.0",
-                "actual": "12.000001",
-                "mask": "00000001",
-            }
-        )
+        status[p.mismatch_at] = "mismatch"
+        mism.append(mismatch_record(uid, p.mismatch_at, wl[p.mismatch_at]))
     secs = base["seconds"][:n]
-    tp = {}
-    for w in WORKLOADS:
-        k = sum(1 for x in wl if x == w)
-        if k:
-            ops, unit = OPS[w]
-            tp[w] = {
-                "ops_per_s": round(ops * p.speed * rng.uniform(0.97, 1.03), 1),
-                "ops_unit": unit,
-                "cases": k,
-                "seconds": round(0.2 * k, 3),
-            }
+    tp = throughput(rng, wl, p.speed)
     bad = bool(p.wrong) or p.mismatch_at is not None
     verdict = "invalid" if p.invalid else "fail" if bad else "pass"
     reason = (
@@ -170,6 +148,36 @@ def build_unit(
         "cases": {"index": idx, "workload": wl, "digest": dig, "status": status, "seconds": secs},
     }
     return unit, mism
+
+
+def mismatch_record(uid: str, index: int, workload: str) -> dict[str, Any]:
+    """An invariant failure as the runner records it (a golden matmul element off by one ulp)."""
+    return {
+        "unit": uid,
+        "index": index,
+        "workload": workload,
+        "check": "golden_matmul",
+        "where": "fp32[3,7]",
+        "expected": "12.0",
+        "actual": "12.000001",
+        "mask": "00000001",
+    }
+
+
+def throughput(rng: random.Random, workloads: list[str], speed: float) -> dict[str, Any]:
+    """Per-workload throughput: nominal x speed x uniform noise of +-3% (never 10% off by chance)."""
+    tp = {}
+    for w in WORKLOADS:
+        k = sum(1 for x in workloads if x == w)
+        if k:
+            ops, unit = OPS[w]
+            tp[w] = {
+                "ops_per_s": round(ops * speed * rng.uniform(0.97, 1.03), 1),
+                "ops_unit": unit,
+                "cases": k,
+                "seconds": round(0.2 * k, 3),
+            }
+    return tp
 
 
 def base_cases(cohort: str, seed: int, cases: int) -> dict[str, list[Any]]:
@@ -222,6 +230,28 @@ def build_report(
     }
 
 
+def host_report(
+    rng: random.Random,
+    host: str,
+    cohort: str,
+    units_n: int,
+    plans: dict[tuple[str, str], UnitPlan],
+    base: dict[str, list[Any]],
+    ended: datetime,
+    seed: int,
+    cases: int,
+) -> dict[str, Any]:
+    """One host's report; a fifth of healthy units ran 1-3 cases fewer (budget ran out)."""
+    units, mism = [], []
+    for u in range(units_n):
+        uid = f"cpu:{u}"
+        p = plans.get((host, uid)) or UnitPlan(cases - (rng.randrange(1, 4) if rng.random() < 0.2 else 0))
+        unit, m = build_unit(rng, cohort, uid, p, base, seed)
+        units.append(unit)
+        mism += m
+    return build_report(rng, host, cohort, units, mism, ended, seed)
+
+
 def write_corrupt(out: Path, sample: Path) -> list[dict[str, str]]:
     """A few files compare must skip: truncated, not JSON, another schema version, a duplicate copy."""
     raw = sample.read_bytes()
@@ -255,18 +285,11 @@ def simulate(hosts_n: int, units_n: int, cases: int, out: Path, seed: int) -> di
     bases = {c: base_cases(c, week_seed, cases) for c in COHORTS}
     if out.exists():
         shutil.rmtree(out)
-    enc = json.JSONEncoder(separators=(",", ":"))
+    enc = json.JSONEncoder(separators=(",", ":"))  # compact: 10,000 reports are ~400 MB already
     for i, host in enumerate(hosts):
         cohort = COHORTS[1] if i % 4 == 3 else COHORTS[0]
-        units, mism = [], []
-        for u in range(units_n):
-            uid = f"cpu:{u}"
-            p = plans.get((host, uid)) or UnitPlan(cases - (rng.randrange(1, 4) if rng.random() < 0.2 else 0))
-            unit, m = build_unit(rng, cohort, uid, p, bases[cohort], week_seed)
-            units.append(unit)
-            mism += m
         age = timedelta(days=90) if host == stale_host else timedelta(seconds=rng.randrange(7 * 86400))
-        report = build_report(rng, host, cohort, units, mism, NOW - age, week_seed)
+        report = host_report(rng, host, cohort, units_n, plans, bases[cohort], NOW - age, week_seed, cases)
         path = out / "reports" / f"{i // 1000:02d}" / f"{host}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(enc.encode(report) + "\n", encoding="utf-8")

@@ -153,23 +153,14 @@ def summarize(
     opts = options or Options()
     kept, dups = dedupe(list(reports))
     col = Collector()
-    groups: list[dict[str, Any]] = []
     counts = {
         "reports": len(kept),
         "skipped": 0,
         "hosts": len({r.host for r in kept}),
         "units": sum(len(r.units) for r in kept),
         "plans": len({r.plan for r in kept}),
-        "comparison_groups": 0,
-        "cases_compared": 0,
-        "undecided_cases": 0,
     }
-    for (plan, cohort), members in sorted(_comparison_groups(kept).items()):
-        t = tally((s, len(m)) for s, m in members.items())
-        counts["comparison_groups"] += 1
-        counts["cases_compared"] += sum(1 for n in t.voters.values() if n >= 2)
-        counts["undecided_cases"] += len(t.undecided)
-        groups += _consensus(plan, cohort, members, t, col, first_id=len(groups) + 1)
+    groups = _all_consensus(kept, col, counts)
     unjudged = _invariants(kept, opts.golden, col)
     _invalid(kept, col)
     slow_findings(kept, col, z=opts.slow_z, drop=opts.slow_drop, min_units=opts.slow_min_units)
@@ -187,6 +178,19 @@ def summarize(
     findings = col.findings()
     counts.update({k: sum(1 for f in findings if f.kind == k) for k in KINDS})
     return FleetSummary(findings, tuple(groups), all_skipped, counts, _options_record(opts))
+
+
+def _all_consensus(kept: list[HostReport], col: Collector, counts: dict[str, int]) -> list[dict[str, Any]]:
+    """Run consensus in every (plan, cohort) group, in a fixed order; count; return partition groups."""
+    groups: list[dict[str, Any]] = []
+    counts.update(comparison_groups=0, cases_compared=0, undecided_cases=0)
+    for (plan, cohort), members in sorted(_comparison_groups(kept).items()):
+        t = tally((s, len(m)) for s, m in members.items())
+        counts["comparison_groups"] += 1
+        counts["cases_compared"] += sum(1 for n in t.voters.values() if n >= 2)
+        counts["undecided_cases"] += len(t.undecided)
+        groups += _consensus(plan, cohort, members, t, col, first_id=len(groups) + 1)
+    return groups
 
 
 def _options_record(opts: Options) -> dict[str, Any]:

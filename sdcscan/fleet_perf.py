@@ -46,42 +46,52 @@ def slow_findings(
         drop: fraction below the median, e.g. 0.10.
         min_units: fewest samples needed to judge a (profile, cohort, workload).
     """
-    samples: dict[tuple[str, str, str], list[Sample]] = {}
-    for r in reports:
-        for u in r.units:
-            for workload, ops, unit_name in u.throughput:
-                if math.isfinite(ops):
-                    samples.setdefault((r.plan[0], u.cohort, workload), []).append(
-                        (ops, r, u.unit, unit_name)
-                    )
     slow: dict[tuple[int, str], list[dict[str, Any]]] = {}
     owner: dict[int, HostReport] = {}
-    for (_, cohort, workload), group in sorted(samples.items(), key=lambda kv: kv[0]):
+    for (_, cohort, workload), group in sorted(_samples(reports).items(), key=lambda kv: kv[0]):
         if len(group) < min_units:
             continue
-        values = [s[0] for s in group]
-        med = median(values)
-        mad = median([abs(v - med) for v in values])
-        for ops, r, unit, ops_unit in group:
-            score = robust_z(ops, med, mad)
-            if score < -z and ops <= med * (1.0 - drop):
-                owner[id(r)] = r
-                slow.setdefault((id(r), unit), []).append(
-                    {
-                        "cohort": cohort,
-                        "workload": workload,
-                        "ops_per_s": ops,
-                        "ops_unit": ops_unit,
-                        "median_ops_per_s": med,
-                        "drop": round(1.0 - ops / med, 4) if med else None,
-                        "z": round(score, 2) if math.isfinite(score) else None,
-                        "peers": len(group),
-                    }
-                )
+        for r, unit, ev in _slow_in_group(group, z=z, drop=drop):
+            owner[id(r)] = r
+            slow.setdefault((id(r), unit), []).append({"cohort": cohort, "workload": workload, **ev})
     for (rid, unit), hits in slow.items():
         worst = max(hits, key=lambda h: (h["drop"] or 0.0, h["workload"]))
         ev = {**worst, "workloads": sorted(h["workload"] for h in hits)}
         col.add(owner[rid], unit, "slow", ev, tiebreak=worst["drop"] or 0.0)
+
+
+def _samples(reports: list[HostReport]) -> dict[tuple[str, str, str], list[Sample]]:
+    """Throughput samples by (profile sha256, cohort, workload)."""
+    samples: dict[tuple[str, str, str], list[Sample]] = {}
+    for r in reports:
+        for u in r.units:
+            for workload, ops, ops_unit in u.throughput:
+                if math.isfinite(ops):
+                    samples.setdefault((r.plan[0], u.cohort, workload), []).append((ops, r, u.unit, ops_unit))
+    return samples
+
+
+def _slow_in_group(
+    group: list[Sample], *, z: float, drop: float
+) -> list[tuple[HostReport, str, dict[str, Any]]]:
+    """(report, unit, evidence) of the samples of one group that are slow against its median and MAD."""
+    values = [s[0] for s in group]
+    med = median(values)
+    mad = median([abs(v - med) for v in values])
+    out = []
+    for ops, r, unit, ops_unit in group:
+        score = robust_z(ops, med, mad)
+        if score < -z and ops <= med * (1.0 - drop):
+            ev = {
+                "ops_per_s": ops,
+                "ops_unit": ops_unit,
+                "median_ops_per_s": med,
+                "drop": round(1.0 - ops / med, 4) if med else None,
+                "z": round(score, 2) if math.isfinite(score) else None,
+                "peers": len(group),
+            }
+            out.append((r, unit, ev))
+    return out
 
 
 def coverage_findings(
