@@ -12,6 +12,7 @@ import click
 
 from sdcscan import __version__
 from sdcscan.cli_common import emit_json, reports_errors
+from sdcscan.cli_fleet import compare, golden
 from sdcscan.cli_ops import COMMANDS as OPS_COMMANDS
 from sdcscan.cli_ops import output_options
 from sdcscan.errors import EXIT_INTERRUPTED
@@ -38,6 +39,7 @@ def cli() -> None:
 @click.option("--hostname", help="Host label in the report (containers, tests).")
 @click.option("--inject", multiple=True, metavar="UNIT:KIND[@RATE]", help="Fault injection: bitflip, nan, hang, crash.")
 @click.option("--calibration", type=click.Path(dir_okay=False), help="gemm_fp calibration file from `sdcscan calibrate`.")
+@click.option("--golden", "golden_path", type=click.Path(dir_okay=False), help="Judge digests against a golden file (`sdcscan golden record`).")
 @output_options
 @reports_errors
 def run(**kw: Any) -> None:
@@ -57,6 +59,7 @@ def run(**kw: Any) -> None:
     """
     started = time.time()
     opts = _scan_options(kw)
+    golden_data = _load_golden(kw["golden_path"])
     from sdcscan.cli_ops import run_guard
     from sdcscan.render import stderr_console
 
@@ -66,11 +69,24 @@ def run(**kw: Any) -> None:
             if note:
                 console.print(note)
             report = _scan_with_telemetry(opts, console, started)
+            if golden_data is not None:
+                from sdcscan.golden import apply_golden
+
+                report = apply_golden(report, golden_data)
             _write_outputs(report, opts, kw, console)
     except KeyboardInterrupt:
         console.print("interrupted before any case ran\nexit: interrupted")
         sys.exit(EXIT_INTERRUPTED)
     sys.exit(report["exit_code"])
+
+
+def _load_golden(path: str | None) -> Any:
+    """Read the golden before any work, so a bad path fails in a second, not after the budget."""
+    if path is None:
+        return None
+    from sdcscan.golden import load_golden
+
+    return load_golden(path)
 
 
 def _scan_with_telemetry(opts: Any, console: Any, started: float) -> dict[str, Any]:
@@ -230,5 +246,5 @@ def _show(data: Any, as_json: bool, renderer: str) -> None:
     getattr(render, renderer)(data, render.stderr_console())
 
 
-for _command in OPS_COMMANDS:
+for _command in (*OPS_COMMANDS, compare, golden):
     cli.add_command(_command)
