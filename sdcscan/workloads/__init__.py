@@ -6,7 +6,7 @@ import difflib
 from typing import Any
 
 from sdcscan.errors import UsageError
-from sdcscan.workloads import matmul_golden, train  # noqa: F401  (registers the workloads)
+from sdcscan.workloads import gemm_fp, matmul_golden, train  # noqa: F401  (registers the workloads)
 from sdcscan.workloads.base import REGISTRY
 
 
