@@ -68,7 +68,7 @@ def bhatia_davis(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     Returns:
         (μ, σ²), each (R,) float64. σ² ≥ the true variance of the row, which is what the threshold needs.
     """
-    lo, hi = torch.aminmax(x, dim=1)
+    lo, hi = x.amin(dim=1), x.amax(dim=1)  # two vectorised passes: torch.aminmax is ~10x slower on CPU
     acc = torch.float64 if x.dtype == torch.float64 else torch.float32  # no float64 copy of a large operand
     mu = x.sum(dim=1, dtype=acc).double() / x.shape[1]
     return mu, ((hi.double() - mu) * (mu - lo.double())).clamp_min(0.0)

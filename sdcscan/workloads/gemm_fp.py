@@ -73,7 +73,8 @@ class GemmFp(SelftestMixin):
                 f"gemm_fp: shapes are [m, k, n]; inputs one of {', '.join(calibrate.DISTRIBUTIONS)}"
             )
         self.e_max: list[float | None] = [None] * n  # None: no calibration, use the rigorous bound
-        self._memo: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+        self._memo: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None  # reuse_product: A, B, C
+        self._setup_memo: tuple[tuple[int, int], torch.Tensor, torch.Tensor, vabft.Encoding] | None = None
 
     def prepare(self, ctx: Context) -> None:
         """Look up e_max per (device model, dtype, checker); note any fallback or extrapolation."""
@@ -98,14 +99,11 @@ class GemmFp(SelftestMixin):
     def run(self, ctx: Context, case: Case) -> Outcome:
         p = self.p
         slot = case.occurrence % len(p["dtypes"])
-        name, chk = p["dtypes"][slot], DTYPES[p["checkers"][slot]]
+        name = p["dtypes"][slot]
         (m, k, n), repeats = p["shapes"][slot], p["repeats"][slot]
         with ctx.phase("setup"):
-            g = ctx.generator(case.seed)
-            a = calibrate.sample(p["inputs"], (m, k), g, DTYPES[name]).to(ctx.device)
-            b = calibrate.sample(p["inputs"], (k, n), g, DTYPES[name]).to(ctx.device)
+            a, b, enc = self._setup(ctx, case, slot)
             ctx.fault("operand_a", a)  # negative control: A is not encoded, so the error is consistent
-            enc = vabft.encode(b, chk, rigorous=self.e_max[slot] is None)  # offline, as for a weight
             ctx.fault("operand_b_encoded", b)  # after encoding: the checksum no longer matches B
         found: list[Mismatch] = []
         bad_rows, ratio = 0, 0.0
@@ -137,6 +135,26 @@ class GemmFp(SelftestMixin):
                 "max_ratio": ratio,  # max |D|/T: headroom left by the threshold (≥ 1 means a row failed)
             },
         )
+
+    def _setup(
+        self, ctx: Context, case: Case, slot: int
+    ) -> tuple[torch.Tensor, torch.Tensor, vabft.Encoding]:
+        """Operands from the case seed and B's encoding, taken before any fault site ("offline").
+
+        With reuse_product (self-test only), a case with the same seed and slot as the last one gets copies
+        of the same operands and encoding instead of drawing and encoding them again.
+        """
+        p, key = self.p, (case.seed, slot)
+        if p["reuse_product"] and self._setup_memo is not None and self._setup_memo[0] == key:
+            _, a, b, enc = self._setup_memo
+            return a.clone(), b.clone(), enc  # copies: the fault sites corrupt operands in place
+        (m, k, n), dtype, g = p["shapes"][slot], DTYPES[p["dtypes"][slot]], ctx.generator(case.seed)
+        a = calibrate.sample(p["inputs"], (m, k), g, dtype).to(ctx.device)
+        b = calibrate.sample(p["inputs"], (k, n), g, dtype).to(ctx.device)
+        enc = vabft.encode(b, DTYPES[p["checkers"][slot]], rigorous=self.e_max[slot] is None)
+        if p["reuse_product"]:
+            self._setup_memo = (key, a.clone(), b.clone(), enc)
+        return a, b, enc
 
     def _product(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         """C = A @ B, or (self-test only) the last C when A and B are bit-identical to the last case's."""

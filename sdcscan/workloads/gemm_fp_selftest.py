@@ -29,7 +29,7 @@ class SelftestMixin:
         "float32": _variant("float32", [256, 1024, 256]),
         "float64": _variant("float64", [128, 512, 128]),
         "bfloat16": _variant("bfloat16", [128, 1024, 256]),  # the shape of the V-ABFT paper's Table 8
-        "float16": _variant("float16", [64, 256, 64]),
+        "float16": _variant("float16", [128, 256, 128]),
     }
 
     @classmethod
@@ -50,11 +50,8 @@ class SelftestMixin:
     def selftest_floor(cls, variant: str, site: str, bit: int | str) -> float | None:
         """Minimum detection fraction (None: report only), from the issue's targets and the recipe §5.3."""
         exp0 = _LAYOUT[variant][1]
-        if site == "output" and isinstance(bit, int):
-            if variant == "bfloat16" and bit >= 10:
-                return 1.0 if 11 <= bit <= 14 else 0.99
-            if variant in ("float32", "float64") and bit >= exp0:
-                return 0.96
-        if site == "operand_b_encoded" and isinstance(bit, int) and bit >= exp0:
-            return 0.96
-        return None
+        if not isinstance(bit, int) or site not in ("output", "operand_b_encoded") or bit < exp0:
+            return None  # mantissa bits: detection depends on the value, so it is reported, not required
+        if site == "output" and variant == "bfloat16" and bit in (10, 11, 12, 13, 14):
+            return 0.99 if bit == 10 else 1.0  # the issue's target (V-ABFT paper, Table 8)
+        return 0.96  # sign and exponent bits (issue: fp32 ≥ 96%; recipe §5.3: 96-100%)
