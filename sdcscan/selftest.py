@@ -109,6 +109,8 @@ def run_selftest(
         trials: trials per (site, bit), and clean trials per variant.
         seed: run seed; trial seeds derive from it.
         on_variant: called with (workload, variant) before each variant (progress).
+    The sweep runs on one CPU thread, as a per-core unit does.
+
     Returns:
         {"seed", "trials", "rows": [...], "passed"}; `rows` holds one clean record per (workload, variant)
         and one record per (workload, variant, site, bit).
@@ -118,11 +120,17 @@ def run_selftest(
     if trials < 1:
         raise UsageError(f"--trials must be at least 1 (got {trials})")
     rows: list[dict[str, Any]] = []
-    for cls in selftest_workloads(names):
-        for variant in cls.selftest_variants:
-            if on_variant is not None:
-                on_variant(cls.name, variant)
-            rows.extend(_run_variant(cls, variant, trials, seed))
+    classes = selftest_workloads(names)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as a per-core unit runs, and as e_max was calibrated
+    try:
+        for cls in classes:
+            for variant in cls.selftest_variants:
+                if on_variant is not None:
+                    on_variant(cls.name, variant)
+                rows.extend(_run_variant(cls, variant, trials, seed))
+    finally:
+        torch.set_num_threads(threads)
     return {"seed": seed, "trials": trials, "rows": rows, "passed": all(r["passed"] for r in rows)}
 
 
