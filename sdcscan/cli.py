@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from sdcscan import __version__
+from sdcscan.cli_abft import calibrate, selftest
 from sdcscan.cli_common import emit_json, reports_errors
 from sdcscan.cli_fleet import compare, golden
 from sdcscan.cli_ops import COMMANDS as OPS_COMMANDS
@@ -246,5 +247,5 @@ def _show(data: Any, as_json: bool, renderer: str) -> None:
     getattr(render, renderer)(data, render.stderr_console())
 
 
-for _command in (*OPS_COMMANDS, compare, golden):
+for _command in (*OPS_COMMANDS, compare, golden, calibrate, selftest):
     cli.add_command(_command)

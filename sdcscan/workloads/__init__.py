@@ -8,6 +8,7 @@ from typing import Any
 from sdcscan.errors import UsageError
 from sdcscan.workloads import (  # noqa: F401  (registers the workloads)
     embbag_int8,
+    gemm_fp,
     gemm_int8,
     matmul_golden,
     train,
