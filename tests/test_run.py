@@ -117,3 +117,17 @@ def test_report_on_disk_matches_stdout(run_cli, tmp_path: Path):
     proc = run_cli("run", "--budget", "10s", "--units", f"cpu:{CPUS[0]}", "-o", str(out), "--json")
     assert json.loads(proc.stdout) == load_report(out)
     assert (tmp_path / "r.journal.jsonl").exists()
+
+
+def test_qualify_one_host_against_a_golden_recorded_from_another_run(run_cli, tmp_path):
+    """CI qualification without peers: record a golden from one run, judge a later run against it."""
+    unit = f"cpu:{CPUS[0]}"
+    first = run_cli("run", "-p", "qualify", "--budget", "10s", "--units", unit, "-o", str(tmp_path / "a.json"))
+    assert first.returncode == 0, first.stderr
+    rec = run_cli("golden", "record", str(tmp_path / "a.json"), "-o", str(tmp_path / "golden.json"))
+    assert rec.returncode == 0, rec.stderr
+    second = run_cli("run", "-p", "qualify", "--budget", "10s", "--units", unit, "--golden", str(tmp_path / "golden.json"), "--json")
+    report = _report(second)
+    assert second.returncode == 0, second.stderr
+    assert report["units"][0]["verdict"] == "pass"
+    assert not [f for f in report["findings"] if f["kind"] == "golden" and "cannot" in f["message"]]
