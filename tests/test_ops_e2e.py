@@ -18,7 +18,7 @@ def test_failed_unit_stays_flagged_until_cleared_and_history_lists_both_runs(run
     bad = f"cpu:{CPUS[-1]}"
     db, junit, prom = tmp_path / "h.sqlite3", tmp_path / "j.xml", tmp_path / "m.prom"
     first = run_cli(
-        "run", "--budget", "12s", "--units", TWO, "--inject", f"{bad}:bitflip",
+        "run", "--budget", "15s", "--units", TWO, "--inject", f"{bad}:bitflip",
         "--history", str(db), "--junit", str(junit), "--prom", str(prom),
     )
     assert first.returncode == 1, first.stderr
@@ -33,7 +33,7 @@ def test_failed_unit_stays_flagged_until_cleared_and_history_lists_both_runs(run
     status = run_cli("status", "--history", str(db))
     assert status.returncode == 1 and bad in status.stderr
 
-    second = run_cli("run", "--budget", "10s", "--units", TWO, "--history", str(db))
+    second = run_cli("run", "--budget", "15s", "--units", TWO, "--history", str(db))
     assert second.returncode == 0, second.stderr
     assert run_cli("status", "--history", str(db)).returncode == 1  # a pass does not clear a failure
 

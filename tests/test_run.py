@@ -27,7 +27,7 @@ def _report(proc: subprocess.CompletedProcess[str]) -> dict:
 
 
 def test_clean_run_passes_covers_every_cpu_and_matches_the_schema(run_cli):
-    proc = run_cli("run", "--budget", "12s", "--json", "--hostname", "test-host")
+    proc = run_cli("run", "--budget", "15s", "--json", "--hostname", "test-host")
     report = _report(proc)
     assert proc.returncode == 0, proc.stderr
     assert report["verdict"] == "pass" and report["host"]["hostname"] == "test-host"
@@ -44,7 +44,7 @@ def test_clean_run_passes_covers_every_cpu_and_matches_the_schema(run_cli):
 @pytest.mark.parametrize("kind", ["bitflip@0.3", "nan@0.5"])
 def test_injected_faults_fail_the_bad_unit_only(run_cli, kind):
     bad, good = f"cpu:{CPUS[-1]}", f"cpu:{CPUS[0]}"
-    proc = run_cli("run", "--budget", "12s", "--units", TWO, "--inject", f"{bad}:{kind}", "--json")
+    proc = run_cli("run", "--budget", "15s", "--units", TWO, "--inject", f"{bad}:{kind}", "--json")
     report = _report(proc)
     assert proc.returncode == 1, proc.stderr
     verdicts = {u["id"]: u["verdict"] for u in report["units"]}
@@ -54,8 +54,8 @@ def test_injected_faults_fail_the_bad_unit_only(run_cli, kind):
 
 
 def test_same_seed_replays_identical_digests(run_cli, tmp_path):
-    a = _report(run_cli("run", "--budget", "10s", "--seed", "1234", "--json"))
-    b = _report(run_cli("run", "--budget", "10s", "--seed", "1234", "--json"))
+    a = _report(run_cli("run", "--budget", "15s", "--seed", "1234", "--json"))
+    b = _report(run_cli("run", "--budget", "15s", "--seed", "1234", "--json"))
     assert a["run"]["seed"] == b["run"]["seed"] == 1234 and a["run"]["seed_source"] == "cli"
     da = {(r["unit"], r["index"]): r["digest"] for r in case_records(a)}
     db = {(r["unit"], r["index"]): r["digest"] for r in case_records(b)}
@@ -114,7 +114,7 @@ def test_unwritable_report_path_is_exit_3_before_any_work(run_cli, tmp_path):
 
 def test_report_on_disk_matches_stdout(run_cli, tmp_path: Path):
     out = tmp_path / "r.json"
-    proc = run_cli("run", "--budget", "10s", "--units", f"cpu:{CPUS[0]}", "-o", str(out), "--json")
+    proc = run_cli("run", "--budget", "15s", "--units", f"cpu:{CPUS[0]}", "-o", str(out), "--json")
     assert json.loads(proc.stdout) == load_report(out)
     assert (tmp_path / "r.journal.jsonl").exists()
 
@@ -122,11 +122,11 @@ def test_report_on_disk_matches_stdout(run_cli, tmp_path: Path):
 def test_qualify_one_host_against_a_golden_recorded_from_another_run(run_cli, tmp_path):
     """CI qualification without peers: record a golden from one run, judge a later run against it."""
     unit = f"cpu:{CPUS[0]}"
-    first = run_cli("run", "-p", "qualify", "--budget", "10s", "--units", unit, "-o", str(tmp_path / "a.json"))
+    first = run_cli("run", "-p", "qualify", "--budget", "15s", "--units", unit, "-o", str(tmp_path / "a.json"))
     assert first.returncode == 0, first.stderr
     rec = run_cli("golden", "record", str(tmp_path / "a.json"), "-o", str(tmp_path / "golden.json"))
     assert rec.returncode == 0, rec.stderr
-    second = run_cli("run", "-p", "qualify", "--budget", "10s", "--units", unit, "--golden", str(tmp_path / "golden.json"), "--json")
+    second = run_cli("run", "-p", "qualify", "--budget", "15s", "--units", unit, "--golden", str(tmp_path / "golden.json"), "--json")
     report = _report(second)
     assert second.returncode == 0, second.stderr
     assert report["units"][0]["verdict"] == "pass"
