@@ -59,6 +59,9 @@ def run(**kw: Any) -> None:
         sdcscan run --budget 10s --inject cpu:1:bitflip@0.3   # prove the pipeline catches a bad unit
     """
     started = time.time()
+    from sdcscan.runner import warm_up_workers
+
+    warm_up_workers()
     opts = _scan_options(kw)
     golden_data = _load_golden(kw["golden_path"])
     from sdcscan.cli_ops import run_guard

@@ -42,6 +42,15 @@ def worker_context() -> Any:
     return ctx
 
 
+def warm_up_workers() -> None:
+    """Start the fork server now, so its torch import overlaps the parent's own start-up work."""
+    if "forkserver" in mp.get_all_start_methods():
+        from multiprocessing import forkserver
+
+        worker_context()
+        forkserver.ensure_running()
+
+
 class Terminated(BaseException):
     """Raised in the parent by the SIGTERM handler, like KeyboardInterrupt is for SIGINT."""
 
