@@ -102,8 +102,9 @@ class Runner:
         self.outcomes: list[dict[str, Any]] = []
         self.retests: dict[tuple[str, int], list[str | None]] = {}
 
-    def run(self, deadline: float) -> RunResult:
-        started = self.started = time.time()
+    def run(self, deadline: float, command_started: float | None = None) -> RunResult:
+        started = time.time()
+        self.command_started = command_started or started
         self.deadline = deadline
         interrupted = None
         try:
@@ -177,7 +178,7 @@ class Runner:
             state.cohort_fields, state.cohort = msg[3], cohort_key(msg[3])
             if time.time() >= self.deadline:
                 state.late = (
-                    f"the budget ended before this unit was ready ({time.time() - self.started:.1f} s to start "
+                    f"the budget ended before this unit was ready ({time.time() - self.command_started:.1f} s to start "
                     "torch and prepare workloads on this host); use a longer --budget"
                 )
             self.software = self.software or msg[4]

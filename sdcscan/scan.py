@@ -104,7 +104,7 @@ def scan(opts: ScanOptions, setup: dict[str, Any], on_event: Event, started: flo
         for u in setup["units"]
     ]
     on_event("start", run=run_doc, units=[u.id for u in setup["units"]], deadline=started + budget)
-    result = Runner(configs, journal, on_event).run(deadline=started + budget)
+    result = Runner(configs, journal, on_event).run(deadline=started + budget, command_started=started)
     journal.close()
     return finish(opts, setup, run_doc, result)
 
