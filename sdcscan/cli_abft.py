@@ -127,14 +127,19 @@ def _write_table(path: Path, table: dict[str, Any]) -> None:
 @click.option("--trials", default=100, show_default=True, help="Trials per clean run and per (site, bit).")
 @click.option("--seed", default=0, show_default=True, help="Run seed; every trial seed derives from it.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result object on stdout.")
+@click.option("--calibration", type=click.Path(dir_okay=False), help="gemm_fp calibration file (`sdcscan calibrate`).")
 @click.pass_context
-def selftest(ctx: click.Context, workloads: tuple[str, ...], trials: int, seed: int, as_json: bool) -> None:
+def selftest(
+    ctx: click.Context, workloads: tuple[str, ...], trials: int, seed: int, as_json: bool, calibration: str | None
+) -> None:
     """Inject single bit flips through each ABFT workload's fault sites and report detection.
 
     Per workload and variant: clean trials (must never fire), trials per fault site and bit position
     (detection must reach the workload's floor), and a negative-control site the check cannot see by
-    design (must stay silent). Exit 0 when all hold, 1 otherwise, 2 on bad options.
+    design (must stay silent). Exit 0 when all hold, 1 otherwise, 2 on bad options. Floors assume a
+    calibrated device: on an uncalibrated one gemm_fp uses a conservative bound and says so.
 
+    \b
     Example:
         sdcscan selftest --workloads gemm_fp --trials 200 --json > selftest.json
     """
@@ -148,8 +153,11 @@ def selftest(ctx: click.Context, workloads: tuple[str, ...], trials: int, seed: 
             trials=trials,
             seed=seed,
             on_variant=lambda w, v: console.print(f"selftest {w} {v} …") if sys.stderr.isatty() else None,
+            calibration=calibration,
         )
         render_selftest(result, console)
+        for note in result["notes"]:
+            console.print(f"note: {note}")
         if as_json:
             click.echo(json.dumps(result, indent=2))
         ctx.exit(EXIT_PASS if result["passed"] else EXIT_FAIL)

@@ -101,6 +101,7 @@ def run_selftest(
     trials: int = DEFAULT_TRIALS,
     seed: int = DEFAULT_SEED,
     on_variant: Callable[[str, str], None] | None = None,
+    calibration: str | None = None,
 ) -> dict[str, Any]:
     """Sweep the self-test of each workload and variant.
 
@@ -109,17 +110,20 @@ def run_selftest(
         trials: trials per (site, bit), and clean trials per variant.
         seed: run seed; trial seeds derive from it.
         on_variant: called with (workload, variant) before each variant (progress).
+        calibration: a calibration file for the workloads that take one (gemm_fp).
     The sweep runs on one CPU thread, as a per-core unit does.
 
     Returns:
-        {"seed", "trials", "rows": [...], "passed"}; `rows` holds one clean record per (workload, variant)
-        and one record per (workload, variant, site, bit).
+        {"seed", "trials", "rows": [...], "notes": [...], "passed"}; `rows` holds one clean record per
+        (workload, variant) and one record per (workload, variant, site, bit); `notes` are the workloads'
+        facts about this device (e.g. that it is uncalibrated).
     Raises:
         UsageError: bad arguments.
     """
     if trials < 1:
         raise UsageError(f"--trials must be at least 1 (got {trials})")
     rows: list[dict[str, Any]] = []
+    notes: list[str] = []
     classes = selftest_workloads(names)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as a per-core unit runs, and as e_max was calibrated
@@ -128,18 +132,23 @@ def run_selftest(
             for variant in cls.selftest_variants:
                 if on_variant is not None:
                     on_variant(cls.name, variant)
-                rows.extend(_run_variant(cls, variant, trials, seed))
+                extra = {"calibration": calibration} if calibration and "calibration" in cls.defaults else {}
+                rows.extend(_run_variant(cls, variant, trials, seed, extra, notes))
     finally:
         torch.set_num_threads(threads)
-    return {"seed": seed, "trials": trials, "rows": rows, "passed": all(r["passed"] for r in rows)}
+    passed = all(r["passed"] for r in rows)
+    return {"seed": seed, "trials": trials, "rows": rows, "notes": notes, "passed": passed}
 
 
-def _run_variant(cls: Any, variant: str, trials: int, seed: int) -> list[dict[str, Any]]:
+def _run_variant(
+    cls: Any, variant: str, trials: int, seed: int, extra: dict[str, Any], notes: list[str]
+) -> list[dict[str, Any]]:
     """Clean and injected trials for one variant, seed-major; returns its records."""
-    params = {**cls.defaults, **cls.selftest_variants[variant]}
+    params = {**cls.defaults, **cls.selftest_variants[variant], **extra}
     workload = cls(params)
     ctx = Context(unit="cpu:0", device=torch.device("cpu"), run_seed=seed, params=params)
     workload.prepare(ctx)
+    notes.extend(n for n in ctx.notes if n not in notes)
     negative = tuple(getattr(cls, "negative_sites", ()))
     sites = list(dict.fromkeys([*cls.fault_sites, *negative]))
     tallies = [

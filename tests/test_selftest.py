@@ -16,9 +16,27 @@ SITE_KEYS = {"workload", "variant", "site", "bit", "trials", "detected"}
 CLEAN_KEYS = {"workload", "variant", "site", "trials", "false_positives"}
 
 
-def test_gemm_fp_selftest_runs_and_reports_documented_rows():
+@pytest.fixture
+def calibrated_here(tmp_path) -> str:
+    """The shipped calibration re-keyed to this CPU (×2 margin) when it lacks an entry, so floors apply anywhere."""
+    import torch
+
+    from sdcscan import calibrate
+    from sdcscan.units import device_model
+
+    table = calibrate.load_table()
+    model = device_model(torch.device("cpu"))
+    if not any(e["device_model"] == model for e in table["entries"]):
+        table["entries"] = [{**e, "device_model": model, "e_max": 2 * e["e_max"]} for e in table["entries"]]
+    path = tmp_path / "calibration.json"
+    path.write_text(json.dumps(table))
+    return str(path)
+
+
+def test_gemm_fp_selftest_runs_and_reports_documented_rows(calibrated_here):
     """Two trials of every gemm_fp variant: exit 0, a clean row per variant, a row per (site, bit)."""
-    r = CliRunner().invoke(selftest, ["--workloads", "gemm_fp", "--trials", "2", "--json"])
+    args = ["--workloads", "gemm_fp", "--trials", "2", "--json", "--calibration", calibrated_here]
+    r = CliRunner().invoke(selftest, args)
     assert r.exit_code == 0, r.stderr
     result = json.loads(r.stdout)
     rows = result["rows"]
@@ -34,6 +52,18 @@ def test_gemm_fp_selftest_runs_and_reports_documented_rows():
     bf16 = {x["bit"]: x for x in sites if x["variant"] == "bfloat16" and x["site"] == "output"}
     assert [bf16[b]["floor"] for b in (10, 11, 14)] == [0.99, 1.0, 1.0]
     assert "selftest: pass" in r.stderr and result["passed"]
+    assert not [n for n in result["notes"] if "no calibration" in n]
+
+
+def test_uncalibrated_device_is_named_in_the_notes(tmp_path):
+    """On a device the table does not know, gemm_fp falls back to a conservative bound and says so."""
+    empty = tmp_path / "empty.json"
+    empty.write_text(json.dumps({"schema": "sdcscan-calibration/1", "c": 2.5, "entries": []}))
+    args = ["--workloads", "gemm_fp", "--trials", "1", "--json", "--calibration", str(empty)]
+    r = CliRunner().invoke(selftest, args)
+    result = json.loads(r.stdout)
+    assert any("no calibration for" in n and "sdcscan calibrate" in n for n in result["notes"])
+    assert "note: gemm_fp: no calibration" in r.stderr
 
 
 class _Fake:

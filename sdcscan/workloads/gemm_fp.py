@@ -85,7 +85,8 @@ class GemmFp(SelftestMixin):
             if entry is None:
                 ctx.note(
                     f"gemm_fp: no calibration for {model} ({dtype}, {chk} checker); using the conservative "
-                    "rigorous bound (recipe §5.2), which detects fewer small errors: run `sdcscan calibrate`"
+                    "rigorous bound, which detects fewer small errors: run `sdcscan calibrate -o cal.json` "
+                    "and pass `--calibration cal.json`"
                 )
                 continue
             e_max, k, k_max = float(entry["e_max"]), p["shapes"][slot][1], int(entry["k_max"])
