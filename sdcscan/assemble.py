@@ -170,7 +170,7 @@ def _unit_doc(u: dict[str, Any], cases: list[dict[str, Any]], judgement: Judgeme
             "workload": [o["workload"] for o in cases],
             "digest": [o.get("digest") for o in cases],
             "status": [o["status"] for o in cases],
-            "seconds": [round(o.get("seconds") or 0.0, 4) for o in cases],
+            "seconds": [round(o.get("seconds") or 0.0, 3) for o in cases],
         },
     }
 

@@ -11,7 +11,12 @@ from typing import Any
 import click
 
 from sdcscan import __version__
+from sdcscan.cli_abft import calibrate, selftest
 from sdcscan.cli_common import emit_json, reports_errors
+from sdcscan.cli_fleet import compare, golden
+from sdcscan.cli_ops import COMMANDS as OPS_COMMANDS
+from sdcscan.cli_ops import output_options
+from sdcscan.cli_report import report as report_cmd
 from sdcscan.errors import EXIT_INTERRUPTED
 
 
@@ -37,6 +42,8 @@ def cli() -> None:
 @click.option("--inject", multiple=True, metavar="UNIT:KIND[@RATE]", help="Fault injection: bitflip, nan, hang, crash, raise.")
 @click.option("--retest", type=click.IntRange(0, 128), help="Re-runs of each failing case on its unit (default: the profile's, 3; 0: off).")
 @click.option("--calibration", type=click.Path(dir_okay=False), help="gemm_fp calibration file from `sdcscan calibrate`.")
+@click.option("--golden", "golden_path", type=click.Path(dir_okay=False), help="Judge digests against a golden file (`sdcscan golden record`).")
+@output_options
 @reports_errors
 def run(**kw: Any) -> None:
     """Run the profile's workloads on every unit of this host for the time budget.
@@ -55,31 +62,78 @@ def run(**kw: Any) -> None:
     \b
     Example:
         sdcscan run                              # quick profile, 60 s, all units
-        sdcscan run -p burnin --budget 2h -o /var/lib/sdcscan/report.json
+        sdcscan run -p burnin --budget 2h -o /var/lib/sdcscan/report.json --junit junit.xml
         sdcscan run --budget 10s --inject cpu:1:bitflip@0.3   # prove the pipeline catches a bad unit
     """
     started = time.time()
+    from sdcscan.runner import warm_up_workers
+
+    warm_up_workers()
     opts = _scan_options(kw)
-    from sdcscan.render import Progress, render_summary, stderr_console
-    from sdcscan.scan import prepare, scan
+    golden_data = _load_golden(kw["golden_path"])
+    from sdcscan.cli_ops import run_guard
+    from sdcscan.render import stderr_console
 
     console = stderr_console()
     try:
-        setup = prepare(opts)
-        signal.signal(signal.SIGTERM, _raise_terminated)
-        with Progress(console) as progress:
-            report = scan(opts, setup, progress, started)
+        with run_guard(kw["history"], kw["no_history"]) as note:
+            if note:
+                console.print(note)
+            report = _scan_with_telemetry(opts, console, started)
+            if golden_data is not None:
+                from sdcscan.golden import apply_golden
+
+                report = apply_golden(report, golden_data)
+            _write_outputs(report, opts, kw, console)
     except KeyboardInterrupt:
         console.print("interrupted before any case ran\nexit: interrupted")
         sys.exit(EXIT_INTERRUPTED)
+    sys.exit(report["exit_code"])
+
+
+def _load_golden(path: str | None) -> Any:
+    """Read the golden before any work, so a bad path fails in a second, not after the budget."""
+    if path is None:
+        return None
+    from sdcscan.golden import load_golden
+
+    return load_golden(path)
+
+
+def _scan_with_telemetry(opts: Any, console: Any, started: float) -> dict[str, Any]:
+    from sdcscan.render import Progress
+    from sdcscan.scan import prepare, scan
+    from sdcscan.telemetry import Sampler, telemetry_findings
+
+    setup = prepare(opts)
+    signal.signal(signal.SIGTERM, _raise_terminated)
+    with Sampler(setup["units"], interval_s=5.0) as sampler, Progress(console) as progress:
+        report = scan(opts, setup, progress, started)
+    report["telemetry"] = sampler.summary()
+    report["findings"] += telemetry_findings(report["telemetry"])
+    return report
+
+
+def _write_outputs(report: dict[str, Any], opts: Any, kw: dict[str, Any], console: Any) -> None:
+    """Report file first (nothing lost), then JUnit/Prometheus/history; the summary is shown in any case."""
+    from sdcscan.cli_ops import after_run
+    from sdcscan.render import render_summary
+
     try:
         if opts.out is not None:
             _write_report(opts.out, report)
+        after_run(
+            report,
+            str(opts.out) if opts.out else None,
+            junit=kw["junit"],
+            prom=kw["prom"],
+            history=kw["history"],
+            no_history=kw["no_history"],
+        )
     finally:
         render_summary(report, console)
         if kw["as_json"]:
             emit_json(report)
-    sys.exit(report["exit_code"])
 
 
 def _scan_options(kw: dict[str, Any]) -> Any:
@@ -214,6 +268,5 @@ def _show(data: Any, as_json: bool, renderer: str) -> None:
     getattr(render, renderer)(data, render.stderr_console())
 
 
-from sdcscan.cli_report import report  # noqa: E402 - registered after the group exists
-
-cli.add_command(report)
+for _command in (*OPS_COMMANDS, compare, golden, calibrate, selftest, report_cmd):
+    cli.add_command(_command)

@@ -22,7 +22,7 @@ class Journal:
         if path is not None:
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
-                self._f = open(path, "a", encoding="utf-8")  # noqa: SIM115 - kept open for the whole run
+                self._f = open(path, "w", encoding="utf-8")  # noqa: SIM115 - one journal per run, kept open
             except OSError as err:
                 raise RunError(f"cannot open journal {path}: {err.strerror or err}") from None
 

@@ -48,7 +48,9 @@ def write_json_atomic(path: str | os.PathLike[str], data: Any, *, indent: int | 
         raise ReportError(f"cannot write {target}: {err.strerror or err}") from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=indent, sort_keys=False, allow_nan=False)
+            # No spaces after separators: a burn-in report holds millions of per-case values.
+            separators = (",", ":") if indent is None else None
+            json.dump(data, f, indent=indent, separators=separators, allow_nan=False)
             f.write("\n")
             f.flush()
             os.fsync(f.fileno())

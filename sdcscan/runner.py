@@ -36,6 +36,26 @@ STOP_S = 3.0
 POLL_S = 0.1
 
 
+def worker_context() -> Any:
+    """Forkserver with torch preloaded: one torch import for all workers instead of one each
+    (seconds of CPU per unit on a 128-core host). Plain fork is unsafe once torch has started
+    threads or CUDA; the fork server has done neither. Spawn where forkserver does not exist."""
+    if "forkserver" not in mp.get_all_start_methods():
+        return mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["torch", "sdcscan.worker"])
+    return ctx
+
+
+def warm_up_workers() -> None:
+    """Start the fork server now, so its torch import overlaps the parent's own start-up work."""
+    if "forkserver" in mp.get_all_start_methods():
+        from multiprocessing import forkserver
+
+        worker_context()
+        forkserver.ensure_running()
+
+
 class Terminated(BaseException):
     """Raised in the parent by the SIGTERM handler, like KeyboardInterrupt is for SIGINT."""
 
@@ -55,6 +75,7 @@ class UnitState:
     notes: list[str] = field(default_factory=list)
     current: tuple[int, str, float] | None = None  # (case index, workload, started at)
     problem: str | None = None
+    late: str | None = None  # why a unit that started after the deadline ran no case
     results: list[CaseResult] = field(default_factory=list)
 
     @property
@@ -77,7 +98,7 @@ class Runner:
     """Run `configs` (one per unit) until `deadline`, then settle disputes with re-runs."""
 
     def __init__(self, configs: list[WorkerConfig], journal: Journal, on_event: Event, *, retest: int = 3):
-        self.ctx = mp.get_context("spawn")  # fork is unsafe with torch's threads and CUDA
+        self.ctx = worker_context()
         self.outbox = self.ctx.Queue()
         self.configs = {c.unit.id: c for c in configs}
         self.states = {c.unit.id: UnitState(c.unit) for c in configs}
@@ -88,8 +109,10 @@ class Runner:
         self.retest_count = retest
         self.overrun_at: float | None = None  # main pass only: a unit still busy after this is stopped as hung
 
-    def run(self, deadline: float) -> RunResult:
+    def run(self, deadline: float, command_started: float | None = None) -> RunResult:
         started = time.time()
+        self.command_started = command_started or started
+        self.deadline = deadline
         interrupted = None
         try:
             self.overrun_at = deadline + OVERRUN_S
@@ -127,7 +150,6 @@ class Runner:
             state.inbox.put(("plan", deadline))
             state.busy = True
         self.spawned_at = time.time()
-        self.deadline = deadline
 
     def _retest(self, until: float) -> None:
         """Re-run failing cases on their units and on peers (see verdict.retest_plan), all units at once."""
@@ -175,20 +197,7 @@ class Runner:
         if not state.alive:
             return
         if kind == "ready":
-            state.ready, state.notes = True, list(msg[2])
-            state.cohort_fields, state.cohort = msg[3], cohort_key(msg[3])
-            self.software = self.software or msg[4]
-            self.journal.write(
-                {
-                    "type": "unit",
-                    "unit": uid,
-                    "cohort": state.cohort,
-                    "notes": state.notes,
-                    "cohort_fields": state.cohort_fields,
-                    "software": msg[4],
-                }
-            )
-            self.emit("ready", unit=uid)
+            self._on_ready(state, *msg[2:])
         elif kind == "start":
             _, _, index, workload, _attempt = msg
             state.current = (index, workload, time.time())
@@ -199,6 +208,20 @@ class Runner:
             state.busy, state.current = False, None
         elif kind == "fatal":
             self._fail(state, msg[2], detail=msg[3])
+
+    def _on_ready(self, state: UnitState, notes: list[str], cohort_fields: dict[str, Any], software: dict[str, Any]) -> None:
+        state.ready, state.notes = True, list(notes)
+        state.cohort_fields, state.cohort = cohort_fields, cohort_key(cohort_fields)
+        if time.time() >= self.deadline:
+            state.late = (
+                f"the budget ended before this unit was ready ({time.time() - self.command_started:.1f} s to start "
+                "torch and prepare workloads on this host); use a longer --budget"
+            )
+        self.software = self.software or software
+        # Cohort, notes and software go to the journal too: `report --from-journal` needs them.
+        record = {"type": "unit", "unit": state.unit.id, "cohort": state.cohort, "notes": state.notes}
+        self.journal.write({**record, "cohort_fields": cohort_fields, "software": software})
+        self.emit("ready", unit=state.unit.id)
 
     def _record(self, state: UnitState, index: int, attempt: int, workload: str, out: dict[str, Any]) -> None:
         uid = state.unit.id

@@ -114,7 +114,7 @@ def scan(opts: ScanOptions, setup: dict[str, Any], on_event: Event, started: flo
     ]
     on_event("start", run=run_doc, units=[u.id for u in setup["units"]], deadline=started + budget)
     retest = profile.retest if opts.retest is None else opts.retest
-    result = Runner(configs, journal, on_event, retest=retest).run(deadline=started + budget)
+    result = Runner(configs, journal, on_event, retest=retest).run(deadline=started + budget, command_started=started)
     journal.close()
     return finish(opts, setup, run_doc, result)
 
@@ -135,7 +135,7 @@ def finish(opts: ScanOptions, setup: dict[str, Any], run_doc: dict[str, Any], re
         cohorts={s.cohort: s.cohort_fields for s in result.states.values() if s.cohort},
         units=unit_docs,
         outcomes=result.outcomes,
-        problems={uid: s.problem for uid, s in result.states.items() if s.problem},
+        problems={uid: s.problem or s.late for uid, s in result.states.items() if s.problem or (s.late and not s.results)},
         interrupted=result.interrupted,
     )
 

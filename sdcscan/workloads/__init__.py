@@ -6,7 +6,13 @@ import difflib
 from typing import Any
 
 from sdcscan.errors import UsageError
-from sdcscan.workloads import matmul_golden, train  # noqa: F401  (registers the workloads)
+from sdcscan.workloads import (  # noqa: F401  (registers the workloads)
+    embbag_int8,
+    gemm_fp,
+    gemm_int8,
+    matmul_golden,
+    train,
+)
 from sdcscan.workloads.base import REGISTRY
 
 

@@ -1,0 +1,75 @@
+"""Benchmark: per workload, the share of case time spent computing vs checking and bookkeeping, and cases/s.
+
+Runs each workload's cases in this process on one pinned thread, exactly as a worker does, and prints
+JSON. Usage: python scripts/bench_workloads.py [--profile quick] [--cases 20] [--cpu 0]
+Run it on an otherwise idle machine: two benchmarks at once on two cores measure each other.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--profile", default="quick")
+    ap.add_argument("--cases", type=int, default=20, help="cases per workload")
+    ap.add_argument("--cpu", type=int, default=0)
+    args = ap.parse_args()
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {args.cpu})
+    import torch
+
+    torch.set_num_threads(1)
+    from sdcscan.plan import Plan
+    from sdcscan.profile import load_profile
+    from sdcscan.workloads import get
+    from sdcscan.workloads.base import Context
+
+    profile = load_profile(args.profile)
+    plan = Plan(profile, seed=1234)
+    records = []
+    for spec in profile.workloads:
+        params = spec.params_for("cpu")
+        ctx = Context(unit=f"cpu:{args.cpu}", device=torch.device("cpu"), run_seed=1234, params=params)
+        workload = get(spec.name)(params)
+        workload.prepare(ctx)
+        indices = [i for i in range(10 * args.cases) if plan.workload_of(i) == spec.name][: args.cases + 1]
+        ctx.begin_case(None)
+        workload.run(ctx, plan.case(indices.pop()))  # warm-up: first calls allocate and pick kernels
+        phases: dict[str, float] = {}
+        total = ops = 0.0
+        for index in indices:
+            ctx.begin_case(None)
+            start = time.perf_counter()
+            out = workload.run(ctx, plan.case(index))
+            total += time.perf_counter() - start
+            ops += out.ops
+            for k, v in ctx.phases.items():
+                phases[k] = phases.get(k, 0.0) + v
+        records.append(
+            {
+                "workload": spec.name,
+                "cases": len(indices),
+                "case_s_mean": round(total / len(indices), 4),
+                "cases_per_s_per_unit": round(len(indices) / total, 2),
+                "compute_share": round(phases.get("compute", 0.0) / total, 4),
+                "check_share": round(phases.get("check", 0.0) / total, 4),
+                "setup_share": round(phases.get("setup", 0.0) / total, 4),
+                "other_share": round(1 - sum(phases.values()) / total, 4),
+                "ops_per_s": round(ops / total, 1),
+                "ops_unit": out.ops_unit,
+            }
+        )
+    print(json.dumps(records, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,213 @@
+"""Commands for sdcscan in production (export, history, status, clear) and the output options of `run`.
+
+`run` gets `@output_options` (--junit, --prom, --history, --no-history), wraps the run in
+`run_guard(...)` and calls `after_run(...)` once the report is written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from sdcscan import history as hist
+from sdcscan.cli_common import emit_json, reports_errors
+from sdcscan.errors import EXIT_FAIL, ReportError, RunError, SdcscanError, UsageError
+
+F = TypeVar("F", bound=Callable[..., Any])
+UNIT_ID = re.compile(r"^(cpu|cuda):[0-9]+$")
+HISTORY_ENV = "SDCSCAN_HISTORY"
+_HISTORY_HELP = f"History database [env {HISTORY_ENV}; default $XDG_STATE_HOME/sdcscan/history.sqlite3]."
+_history_option = click.option(
+    "--history", "history", type=click.Path(dir_okay=False), envvar=HISTORY_ENV, help=_HISTORY_HELP
+)
+
+
+def output_options(func: F) -> F:
+    """Add --junit PATH, --prom PATH, --history PATH and --no-history to a command (for `run`)."""
+    func = click.option("--no-history", is_flag=True, help="Do not record this run in the history database.")(
+        func
+    )
+    func = _history_option(func)
+    func = click.option(
+        "--prom",
+        type=click.Path(dir_okay=False),
+        help="Also write Prometheus metrics (node_exporter textfile).",
+    )(func)
+    return click.option("--junit", type=click.Path(dir_okay=False), help="Also write a JUnit XML file.")(func)
+
+
+def history_path(history: str | os.PathLike[str] | None) -> Path:
+    """The history database: the given path, else the default in the user's state directory."""
+    return Path(history) if history else hist.default_history_path()
+
+
+@contextlib.contextmanager
+def run_guard(history: str | None, no_history: bool) -> Iterator[str | None]:
+    """Hold the run lock (next to the history database) around a run.
+
+    Yields:
+        None, or with --no-history when the state directory is not writable (a read-only container),
+        a note saying the run goes on unlocked; the caller may show it.
+
+    Raises:
+        RunActiveError: another run is active on this host (exit 3).
+        RunError: the lock could not be created and history is on.
+    """
+    with contextlib.ExitStack() as stack:
+        note = None
+        try:
+            stack.enter_context(hist.run_lock(history_path(history).parent))
+        except hist.RunActiveError:
+            raise
+        except RunError as err:
+            if not no_history:
+                raise
+            note = f"running without the run lock: {err}"
+        yield note
+
+
+def after_run(
+    report: dict[str, Any],
+    report_path: str | None,
+    *,
+    junit: str | None,
+    prom: str | None,
+    history: str | None,
+    no_history: bool,
+) -> None:
+    """Write the JUnit and Prometheus files and record the run in the history, as the options asked.
+
+    Every output is attempted even if an earlier one fails.
+
+    Raises:
+        ReportError: one or more outputs could not be written; the message names each.
+    """
+    from sdcscan.junit import write_junit  # imported here: `sdcscan --help` stays fast
+    from sdcscan.prom import write_prom
+
+    steps: list[tuple[Callable[..., None], tuple[Any, ...]]] = []
+    if junit:
+        steps.append((write_junit, (report, junit)))
+    if prom:
+        steps.append((write_prom, (report, prom)))
+    if not no_history:
+        steps.append((hist.record_run, (history_path(history), report, report_path)))
+    problems = []
+    for fn, args in steps:
+        try:
+            fn(*args)
+        except SdcscanError as err:
+            problems.append(str(err))
+    if problems:
+        raise ReportError("; ".join(problems))
+
+
+@click.command("export")
+@click.argument("report", type=click.Path(dir_okay=False))
+@click.option("--junit", type=click.Path(dir_okay=False), help="Write JUnit XML here.")
+@click.option("--prom", type=click.Path(dir_okay=False), help="Write Prometheus textfile metrics here.")
+@reports_errors
+def export_cmd(report: str, junit: str | None, prom: str | None) -> None:
+    """Write JUnit XML and/or Prometheus metrics from an existing report.
+
+    \b
+    Example:
+        sdcscan export report.json --junit sdcscan.xml
+        sdcscan export report.json --prom /var/lib/node_exporter/textfile/sdcscan.prom
+    """
+    from sdcscan.render_ops import print_written
+    from sdcscan.report import load_report
+
+    if not junit and not prom:
+        raise UsageError("export needs --junit PATH and/or --prom PATH")
+    data = load_report(report)
+    after_run(data, report, junit=junit, prom=prom, history=None, no_history=True)
+    print_written([p for p in (junit, prom) if p])
+
+
+@click.command("history")
+@click.option("--unit", help="Only runs that included this unit (e.g. cpu:3), with its verdict.")
+@click.option(
+    "--limit", type=click.IntRange(min=0), default=20, show_default=True, help="Newest N runs; 0 = all."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the runs as JSON on stdout.")
+@_history_option
+@reports_errors
+def history_cmd(unit: str | None, limit: int, as_json: bool, history: str | None) -> None:
+    """List recorded runs and their per-unit verdicts, newest first.
+
+    \b
+    Example:
+        sdcscan history
+        sdcscan history --unit cpu:3 --json
+    """
+    from sdcscan.render_ops import print_history
+
+    if unit:
+        _check_unit(unit)
+    path = history_path(history)
+    found = hist.runs(path, unit=unit, limit=limit or None)
+    if as_json:
+        emit_json(found)
+    else:
+        print_history(found, str(path))
+
+
+@click.command("status")
+@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON on stdout.")
+@_history_option
+@reports_errors
+def status_cmd(as_json: bool, history: str | None) -> None:
+    """Show units flagged by a failure; exit 1 while any is flagged.
+
+    A unit that failed once stays flagged, even if later runs pass, until an operator clears it
+    with `sdcscan clear UNIT --reason TEXT`.
+
+    \b
+    Example:
+        sdcscan status || echo "some unit miscomputed; see above"
+        sdcscan status --json
+    """
+    from sdcscan.render_ops import print_status
+
+    state = hist.status(history_path(history))
+    if as_json:
+        emit_json({**state, "ok": not state["flagged"]})
+    else:
+        print_status(state)
+    if state["flagged"]:
+        click.get_current_context().exit(EXIT_FAIL)
+
+
+@click.command("clear")
+@click.argument("unit")
+@click.option("--reason", help="Required: why the unit is trusted again (recorded), e.g. 'replaced'.")
+@_history_option
+@reports_errors
+def clear_cmd(unit: str, reason: str | None, history: str | None) -> None:
+    """Clear a flagged unit after repair or replacement; the reason is recorded.
+
+    \b
+    Example:
+        sdcscan clear cpu:1 --reason "replaced CPU, RMA 1234"
+    """
+    from sdcscan.render_ops import print_cleared
+
+    _check_unit(unit)
+    if reason is None:  # checked here, not by click, so the error is one line like every other
+        raise UsageError("clear needs --reason TEXT (recorded with the time and your user name)")
+    print_cleared(hist.clear(history_path(history), unit, reason))
+
+
+COMMANDS = (export_cmd, history_cmd, status_cmd, clear_cmd)
+
+
+def _check_unit(unit: str) -> None:
+    if not UNIT_ID.match(unit):
+        raise UsageError(f"{unit!r} is not a unit id (expected cpu:N or cuda:N)")

@@ -1,0 +1,255 @@
+"""Goldens: the fleet's consensus digest per (plan, cohort, case), so one host can be judged with no peers.
+
+`record` keeps only cases with a clear (strict) majority and lists the rest as refused; `judge`
+compares a report's units with the golden of the same plan and cohort; `apply_golden` folds that
+judgement into a report before it is written (`sdcscan run --golden`). No I/O except `load_golden`.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sdcscan import __version__
+from sdcscan.errors import UsageError
+from sdcscan.fleet_consensus import signature, tally
+from sdcscan.fleet_model import Extractor, HostReport, Plan, UnitRecord, dedupe
+from sdcscan.golden_apply import fold_judgements
+
+GOLDEN_VERSION = 1
+MAX_GOLDEN_BYTES = 256 << 20
+
+GoldenEntry = dict[int, tuple[str, str]]  # case index -> (digest, workload)
+GoldenIndex = dict[tuple[Plan, str], GoldenEntry]  # (plan, cohort) -> entry
+
+
+class GoldenError(UsageError):
+    """A golden file is unreadable or not a golden: exit 2, the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class Disagreement:
+    """One case where a unit's digest is not the golden one."""
+
+    index: int
+    workload: str
+    expected: str
+    actual: str
+
+
+@dataclass(frozen=True, slots=True)
+class UnitJudgement:
+    """How one unit of a report compares with a golden."""
+
+    unit: str
+    cohort: str
+    judged: bool  # False: the golden has no entry for this plan and cohort
+    cases_judged: int
+    disagreements: tuple[Disagreement, ...]
+
+    @property
+    def verdict(self) -> str:
+        """`pass`, `fail`, or `unjudged` when the golden cannot say."""
+        if not self.judged:
+            return "unjudged"
+        return "fail" if self.disagreements else "pass"
+
+
+def record(reports: Iterable[dict[str, Any]], *, min_votes: int = 1) -> dict[str, Any]:
+    """Build a golden from parsed reports: the strict-majority digest per (plan, cohort, case).
+
+    Args:
+        reports: parsed report documents (duplicates of one host and run are counted once).
+        min_votes: fewest units that must have produced the winning digest for a case to be recorded.
+
+    Raises:
+        ReportError: a document is not a usable report.
+    """
+    ex = Extractor()
+    kept, _ = dedupe([ex.extract(r, source=f"report {n}") for n, r in enumerate(reports)])
+    return record_extracted(kept, min_votes=min_votes)
+
+
+def record_extracted(reports: list[HostReport], *, min_votes: int = 1) -> dict[str, Any]:
+    """Like `record`, from extracted, de-duplicated reports (what `sdcscan golden record` reads)."""
+    groups: dict[tuple[Plan, str], dict[Any, list[UnitRecord]]] = {}
+    for r in reports:
+        for u in r.units:
+            groups.setdefault((r.plan, u.cohort), {}).setdefault(signature(u), []).append(u)
+    entries, refused = [], []
+    for (plan, cohort), sigs in sorted(groups.items()):
+        t = tally((s, len(units)) for s, units in sigs.items())
+        workload = _workloads(sigs)
+        counts = _winning_votes(sigs, t.majority)
+        cols: dict[str, list[Any]] = {"index": [], "workload": [], "digest": [], "votes": [], "voters": []}
+        for i in sorted(t.voters):
+            where = {"profile_sha256": plan[0], "seed": plan[1], "cohort": cohort, "index": i}
+            if i in t.undecided:
+                voters, distinct = t.undecided[i]
+                reason = f"no strict majority among {voters} units ({distinct} different digests)"
+                refused.append({**where, "workload": workload[i], "reason": reason})
+            elif counts[i] < min_votes:
+                reason = f"only {counts[i]} unit(s) produced it; at least {min_votes} required"
+                refused.append({**where, "workload": workload[i], "reason": reason})
+            else:
+                for key, value in (
+                    ("index", i),
+                    ("workload", workload[i]),
+                    ("digest", t.majority[i]),
+                    ("votes", counts[i]),
+                    ("voters", t.voters[i]),
+                ):
+                    cols[key].append(value)
+        if cols["index"]:
+            units = sum(len(v) for v in sigs.values())
+            entries.append(
+                {"profile_sha256": plan[0], "seed": plan[1], "cohort": cohort, "units": units, "cases": cols}
+            )
+    return {
+        "golden_version": GOLDEN_VERSION,
+        "tool": {"name": "sdcscan", "version": __version__},
+        "reports": len(reports),
+        "entries": entries,
+        "refused": refused,
+    }
+
+
+def _workloads(sigs: dict[Any, list[UnitRecord]]) -> dict[int, str]:
+    """Case index -> workload; within a plan every unit ran the same workload for a given index."""
+    out: dict[int, str] = {}
+    for units in sigs.values():
+        u = units[0]
+        for i, w in zip(u.indices, u.workloads, strict=True):
+            out.setdefault(i, w)
+    return out
+
+
+def _winning_votes(sigs: dict[Any, list[UnitRecord]], majority: dict[int, str]) -> dict[int, int]:
+    """Case index -> number of units that produced the majority digest."""
+    votes: dict[int, int] = {}
+    for (indices, digests), units in sigs.items():
+        for i, d in zip(indices, digests, strict=True):
+            if d is not None and majority.get(i) == d:
+                votes[i] = votes.get(i, 0) + len(units)
+    return votes
+
+
+def validate_golden(data: Any, *, label: str = "golden") -> dict[str, Any]:
+    """Check a golden document's structure; return it unchanged.
+
+    Raises:
+        GoldenError: not a golden of a version this sdcscan reads, or malformed.
+    """
+    if not isinstance(data, dict) or "golden_version" not in data:
+        raise GoldenError(
+            f"{label}: not a golden file (no golden_version); make one with `sdcscan golden record`"
+        )
+    if data["golden_version"] != GOLDEN_VERSION:
+        raise GoldenError(
+            f"{label}: golden_version {data['golden_version']!r} is not supported "
+            f"(this sdcscan reads {GOLDEN_VERSION})"
+        )
+    entries = data.get("entries")
+    if not isinstance(entries, list):
+        raise GoldenError(f"{label}: malformed golden (entries is not a list)")
+    for e in entries:
+        ok = isinstance(e, dict) and isinstance(e.get("profile_sha256"), str)
+        ok = ok and isinstance(e.get("seed"), int) and isinstance(e.get("cohort"), str)
+        cols = e.get("cases") if ok else None
+        ok = ok and isinstance(cols, dict)
+        if not ok or any(not isinstance(cols.get(c), list) for c in ("index", "workload", "digest")):
+            raise GoldenError(f"{label}: malformed golden entry")
+        if not len(cols["index"]) == len(cols["workload"]) == len(cols["digest"]):
+            raise GoldenError(f"{label}: golden entry with case columns of different lengths")
+    return data
+
+
+def load_golden(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read and validate a golden file.
+
+    Raises:
+        GoldenError: unreadable, not JSON, or not a golden; the message names the file.
+    """
+    p = Path(path)
+    try:
+        if p.stat().st_size > MAX_GOLDEN_BYTES:
+            raise GoldenError(f"{p}: too large for a golden file")
+        data = json.loads(p.read_bytes().decode("utf-8"))
+    except OSError as err:
+        raise GoldenError(f"{p}: cannot read golden: {err.strerror or err}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        raise GoldenError(f"{p}: golden is truncated or not JSON") from None
+    return validate_golden(data, label=str(p))
+
+
+def index_golden(golden: dict[str, Any]) -> GoldenIndex:
+    """(plan, cohort) -> {case index: (digest, workload)} for fast lookups."""
+    out: GoldenIndex = {}
+    for e in validate_golden(golden)["entries"]:
+        c = e["cases"]
+        out[((e["profile_sha256"], e["seed"]), e["cohort"])] = {
+            i: (d, w) for i, d, w in zip(c["index"], c["digest"], c["workload"], strict=True)
+        }
+    return out
+
+
+def judge_unit(unit: UnitRecord, entry: GoldenEntry) -> tuple[int, tuple[Disagreement, ...]]:
+    """(cases judged, disagreements) of one unit against the golden entry of its plan and cohort."""
+    judged, bad = 0, []
+    for i, d, w in zip(unit.indices, unit.digests, unit.workloads, strict=True):
+        g = entry.get(i) if d is not None else None
+        if g is None:
+            continue
+        judged += 1
+        if g[0] != d:
+            bad.append(Disagreement(i, w, g[0], d))
+    return judged, tuple(bad)
+
+
+def judge(report: dict[str, Any], golden: dict[str, Any]) -> list[UnitJudgement]:
+    """Compare every unit of a report with the golden of the same plan and cohort.
+
+    Args:
+        report: a parsed report (schema version 1).
+        golden: a golden document (`record` or `load_golden`).
+
+    Returns:
+        One judgement per unit, sorted by unit id.
+
+    Raises:
+        ReportError: the report is not usable. GoldenError: the golden is malformed.
+    """
+    slim = Extractor().extract(report, source="report")
+    index = index_golden(golden)
+    out = []
+    for u in slim.units:
+        entry = index.get((slim.plan, u.cohort))
+        if entry is None:
+            out.append(UnitJudgement(u.unit, u.cohort, False, 0, ()))
+            continue
+        judged, bad = judge_unit(u, entry)
+        out.append(UnitJudgement(u.unit, u.cohort, True, judged, bad))
+    return out
+
+
+def apply_golden(report: dict[str, Any], golden: dict[str, Any]) -> dict[str, Any]:
+    """Return a copy of `report` judged against `golden`.
+
+    Units whose digest differs from the golden on any case fail (reason: the first such case); those
+    cases get status `mismatch` and a `golden` record in the report's `mismatches`; a finding per
+    failing unit says what to do next; the run verdict and exit code become the worst. Where the
+    golden has no entry for a unit's plan and cohort, a finding says it could not judge (no failure).
+
+    Args:
+        report: a complete report document, before it is written.
+        golden: a golden document (`load_golden`).
+
+    Raises:
+        ReportError: the report is not usable. GoldenError: the golden is malformed.
+    """
+    return fold_judgements(copy.deepcopy(report), judge(report, golden))

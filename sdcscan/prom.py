@@ -1,0 +1,143 @@
+"""Prometheus metrics from a report, in node_exporter's textfile-collector format.
+
+node_exporter reads every `*.prom` file in its `--collector.textfile.directory` on each scrape, so
+the file is written atomically (temporary file in the same directory, then rename) and readable by
+other users. Verdicts are one-hot gauges (`sdcscan_unit_verdict{unit="cpu:1",verdict="fail"} 1`),
+the Prometheus idiom for an enum, so alerts read `sdcscan_unit_verdict{verdict="fail"} == 1`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from datetime import datetime, timezone
+from typing import Any
+
+from sdcscan.atomic import write_text_atomic
+
+VERDICTS = ("pass", "fail", "invalid", "interrupted")
+Sample = tuple[dict[str, str], float]
+
+
+def write_prom(report: dict[str, Any], path: str | os.PathLike[str]) -> None:
+    """Write the report's metrics to `path` (name it `*.prom` for node_exporter), atomically.
+
+    Raises:
+        ReportError: the file could not be written.
+    """
+    write_text_atomic(path, prom_text(report))
+
+
+def prom_text(report: dict[str, Any]) -> str:
+    """The report as Prometheus text exposition format (version 0.0.4) with HELP and TYPE lines."""
+    lines = []
+    for name, help_text, samples in _run_families(report) + _unit_families(report["units"]):
+        lines.append(f"# HELP {name} {_escape_help(help_text)}")
+        lines.append(f"# TYPE {name} gauge")
+        lines.extend(f"{name}{_labels(labels)} {_value(value)}" for labels, value in samples)
+    return "\n".join(lines) + "\n"
+
+
+Family = tuple[str, str, list[Sample]]
+
+
+def _run_families(report: dict[str, Any]) -> list[Family]:
+    run = report["run"]
+    info = {"run_id": run["id"], "profile": run["profile"]["name"], "seed": str(run["seed"]),
+            "hostname": report["host"]["hostname"], "version": report["tool"]["version"]}  # fmt: skip
+    return [
+        ("sdcscan_run_info", "Labels of the last run (value always 1): run id, profile, seed, host, version.",
+         [(info, 1)]),
+        ("sdcscan_run_verdict", "Verdict of the last run, one-hot: 1 for the verdict it had "
+         "(pass, fail = SDC suspected, invalid = could not judge, interrupted).",
+         _one_hot({}, report["verdict"])),
+        ("sdcscan_run_exit_code", "Exit code of the last run: 0 pass, 1 fail, 3 invalid, 130/143 stopped.",
+         [({}, report.get("exit_code", -1))]),
+        ("sdcscan_run_duration_seconds", "Wall time of the last run.", [({}, run["duration_s"])]),
+        ("sdcscan_run_budget_seconds", "Time budget of the last run.", [({}, run["budget_s"])]),
+        ("sdcscan_last_run_timestamp_seconds", "When the last run ended, Unix time; alert when it is stale.",
+         [({}, _epoch(run.get("ended_at")))]),
+        ("sdcscan_findings", "Findings of the last run by kind.", _findings(report)),
+        ("sdcscan_telemetry_counter_delta", "Rise of a hardware error counter during the last run "
+         "(scope is host or a unit).", _counter_deltas(report.get("telemetry") or {})),
+    ]  # fmt: skip
+
+
+def _unit_families(units: list[dict[str, Any]]) -> list[Family]:
+    return [
+        ("sdcscan_unit_verdict", "Verdict of each unit in the last run, one-hot: 1 for the verdict it had.",
+         [s for u in units for s in _one_hot({"unit": u["id"], "kind": u["kind"]}, u["verdict"])]),
+        ("sdcscan_unit_mismatches", "Mismatching values the invariant checks found on each unit, last run.",
+         [({"unit": u["id"]}, u["mismatches"]) for u in units]),
+        ("sdcscan_unit_cases_run", "Cases each unit ran in the last run.",
+         [({"unit": u["id"]}, u["cases_run"]) for u in units]),
+        ("sdcscan_unit_throughput_ops_per_second", "Throughput of each unit per workload in the last run "
+         "(ops_unit says what an op is, e.g. flop).", _throughput(units, "ops_per_s")),
+        ("sdcscan_unit_workload_cases", "Cases each unit ran per workload in the last run.",
+         _throughput(units, "cases")),
+    ]  # fmt: skip
+
+
+def _one_hot(labels: dict[str, str], verdict: str) -> list[Sample]:
+    return [({**labels, "verdict": v}, 1 if v == verdict else 0) for v in VERDICTS]
+
+
+def _throughput(units: list[dict[str, Any]], key: str) -> list[Sample]:
+    out: list[Sample] = []
+    for u in units:
+        for wl, t in sorted((u.get("throughput") or {}).items()):
+            labels = {"unit": u["id"], "workload": wl}
+            if key == "ops_per_s":
+                labels["ops_unit"] = t["ops_unit"]
+            out.append((labels, t[key]))
+    return out
+
+
+def _findings(report: dict[str, Any]) -> list[Sample]:
+    counts: dict[str, int] = {}
+    for f in report.get("findings", []):
+        counts[f["kind"]] = counts.get(f["kind"], 0) + 1
+    return [({"kind": k}, n) for k, n in sorted(counts.items())]
+
+
+def _counter_deltas(telemetry: dict[str, Any]) -> list[Sample]:
+    scopes = {"host": telemetry.get("host") or {}, **(telemetry.get("units") or {})}
+    return [
+        ({"scope": scope, "metric": metric}, stats["delta"])
+        for scope, metrics in scopes.items()
+        for metric, stats in sorted((metrics or {}).items())
+        if isinstance(stats, dict) and stats.get("delta") is not None
+    ]
+
+
+def _epoch(iso: str | None) -> float:
+    """ISO-8601 UTC -> Unix time; the write time if the report has none (an interrupted run may not)."""
+    try:
+        dt = datetime.fromisoformat(str(iso).replace("Z", "+00:00"))
+    except ValueError:
+        return time.time()
+    return (dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)).timestamp()
+
+
+def _labels(labels: dict[str, str]) -> str:
+    if not labels:
+        return ""
+    return "{" + ",".join(f'{k}="{_escape_label(str(v))}"' for k, v in labels.items()) + "}"
+
+
+def _escape_label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _escape_help(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def _value(value: float) -> str:
+    v = float(value)
+    if math.isnan(v):
+        return "NaN"
+    if math.isinf(v):
+        return "+Inf" if v > 0 else "-Inf"
+    return str(int(v)) if v.is_integer() and abs(v) < 2**53 else repr(v)

@@ -1,0 +1,96 @@
+"""Human output of the operations commands (history, status, clear, export) on stderr, with rich.
+
+Only `render*.py` modules import rich; everything here takes plain dicts from `sdcscan.history`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+MAX_NAMED_UNITS = 6  # a 128-core host lists "cpu:3, cpu:17, … (+4)" instead of 128 names
+
+
+def _console() -> Console:
+    # Created per call so the current sys.stderr is used (click's test runner swaps it).
+    return Console(stderr=True, highlight=False)
+
+
+def units_summary(units: list[dict[str, Any]]) -> str:
+    """`8 units: 7 pass, 1 fail (cpu:1)`: counts by verdict, naming the units that did not pass."""
+    counts = Counter(u["verdict"] for u in units)
+    parts = ", ".join(f"{n} {v}" for v, n in sorted(counts.items(), key=lambda kv: kv[0] != "pass"))
+    bad = [u["unit"] for u in units if u["verdict"] != "pass"]
+    named = ", ".join(bad[:MAX_NAMED_UNITS]) + (
+        f", … (+{len(bad) - MAX_NAMED_UNITS})" if len(bad) > 6 else ""
+    )
+    return f"{len(units)} unit{'s' * (len(units) != 1)}: {parts}" + (f" ({named})" if bad else "")
+
+
+def print_history(runs: list[dict[str, Any]], history: str) -> None:
+    """A table of runs, newest first."""
+    console = _console()
+    if not runs:
+        console.print(f"No runs recorded in {history}.")
+        return
+    table = Table(title=f"sdcscan history ({history})", title_justify="left")
+    for col in ("ended", "run", "host", "profile", "verdict", "exit", "units"):
+        table.add_column(col)
+    for r in runs:
+        verdict = r["verdict"] if r["verdict"] == "pass" else f"[bold red]{r['verdict']}[/]"
+        table.add_row(
+            r["ended_at"] or "", escape(r["run_id"]), escape(r["host"] or ""),
+            escape(r["profile"] or ""), verdict, str(r["exit_code"]), units_summary(r["units"]),
+        )  # fmt: skip
+    console.print(table)
+
+
+def print_status(status: dict[str, Any]) -> None:
+    """Flagged units with what to do about them, then the last run."""
+    console = _console()
+    last = status["last_run"]
+    if last:
+        console.print(f"Last run {last['run_id']} ended {last['ended_at']}: {last['verdict']} "
+                      f"({units_summary(last['units'])}).")  # fmt: skip
+    else:
+        console.print(f"No runs recorded in {status['history']}.")
+    if not status["flagged"]:
+        console.print("No unit is flagged.")
+        return
+    table = Table(
+        title="Flagged units (a unit that failed stays flagged until cleared)", title_justify="left"
+    )
+    for col in ("unit", "host", "since", "first failing run", "failures", "reason"):
+        table.add_column(col)
+    for f in status["flagged"]:
+        table.add_row(
+            f["unit"],
+            f["host"] or "",
+            f["flagged_at"],
+            f["run_id"],
+            str(f["failures"]),
+            escape(f["reason"] or ""),
+        )
+    console.print(table)
+    names = ", ".join(f["unit"] for f in status["flagged"])
+    console.print(f"flagged: {names}")
+    console.print("After repair or replacement: sdcscan clear UNIT --reason TEXT")
+
+
+def print_cleared(cleared: list[dict[str, Any]]) -> None:
+    """One line per cleared flag."""
+    console = _console()
+    for f in cleared:
+        console.print(f"Cleared {f['unit']} (flagged {f['flagged_at']} by run {f['run_id']}, "
+                      f"{f['failures']} failing run(s)): {escape(f['clear_reason'])}")  # fmt: skip
+
+
+def print_written(paths: list[str]) -> None:
+    """Which files export wrote."""
+    console = _console()
+    for p in paths:
+        console.print(f"Wrote {p}")

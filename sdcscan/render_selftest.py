@@ -1,0 +1,55 @@
+"""Rich rendering of `sdcscan selftest` and `sdcscan calibrate` results, for people, on stderr."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+
+def _pct(x: float | None) -> str:
+    return "—" if x is None else f"{100 * x:.1f}%"
+
+
+def selftest_table(result: dict[str, Any]) -> Table:
+    """One line per (workload, variant, site, bit); clean trials first within each variant."""
+    table = Table(title=f"sdcscan selftest (seed {result['seed']}, {result['trials']} trials)")
+    for col in ("workload", "variant", "site", "bit", "trials", "detected", "rate", "floor", ""):
+        table.add_column(
+            col, justify="right" if col in ("bit", "trials", "detected", "rate", "floor") else "left"
+        )
+    for r in result["rows"]:
+        mark = "[green]ok[/green]" if r["passed"] else "[red]FAIL[/red]"
+        if r["site"] == "clean":
+            detected, rate = f"{r['false_positives']} FP", f"{r['rows_checked']} rows"
+            floor = "0 FP"
+        else:
+            detected, rate = str(r["detected"]), _pct(r["rate"])
+            floor = "silent" if r["negative_control"] else _pct(r["floor"])
+        bit = "" if r["bit"] is None else str(r["bit"])
+        table.add_row(
+            r["workload"], r["variant"], r["site"], bit, str(r["trials"]), detected, rate, floor, mark
+        )
+    return table
+
+
+def render_selftest(result: dict[str, Any], console: Console) -> None:
+    """The detection table, then one line naming every failed row and the verdict."""
+    console.print(selftest_table(result))
+    for r in result["rows"]:
+        if not r["passed"]:
+            what = "clean trials fired" if r["site"] == "clean" else f"{r['site']} bit {r['bit']}"
+            console.print(f"[red]failed:[/red] {r['workload']}/{r['variant']}: {what}")
+    console.print(f"selftest: {'pass' if result['passed'] else 'fail'}")
+
+
+def render_calibration(table: dict[str, Any], console: Console) -> None:
+    """The measured e_max values, one line per (device model, dtype, checker)."""
+    t = Table(title="sdcscan calibrate: e_max = margin × max |D|/T(e_max=1)")
+    for col in ("device model", "dtype", "checker", "rows", "K ≤", "needed", "e_max"):
+        t.add_column(col)
+    for e in table["entries"]:
+        row = (e["device_model"], e["dtype"], e["checker"], str(e["rows"]), str(e["k_max"]))
+        t.add_row(*row, f"{e['needed']:.3g}", f"{e['e_max']:.3g}")
+    console.print(t)

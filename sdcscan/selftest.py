@@ -1,0 +1,211 @@
+"""`sdcscan selftest`: show that each ABFT check fires on injected bit flips and stays silent otherwise.
+
+Protocol (every workload that defines `selftest_variants` follows it):
+
+* ``negative_sites: ClassVar[tuple[str, ...]]`` — fault sites the check cannot see by design (a consistent
+  error, e.g. an un-encoded operand before encoding); they must stay silent.
+* ``selftest_variants: ClassVar[dict[str, dict[str, Any]]]`` — variant name → parameter overrides.
+* ``selftest_bits(cls, variant, site) -> list[int | "any"]`` — bit positions swept at a site ("any": a
+  random bit per trial).
+* ``selftest_floor(cls, variant, site, bit) -> float | None`` — minimum detection fraction (None:
+  report only).
+
+Per (workload, variant) the workload is built with ``{**defaults, **overrides}`` and prepared once; then, per
+trial seed, one clean case and one case per (site, bit) with a single bit flip armed through the workload's
+own ``ctx.fault`` site, checked by its own ``run``. A trial whose flip changed no value (+0 → −0) is not
+counted. Trials run seed-major so a workload may reuse work between cases that share a seed.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from sdcscan.errors import UsageError
+from sdcscan.faults import FaultSpec
+from sdcscan.workloads import get
+from sdcscan.workloads.base import REGISTRY, STATUS_MISMATCH, STATUS_OK, Case, Context
+
+DEFAULT_TRIALS = 100
+DEFAULT_SEED = 0
+
+
+@dataclass(slots=True)
+class _Tally:
+    """Counts for one (site, bit) of one variant."""
+
+    site: str
+    bit: int | str
+    floor: float | None
+    negative: bool
+    trials: int = 0
+    detected: int = 0
+    unchanged: int = 0  # flips that changed no value: not counted
+    not_reached: int = 0  # the site was never passed through ctx.fault: a workload bug
+
+    def record(self, workload: str, variant: str) -> dict[str, Any]:
+        rate = self.detected / self.trials if self.trials else None
+        if self.negative:
+            passed = self.detected == 0 and self.not_reached == 0
+        else:
+            passed = self.not_reached == 0 and (
+                self.floor is None or (rate is not None and rate >= self.floor)
+            )
+        return {
+            "workload": workload,
+            "variant": variant,
+            "site": self.site,
+            "bit": self.bit,
+            "trials": self.trials,
+            "detected": self.detected,
+            "rate": rate,
+            "floor": self.floor,
+            "negative_control": self.negative,
+            "unchanged": self.unchanged,
+            "not_reached": self.not_reached,
+            "passed": passed,
+        }
+
+
+@dataclass(slots=True)
+class _Clean:
+    trials: int = 0
+    false_positives: int = 0
+    rows_checked: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+def selftest_workloads(names: list[str] | None = None) -> list[Any]:
+    """The workload classes to sweep: those named (each must define selftest_variants), or all that do.
+
+    Raises:
+        UsageError: an unknown workload, or one without self-test variants.
+    """
+    if not names:
+        return [cls for _, cls in sorted(REGISTRY.items()) if hasattr(cls, "selftest_variants")]
+    classes = [get(n) for n in names]
+    missing = [c.name for c in classes if not hasattr(c, "selftest_variants")]
+    if missing:
+        with_st = sorted(n for n, c in REGISTRY.items() if hasattr(c, "selftest_variants"))
+        raise UsageError(f"workload {missing[0]!r} has no self-test (ones that do: {', '.join(with_st)})")
+    return classes
+
+
+def run_selftest(
+    names: list[str] | None = None,
+    *,
+    trials: int = DEFAULT_TRIALS,
+    seed: int = DEFAULT_SEED,
+    on_variant: Callable[[str, str], None] | None = None,
+    calibration: str | None = None,
+) -> dict[str, Any]:
+    """Sweep the self-test of each workload and variant.
+
+    Args:
+        names: workloads to test (None: every one with selftest_variants).
+        trials: trials per (site, bit), and clean trials per variant.
+        seed: run seed; trial seeds derive from it.
+        on_variant: called with (workload, variant) before each variant (progress).
+        calibration: a calibration file for the workloads that take one (gemm_fp).
+    The sweep runs on one CPU thread, as a per-core unit does.
+
+    Returns:
+        {"seed", "trials", "rows": [...], "notes": [...], "passed"}; `rows` holds one clean record per
+        (workload, variant) and one record per (workload, variant, site, bit); `notes` are the workloads'
+        facts about this device (e.g. that it is uncalibrated).
+    Raises:
+        UsageError: bad arguments.
+    """
+    if trials < 1:
+        raise UsageError(f"--trials must be at least 1 (got {trials})")
+    rows: list[dict[str, Any]] = []
+    notes: list[str] = []
+    classes = selftest_workloads(names)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as a per-core unit runs, and as e_max was calibrated
+    try:
+        for cls in classes:
+            for variant in cls.selftest_variants:
+                if on_variant is not None:
+                    on_variant(cls.name, variant)
+                extra = {"calibration": calibration} if calibration and "calibration" in cls.defaults else {}
+                rows.extend(_run_variant(cls, variant, trials, seed, extra, notes))
+    finally:
+        torch.set_num_threads(threads)
+    passed = all(r["passed"] for r in rows)
+    return {"seed": seed, "trials": trials, "rows": rows, "notes": notes, "passed": passed}
+
+
+def _run_variant(
+    cls: Any, variant: str, trials: int, seed: int, extra: dict[str, Any], notes: list[str]
+) -> list[dict[str, Any]]:
+    """Clean and injected trials for one variant, seed-major; returns its records."""
+    params = {**cls.defaults, **cls.selftest_variants[variant], **extra}
+    workload = cls(params)
+    ctx = Context(unit="cpu:0", device=torch.device("cpu"), run_seed=seed, params=params)
+    workload.prepare(ctx)
+    notes.extend(n for n in ctx.notes if n not in notes)
+    negative = tuple(getattr(cls, "negative_sites", ()))
+    sites = list(dict.fromkeys([*cls.fault_sites, *negative]))
+    tallies = [
+        _Tally(
+            site, bit, None if site in negative else cls.selftest_floor(variant, site, bit), site in negative
+        )
+        for site in sites
+        for bit in cls.selftest_bits(variant, site)
+    ]
+    clean = _Clean()
+    for t in range(trials):
+        case_seed = _derive(seed, cls.name, variant, t)
+        case = Case(index=t, workload=cls.name, seed=case_seed, occurrence=0, params=params)
+        _clean_trial(workload, ctx, case, clean)
+        for tally in tallies:
+            _fault_trial(workload, ctx, case, tally)
+    return [_clean_record(cls.name, variant, clean), *(x.record(cls.name, variant) for x in tallies)]
+
+
+def _clean_trial(workload: Any, ctx: Context, case: Case, clean: _Clean) -> None:
+    ctx.begin_case(None)
+    outcome = workload.run(ctx, case)
+    clean.trials += 1
+    clean.rows_checked += int(outcome.detail.get("rows_checked", 0))
+    if outcome.status != STATUS_OK:  # a mismatch or an error: either way the check did not stay silent
+        clean.false_positives += 1
+        clean.errors.append(outcome.error or "; ".join(m.where for m in outcome.mismatches[:1]))
+
+
+def _fault_trial(workload: Any, ctx: Context, case: Case, tally: _Tally) -> None:
+    fault_seed = _derive(case.seed, tally.site, str(tally.bit))
+    bit = None if tally.bit == "any" else int(tally.bit)
+    ctx.begin_case(FaultSpec("bitflip", tally.site, fault_seed, bit=bit))
+    outcome = workload.run(ctx, case)
+    if ctx.injected is None:
+        tally.not_reached += 1
+    elif not ctx.injected["value_changed"]:
+        tally.unchanged += 1
+    else:
+        tally.trials += 1
+        tally.detected += outcome.status == STATUS_MISMATCH
+
+
+def _clean_record(workload: str, variant: str, clean: _Clean) -> dict[str, Any]:
+    return {
+        "workload": workload,
+        "variant": variant,
+        "site": "clean",
+        "bit": None,
+        "trials": clean.trials,
+        "false_positives": clean.false_positives,
+        "rows_checked": clean.rows_checked,
+        "first_false_positive": clean.errors[0] if clean.errors else None,
+        "passed": clean.false_positives == 0,
+    }
+
+
+def _derive(*parts: object) -> int:
+    """A 63-bit seed from any parts: stable across runs and Python versions (no hash())."""
+    return random.Random(":".join(map(str, parts))).getrandbits(63)

@@ -1,0 +1,261 @@
+"""Host and device telemetry sampled around a run: frequencies, temperatures, power, error counters.
+
+A `Sampler` reads every source before the run, every `interval_s` during it (a daemon thread) and
+after it, and keeps one streaming reduction per metric (`REDUCE`: max temperature, mean frequency,
+last counter value), so a 10,000 s burn-in costs no more memory than a 60 s run. Telemetry is
+evidence beside the verdict, never a reason a run fails: a source that is missing or raises becomes
+`null` values and a note. An increase of an uncorrectable-error counter during the run is a finding.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from sdcscan.telemetry_nvml import NvmlSource
+from sdcscan.telemetry_sources import (
+    CORRECTED,
+    UNCORRECTABLE,
+    CpuSource,
+    EdacSource,
+    MceSource,
+    Reading,
+    Source,
+    SourceUnavailable,
+)
+
+DEFAULT_INTERVAL_S = 5.0
+HOST = "host"
+
+# How samples of one metric become one number (STYLE.md §8). Counters keep the last value; their
+# before/after difference is reported as `delta`.
+REDUCE: dict[str, str] = {
+    "freq_mhz": "mean",
+    "load_pct": "mean",
+    "load_1m": "max",
+    "cpu_temp_c": "max",
+    "temp_c": "max",
+    "power_w": "max",
+    "clock_sm_mhz": "mean",
+    "clock_mem_mhz": "mean",
+    "throttle_reasons": "or",
+    **{m: "last" for m in (*CORRECTED, *UNCORRECTABLE, "remapped_rows_pending", "remapped_rows_failure")},
+}
+
+
+class _Acc:
+    """Streaming reduction of one metric: before, after and the reduced value, in O(1) memory."""
+
+    __slots__ = ("before", "count", "how", "last", "value")
+
+    def __init__(self, how: str) -> None:
+        self.how, self.count = how, 0
+        self.before: float | None = None
+        self.last: float | None = None
+        self.value: float | None = None
+
+    def add(self, v: float | None) -> None:
+        if v is None:
+            return
+        if self.count == 0:
+            self.before, self.value = v, v
+        elif self.how == "max":
+            self.value = max(self.value, v)  # type: ignore[type-var]
+        elif self.how == "mean":
+            self.value += (v - self.value) / (self.count + 1)  # type: ignore[operator]
+        elif self.how == "or":  # throttle reasons: a bit set in any sample is reported
+            self.value = float(int(self.value) | int(v))  # type: ignore[arg-type]
+        else:
+            self.value = v
+        self.count += 1
+        self.last = v
+
+    def to_dict(self, after_seen: bool) -> dict[str, Any]:
+        out: dict[str, Any] = {"before": self.before, "after": self.last if after_seen else None}
+        out["value"] = round(self.value, 3) if isinstance(self.value, float) else self.value
+        out["reduce"] = self.how
+        if self.how == "last":
+            out["delta"] = None if self.before is None or not after_seen else self.last - self.before
+        return out
+
+
+def default_sources(unit_ids: Sequence[str]) -> list[Source]:
+    """The sources that apply to these units: psutil, EDAC and MCE always; NVML when there are GPUs."""
+    cpus = [int(u.split(":")[1]) for u in unit_ids if u.startswith("cpu:")]
+    gpus = [int(u.split(":")[1]) for u in unit_ids if u.startswith("cuda:")]
+    sources: list[Source] = [CpuSource(cpus), EdacSource(), MceSource()]
+    if gpus:
+        sources.append(NvmlSource(gpus))
+    return sources
+
+
+class Sampler:
+    """Context manager that samples telemetry around a run.
+
+    Args:
+        units: Unit objects or unit ids ("cpu:3", "cuda:0").
+        interval_s: seconds between samples during the run.
+        sources: override the sources (tests pass fakes, or EdacSource/MceSource on a fake root).
+
+    Example:
+        with Sampler(units, interval_s=5.0) as sampler:
+            report = run(...)
+        report["telemetry"] = sampler.summary()
+        report["findings"] += telemetry_findings(report["telemetry"])
+    """
+
+    def __init__(
+        self,
+        units: Iterable[Any],
+        interval_s: float = DEFAULT_INTERVAL_S,
+        *,
+        sources: Sequence[Source] | None = None,
+    ) -> None:
+        self.unit_ids = [str(getattr(u, "id", u)) for u in units]
+        self.interval_s = interval_s
+        self.sources = list(sources) if sources is not None else default_sources(self.unit_ids)
+        self._accs: dict[str, dict[str, _Acc]] = {}
+        self._notes: dict[str, str] = {}
+        self._status: dict[str, str] = {}
+        self._samples = 0
+        self._after = False
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._started_at: str | None = None
+        self._ended_at: str | None = None
+
+    def __enter__(self) -> Sampler:
+        self._started_at = _utc_now()
+        self.sample()
+        self._thread = threading.Thread(target=self._loop, name="sdcscan-telemetry", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._ended_at = _utc_now()
+        if self._thread is not None:
+            # A source stuck in a syscall must not hold up the end of the run: give up after a while.
+            self._thread.join(timeout=max(2.0, 2 * self.interval_s))
+            if self._thread.is_alive():
+                self._notes["sampler"] = (
+                    "telemetry: a source stopped answering; values after the run are missing"
+                )
+                return
+        self.sample()
+        self._after = True
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.sample()
+
+    def sample(self) -> None:
+        """Read every available source once and fold the values into the reductions."""
+        with self._lock:
+            for source in self.sources:
+                if self._status.get(source.name) == "unavailable":
+                    continue
+                self._fold(source, self._read(source))
+            self._samples += 1
+
+    def _read(self, source: Source) -> Reading:
+        try:
+            reading = source.read()
+            self._status[source.name] = "ok"
+            self._notes.update({f"{source.name}.{k}": v for k, v in source.notes.items()})
+            return reading
+        except SourceUnavailable as why:
+            self._status[source.name] = "unavailable"
+            self._notes[source.name] = f"{source.name}: {why}"
+        except Exception as err:  # never fail a run because telemetry broke; say so instead
+            self._status[source.name] = "unavailable"
+            self._notes[source.name] = f"{source.name}: stopped reading after an error: {err!r}"
+        return source.empty(self.unit_ids)
+
+    def _fold(self, source: Source, reading: Reading) -> None:
+        for scope, metrics in reading.items():
+            accs = self._accs.setdefault(scope, {})
+            for metric, value in metrics.items():
+                accs.setdefault(metric, _Acc(REDUCE.get(metric, "last"))).add(value)
+
+    def summary(self) -> dict[str, Any]:
+        """The report's telemetry object: per scope ("host" or a unit id) and metric, before/after/value."""
+        # Never wait forever on a sampler thread stuck in a source: read what is there.
+        locked = self._lock.acquire(timeout=5.0)
+        try:
+            scopes = {
+                scope: {m: acc.to_dict(self._after) for m, acc in sorted(accs.items())}
+                for scope, accs in self._accs.items()
+            }
+            return {
+                "interval_s": self.interval_s,
+                "samples": self._samples,
+                "started_at": self._started_at,
+                "ended_at": self._ended_at,
+                "sources": dict(sorted(self._status.items())),
+                "host": scopes.pop(HOST, {}),
+                "units": {u: scopes.get(u, {}) for u in self.unit_ids},
+                "notes": [self._notes[k] for k in sorted(self._notes)],
+            }
+        finally:
+            if locked:
+                self._lock.release()
+
+
+def telemetry_findings(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """Findings from a telemetry summary: uncorrectable errors that rose during the run, corrected errors.
+
+    Returns:
+        Finding dicts {kind, unit, message, next}. kind `uncorrectable_errors` is hardware evidence
+        a person must act on; `corrected_errors` is reported for information.
+    """
+    scopes = [(None, summary.get("host") or {})]
+    scopes += [(unit, metrics or {}) for unit, metrics in (summary.get("units") or {}).items()]
+    findings = []
+    for unit, metrics in scopes:
+        where = unit or "this host"
+        for metric, stats in sorted(metrics.items()):
+            delta = (stats or {}).get("delta")
+            if not delta or delta <= 0:
+                continue
+            label = _LABELS.get(metric, metric)
+            if metric in UNCORRECTABLE:
+                findings.append(_finding("uncorrectable_errors", unit, where, label, stats, _NEXT_UE))
+            elif metric in CORRECTED:
+                findings.append(_finding("corrected_errors", unit, where, label, stats, _NEXT_CE))
+    return findings
+
+
+_LABELS = {
+    "edac_ue_count": "EDAC uncorrectable memory errors",
+    "edac_ce_count": "EDAC corrected memory errors",
+    "mce_count": "machine-check exceptions",
+    "ecc_uncorrected": "GPU ECC uncorrectable errors",
+    "ecc_corrected": "GPU ECC corrected errors",
+    "retired_pages_dbe": "GPU pages retired for double-bit errors",
+    "retired_pages_sbe": "GPU pages retired for single-bit errors",
+    "remapped_rows_uncorrectable": "GPU rows remapped for uncorrectable errors",
+    "remapped_rows_correctable": "GPU rows remapped for correctable errors",
+}
+_NEXT_UE = (
+    "check `journalctl -k` or `ras-mc-ctl --errors` (GPUs: `nvidia-smi -q -d ECC,PAGE_RETIREMENT`) "
+    "and schedule the part for repair"
+)
+_NEXT_CE = (
+    "watch the trend over the next runs; a rising rate of corrected errors often precedes uncorrectable ones"
+)
+
+
+def _finding(
+    kind: str, unit: str | None, where: str, label: str, stats: dict[str, Any], nxt: str
+) -> dict[str, Any]:
+    change = f"{stats['before']:g} -> {stats['after']:g}"
+    message = f"{label} on {where} rose by {stats['delta']:g} during the run ({change})."
+    return {"kind": kind, "unit": unit, "message": message, "next": nxt}
+
+
+def _utc_now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

@@ -1,0 +1,159 @@
+"""export, history, status, clear as a user runs them; the output options and hooks `run` uses."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+from _ops_report import make_report
+from click.testing import CliRunner
+from junitparser import JUnitXml
+from prometheus_client.parser import text_string_to_metric_families
+
+from sdcscan.cli_ops import (
+    COMMANDS,
+    after_run,
+    clear_cmd,
+    export_cmd,
+    history_cmd,
+    output_options,
+    run_guard,
+    status_cmd,
+)
+from sdcscan.errors import ReportError
+from sdcscan.history import RunActiveError, runs
+from sdcscan.report import write_json_atomic
+
+
+def _invoke(cmd: click.Command, *args: str, env: dict[str, str] | None = None) -> Any:
+    return CliRunner().invoke(cmd, list(args), env=env)
+
+
+def _one_line_error(result: Any, code: int) -> None:
+    assert result.exit_code == code, (result.stdout, result.stderr)
+    assert result.stderr.startswith("Error: ") and result.stderr.count("\n") == 1
+    assert "Traceback" not in result.stderr
+
+
+def test_export_writes_junit_and_prom_from_a_report(tmp_path: Path) -> None:
+    """`sdcscan export REPORT --junit --prom` writes files the consumer libraries parse."""
+    report = tmp_path / "report.json"
+    write_json_atomic(report, make_report(fail_unit="cpu:1"))
+    junit, prom = tmp_path / "r.xml", tmp_path / "r.prom"
+    result = _invoke(export_cmd, str(report), "--junit", str(junit), "--prom", str(prom))
+    assert result.exit_code == 0, result.stderr
+    assert {s.name for s in JUnitXml.fromfile(str(junit))} == {"cpu:0", "cpu:1"}
+    names = {f.name for f in text_string_to_metric_families(prom.read_text())}
+    assert "sdcscan_unit_verdict" in names
+    assert "Wrote" in result.stderr and result.stdout == ""
+
+
+def test_export_errors_are_one_line(tmp_path: Path) -> None:
+    """No output asked: exit 2; a report that is not one: exit 3; both one `Error:` line."""
+    report = tmp_path / "report.json"
+    write_json_atomic(report, make_report())
+    _one_line_error(_invoke(export_cmd, str(report)), 2)
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    _one_line_error(_invoke(export_cmd, str(bad), "--junit", str(tmp_path / "x.xml")), 3)
+
+
+def test_failed_unit_flagged_until_cleared_then_history_lists_both_runs(tmp_path: Path) -> None:
+    """Acceptance: cpu:1 fails -> status exits 1 naming it; clear -> exit 0; history lists both runs."""
+    db = str(tmp_path / "h.sqlite3")
+    after_run(make_report(fail_unit="cpu:1", run_id="r1"), "r1.json", junit=None, prom=None, history=db,
+              no_history=False)  # fmt: skip
+    status = _invoke(status_cmd, "--history", db)
+    assert status.exit_code == 1
+    assert "flagged: cpu:1" in status.stderr
+    status_json = _invoke(status_cmd, "--json", "--history", db)
+    assert status_json.exit_code == 1
+    assert [f["unit"] for f in json.loads(status_json.stdout)["flagged"]] == ["cpu:1"]
+    after_run(
+        make_report(fail_unit=None, run_id="r2"), None, junit=None, prom=None, history=db, no_history=False
+    )
+    assert _invoke(status_cmd, "--history", db).exit_code == 1  # sticky: a later pass does not clear it
+    cleared = _invoke(clear_cmd, "cpu:1", "--reason", "replaced", "--history", db)
+    assert cleared.exit_code == 0, cleared.stderr
+    assert "Cleared cpu:1" in cleared.stderr and "replaced" in cleared.stderr
+    assert _invoke(status_cmd, "--history", db).exit_code == 0
+    listed = _invoke(history_cmd, "--json", "--history", db)
+    assert [r["run_id"] for r in json.loads(listed.stdout)] == ["r2", "r1"]
+    human = _invoke(history_cmd, "--history", db)
+    assert human.exit_code == 0 and "r1" in human.stderr and "(cpu:1)" in human.stderr
+
+
+def test_history_path_from_environment(tmp_path: Path) -> None:
+    """SDCSCAN_HISTORY sets the database for every command, like --history."""
+    db = str(tmp_path / "env.sqlite3")
+    after_run(make_report(run_id="r1"), None, junit=None, prom=None, history=db, no_history=False)
+    result = _invoke(history_cmd, "--json", "--unit", "cpu:1", env={"SDCSCAN_HISTORY": db})
+    assert [u["unit"] for u in json.loads(result.stdout)[0]["units"]] == ["cpu:1"]
+
+
+def test_clear_and_history_usage_errors(tmp_path: Path) -> None:
+    """Missing reason, a malformed unit id, or clearing an unflagged unit: exit 2, one line."""
+    db = str(tmp_path / "h.sqlite3")
+    _one_line_error(_invoke(clear_cmd, "cpu:1", "--history", db), 2)
+    _one_line_error(_invoke(clear_cmd, "core1", "--reason", "x", "--history", db), 2)
+    _one_line_error(_invoke(clear_cmd, "cpu:1", "--reason", "x", "--history", db), 2)
+    _one_line_error(_invoke(history_cmd, "--unit", "gpu0", "--history", db), 2)
+
+
+def test_empty_history_and_status_exit_0(tmp_path: Path) -> None:
+    """A host with no recorded runs: history says so, status exits 0."""
+    db = str(tmp_path / "h.sqlite3")
+    assert "No runs recorded" in _invoke(history_cmd, "--history", db).stderr
+    assert json.loads(_invoke(history_cmd, "--json", "--history", db).stdout) == []
+    assert _invoke(status_cmd, "--history", db).exit_code == 0
+
+
+def test_after_run_tries_every_output_and_names_each_failure(tmp_path: Path) -> None:
+    """An unwritable JUnit path is reported, and the history is recorded anyway."""
+    db = tmp_path / "h.sqlite3"
+    with pytest.raises(ReportError, match=r"cannot write .*nope"):
+        after_run(make_report(run_id="r1"), None, junit=str(tmp_path / "nope/x.xml"), prom=None,
+                  history=str(db), no_history=False)  # fmt: skip
+    assert [r["run_id"] for r in runs(db)] == ["r1"]
+
+
+def test_no_history_records_nothing(tmp_path: Path) -> None:
+    """--no-history leaves no database behind."""
+    db = tmp_path / "h.sqlite3"
+    after_run(make_report(), None, junit=None, prom=None, history=str(db), no_history=True)
+    assert not db.exists()
+
+
+def test_output_options_decorate_run(tmp_path: Path) -> None:
+    """`@output_options` adds --junit, --prom, --history and --no-history with those parameter names."""
+    seen: dict[str, Any] = {}
+
+    @click.command()
+    @output_options
+    def run(**kwargs: Any) -> None:
+        seen.update(kwargs)
+
+    args = ["--junit", "a.xml", "--prom", "b.prom", "--history", "h.db", "--no-history"]
+    assert _invoke(run, *args).exit_code == 0
+    assert seen == {"junit": "a.xml", "prom": "b.prom", "history": "h.db", "no_history": True}
+
+
+def test_run_guard_refuses_a_second_run_and_tolerates_readonly_state(tmp_path: Path) -> None:
+    """A second guarded run is refused; with --no-history an unusable state dir only yields a note."""
+    db = str(tmp_path / "state" / "h.sqlite3")
+    with run_guard(db, False) as note, pytest.raises(RunActiveError), run_guard(db, True):
+        assert note is None
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with run_guard(str(blocker / "sub" / "h.sqlite3"), True) as note:
+        assert note and "without the run lock" in note
+
+
+@pytest.mark.parametrize("cmd", COMMANDS, ids=lambda c: c.name)
+def test_every_command_has_an_example(cmd: click.Command) -> None:
+    """Each command's help carries an Example: block, kept verbatim by \\b."""
+    assert re.search(r"\x08\s*\n\s*Example:\n", cmd.help or "")

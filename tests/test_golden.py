@@ -1,0 +1,163 @@
+"""Goldens: record the fleet's consensus, judge one report against it, fold the judgement into the report."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+from fleet_factory import PLAN_SHA, extract, good, report, unit
+
+from sdcscan.fleet import Options, summarize
+from sdcscan.golden import GoldenError, apply_golden, index_golden, judge, load_golden, record
+from sdcscan.report import SCHEMA_PATH
+
+SCHEMA = json.loads(SCHEMA_PATH.read_text())
+
+
+def fleet(n: int = 3, **kw: Any) -> list[dict[str, Any]]:
+    """n healthy hosts with two CPUs and 4 cases each."""
+    return [report(f"h{k}", **kw) for k in range(n)]
+
+
+def test_record_keeps_majority_digests_and_refuses_undecided_cases():
+    """Each (plan, cohort, case) gets the strict-majority digest; ties are refused and listed."""
+    split = [report("s0", [unit(digests={1: "a" * 16})]), report("s1", [unit(digests={1: "b" * 16})])]
+    g = record([*fleet(1), report("x", [unit(digests={2: "c" * 16})]), *split[:1]])
+    (entry,) = g["entries"]
+    assert (entry["profile_sha256"], entry["seed"], entry["cohort"]) == (PLAN_SHA, 7, "c1")
+    assert entry["cases"]["index"] == [0, 1, 2, 3] and entry["cases"]["digest"][2] == good("c1", 2)
+    assert entry["cases"]["votes"][2] == 3 and entry["cases"]["voters"][2] == 4
+    assert g["refused"] == [] and g["golden_version"] == 1
+    tie = record([report("a", [unit("cpu:0", digests={1: "a" * 16}), unit("cpu:1")])])
+    assert tie["entries"][0]["cases"]["index"] == [0, 2, 3]
+    assert [(r["index"], r["workload"]) for r in tie["refused"]] == [(1, "matmul_golden")]
+    assert "no strict majority among 2 units" in tie["refused"][0]["reason"]
+
+
+def test_record_min_votes():
+    """Cases produced by fewer units than --min-votes are refused."""
+    g = record([report("a", [unit(cases=2)]), report("b", [unit(cases=1)])], min_votes=2)
+    assert g["entries"][0]["cases"]["index"] == [0]
+    assert "only 1 unit(s)" in g["refused"][0]["reason"]
+
+
+def test_record_is_order_independent():
+    """The same reports in another order give the same golden."""
+    reports = [*fleet(3), report("odd", [unit(cohort="c2")]), report("s8", [unit(seed=8)], seed=8)]
+    assert json.dumps(record(reports)) == json.dumps(record(list(reversed(reports))))
+
+
+def test_judge_pass_fail_and_unjudged():
+    """Units agreeing pass, disagreeing units list their cases, units of an unknown cohort are unjudged."""
+    g = record(fleet())
+    bad = unit("cpu:1", digests={3: "f" * 16, 1: "e" * 16})
+    other = unit("cpu:2", cohort="c9")
+    j = {x.unit: x for x in judge(report("q", [unit("cpu:0"), bad, other]), g)}
+    assert j["cpu:0"].verdict == "pass" and j["cpu:0"].cases_judged == 4
+    assert j["cpu:1"].verdict == "fail" and [d.index for d in j["cpu:1"].disagreements] == [1, 3]
+    assert (
+        j["cpu:1"].disagreements[0].expected == good("c1", 1)
+        and j["cpu:1"].disagreements[0].actual == "e" * 16
+    )
+    assert j["cpu:2"].verdict == "unjudged"
+
+
+def test_apply_golden_fails_a_disagreeing_unit():
+    """Verdict fail naming the first case, mismatch records, a finding, run verdict fail and exit code 1."""
+    g = record(fleet())
+    original = report("q", [unit("cpu:0"), unit("cpu:1", digests={3: "f" * 16, 1: "e" * 16})])
+    before = copy.deepcopy(original)
+    out = apply_golden(original, g)
+    assert original == before  # the input is not modified
+    jsonschema.validate(out, SCHEMA)
+    u0, u1 = out["units"]
+    assert u0["verdict"] == "pass" and "golden: 4 case(s) judged, all agree" in u0["notes"]
+    assert (
+        u1["verdict"] == "fail" and u1["reason"] == "digest of case 1 (matmul_golden) differs from the golden"
+    )
+    assert u1["cases"]["status"] == ["ok", "mismatch", "ok", "mismatch"] and u1["mismatches"] == 2
+    assert u1["first_bad_case"] == 1
+    assert [(m["index"], m["check"], m["expected"]) for m in out["mismatches"]] == [
+        (1, "golden", good("c1", 1)),
+        (3, "golden", good("c1", 3)),
+    ]
+    assert out["mismatches"][0]["mask"] == format(int(good("c1", 1), 16) ^ int("e" * 16, 16), "016x")
+    (f,) = out["findings"]
+    assert f["kind"] == "golden" and f["unit"] == "cpu:1" and "first case 1" in f["message"]
+    assert "--units cpu:1" in f["next"] and "--seed 7" in f["next"]
+    assert (out["verdict"], out["exit_code"]) == ("fail", 1)
+
+
+def test_apply_golden_clean_report_passes():
+    """A report that agrees with the golden stays pass, exit 0, no finding."""
+    out = apply_golden(report("q"), record(fleet()))
+    assert (out["verdict"], out["exit_code"], out["findings"]) == ("pass", 0, [])
+
+
+def test_apply_golden_without_an_entry_cannot_judge():
+    """No entry for the plan or cohort: a finding says so, nothing fails."""
+    out = apply_golden(report("q", [unit("cpu:0", seed=9), unit("cpu:1", seed=9)], seed=9), record(fleet()))
+    jsonschema.validate(out, SCHEMA)
+    assert (out["verdict"], out["exit_code"]) == ("pass", 0)
+    (f,) = out["findings"]
+    assert (
+        f["kind"] == "golden"
+        and f["unit"] is None
+        and "cannot judge 2 unit(s) (cpu:0, cpu:1)" in f["message"]
+    )
+    assert "sdcscan golden record" in f["next"]
+
+
+def test_apply_golden_with_no_overlapping_case_cannot_judge():
+    """An entry exists but holds none of the cases the unit ran: not judged, not passed silently."""
+    g = record([report("a", [unit(cases=2)])])
+    r = report("q", [unit("cpu:0", cases=4, digests={0: None, 1: None}, statuses={0: "error", 1: "error"})])
+    out = apply_golden(r, g)
+    assert out["verdict"] == "pass" and "cannot judge 1 unit(s) (cpu:0)" in out["findings"][0]["message"]
+    assert out["findings"][0]["unit"] == "cpu:0"
+
+
+@pytest.mark.parametrize(("verdict", "code"), [("invalid", 3), ("interrupted", 130)])
+def test_apply_golden_keeps_the_worst_verdict(verdict: str, code: int):
+    """pass < fail < invalid < interrupted: a golden failure never hides a worse verdict."""
+    r = report("q", [unit("cpu:0", digests={0: "f" * 16})], verdict=verdict)
+    out = apply_golden(r, record(fleet()))
+    assert out["units"][0]["verdict"] == "fail"
+    assert (out["verdict"], out["exit_code"]) == (verdict, code)
+
+
+def test_golden_file_round_trip_and_errors(tmp_path: Path):
+    """A golden written as JSON loads back; foreign, truncated or future files are clear errors (exit 2)."""
+    g = record(fleet())
+    p = tmp_path / "g.json"
+    p.write_text(json.dumps(g))
+    assert load_golden(p) == g
+    cases = [
+        ("{", "truncated or not JSON"),
+        ("[]", "not a golden file"),
+        ('{"golden_version": 2}', "not supported"),
+        ('{"golden_version": 1, "entries": [{}]}', "malformed golden entry"),
+    ]
+    for text, message in cases:
+        p.write_text(text)
+        with pytest.raises(GoldenError, match=message) as err:
+            load_golden(p)
+        assert err.value.exit_code == 2
+    with pytest.raises(GoldenError, match="cannot read"):
+        load_golden(tmp_path / "missing.json")
+
+
+def test_compare_with_golden_reports_invariant_findings():
+    """compare --golden: disagreements with the golden are `invariant` (check golden), even with no peers."""
+    g = index_golden(record(fleet()))
+    lone = [report("q", [unit("cpu:0", digests={2: "f" * 16}), unit("cpu:1", cohort="c9")])]
+    s = summarize(extract(lone), options=Options(golden=g))
+    (f,) = s.findings
+    assert (f.host, f.unit, f.kind) == ("q", "cpu:0", "invariant")
+    assert f.evidence["checks"] == ["golden"] and f.evidence["first_case"] == 2
+    assert s.counts["golden_unjudged_units"] == 1 and s.exit_code == 1
+    assert summarize(extract(fleet()), options=Options(golden=g)).findings == ()

@@ -1,0 +1,133 @@
+"""`sdcscan run` end to end, in a subprocess, as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from sdcscan.report import SCHEMA_PATH, case_records, load_report
+from tests.conftest import child_env, sdcscan_cmd
+
+pytestmark = pytest.mark.slow
+CPUS = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+TWO = f"cpu:{CPUS[0]},cpu:{CPUS[-1]}"
+needs_two_cpus = pytest.mark.skipif(len(CPUS) < 2, reason="needs two logical CPUs")
+
+
+def _report(proc: subprocess.CompletedProcess[str]) -> dict:
+    assert proc.stdout, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_clean_run_passes_covers_every_cpu_and_matches_the_schema(run_cli):
+    proc = run_cli("run", "--budget", "15s", "--json", "--hostname", "test-host")
+    report = _report(proc)
+    assert proc.returncode == 0, proc.stderr
+    assert report["verdict"] == "pass" and report["host"]["hostname"] == "test-host"
+    assert {u["id"] for u in report["units"]} == {f"cpu:{c}" for c in CPUS}
+    for unit in report["units"]:
+        assert unit["verdict"] == "pass" and unit["cases_run"] >= 2
+        assert set(unit["workloads"]) == {"train", "matmul_golden"}
+        assert unit["throughput"]["matmul_golden"]["ops_per_s"] > 0
+    jsonschema.validate(report, json.loads(SCHEMA_PATH.read_text()))
+    assert proc.stderr.rstrip().splitlines()[-1] == "exit: pass"
+
+
+@needs_two_cpus
+@pytest.mark.parametrize("kind", ["bitflip@0.3", "nan@0.5"])
+def test_injected_faults_fail_the_bad_unit_only(run_cli, kind):
+    bad, good = f"cpu:{CPUS[-1]}", f"cpu:{CPUS[0]}"
+    proc = run_cli("run", "--budget", "15s", "--units", TWO, "--inject", f"{bad}:{kind}", "--json")
+    report = _report(proc)
+    assert proc.returncode == 1, proc.stderr
+    verdicts = {u["id"]: u["verdict"] for u in report["units"]}
+    assert verdicts == {bad: "fail", good: "pass"}
+    assert any(f["unit"] == bad and f["kind"] in ("invariant", "not_reproducible", "divergent") for f in report["findings"])
+    assert "exit: fail" in proc.stderr
+
+
+def test_same_seed_replays_identical_digests(run_cli, tmp_path):
+    a = _report(run_cli("run", "--budget", "15s", "--seed", "1234", "--json"))
+    b = _report(run_cli("run", "--budget", "15s", "--seed", "1234", "--json"))
+    assert a["run"]["seed"] == b["run"]["seed"] == 1234 and a["run"]["seed_source"] == "cli"
+    da = {(r["unit"], r["index"]): r["digest"] for r in case_records(a)}
+    db = {(r["unit"], r["index"]): r["digest"] for r in case_records(b)}
+    common = set(da) & set(db)
+    assert len(common) >= 2
+    assert all(da[k] == db[k] for k in common)
+
+
+def test_sigint_writes_a_partial_report_and_exits_130(tmp_path):
+    out = tmp_path / "report.json"
+    env = child_env()
+    env["XDG_STATE_HOME"] = str(tmp_path / "state")
+    proc = subprocess.Popen(
+        sdcscan_cmd("run", "--budget", "60s", "-o", str(out)), env=env, stderr=subprocess.PIPE, text=True
+    )
+    journal = tmp_path / "report.journal.jsonl"
+    deadline = time.time() + 60
+    while time.time() < deadline and not (journal.exists() and '"type": "case"' in journal.read_text()):
+        time.sleep(0.2)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 130, stderr
+    report = load_report(out)
+    assert report["verdict"] == "interrupted" and report["exit_code"] == 130
+    assert sum(u["cases_run"] for u in report["units"]) >= 1
+    assert "Traceback" not in stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["run", "--budget", "abc"],
+        ["run", "--workloads", "nosuch"],
+        ["run", "--profile", "missing.yaml"],
+        ["run", "--profile", "bad.yaml"],
+        ["run", "--inject", "cpu:0:melt"],
+        ["run", "--units", "cpu:999"],
+        ["run", "--seed", "-4"],
+    ],
+)
+def test_bad_input_is_one_clear_line_and_exit_2(run_cli, tmp_path, args):
+    (tmp_path / "bad.yaml").write_text("version: 1\nworkloads: {oops\n")
+    proc = run_cli(*args)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert lines[-1].startswith("Error:") or "Error:" in proc.stderr
+    assert proc.stdout == ""
+
+
+def test_unwritable_report_path_is_exit_3_before_any_work(run_cli, tmp_path):
+    proc = run_cli("run", "--budget", "5s", "-o", str(tmp_path / "no" / "such" / "dir" / "r.json"))
+    assert proc.returncode == 3 and "Error:" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_report_on_disk_matches_stdout(run_cli, tmp_path: Path):
+    out = tmp_path / "r.json"
+    proc = run_cli("run", "--budget", "15s", "--units", f"cpu:{CPUS[0]}", "-o", str(out), "--json")
+    assert json.loads(proc.stdout) == load_report(out)
+    assert (tmp_path / "r.journal.jsonl").exists()
+
+
+def test_qualify_one_host_against_a_golden_recorded_from_another_run(run_cli, tmp_path):
+    """CI qualification without peers: record a golden from one run, judge a later run against it."""
+    unit = f"cpu:{CPUS[0]}"
+    first = run_cli("run", "-p", "qualify", "--budget", "15s", "--units", unit, "-o", str(tmp_path / "a.json"))
+    assert first.returncode == 0, first.stderr
+    rec = run_cli("golden", "record", str(tmp_path / "a.json"), "-o", str(tmp_path / "golden.json"))
+    assert rec.returncode == 0, rec.stderr
+    second = run_cli("run", "-p", "qualify", "--budget", "15s", "--units", unit, "--golden", str(tmp_path / "golden.json"), "--json")
+    report = _report(second)
+    assert second.returncode == 0, second.stderr
+    assert report["units"][0]["verdict"] == "pass"
+    assert not [f for f in report["findings"] if f["kind"] == "golden" and "cannot" in f["message"]]

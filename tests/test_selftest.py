@@ -1,0 +1,137 @@
+"""`sdcscan selftest`: the JSON rows have the documented keys; misses, false positives and a firing
+negative control exit 1; bad options exit 2."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, ClassVar
+
+import pytest
+from click.testing import CliRunner
+
+from sdcscan.cli_abft import selftest
+from sdcscan.workloads.base import REGISTRY, STATUS_MISMATCH, STATUS_OK, Case, Context, Outcome
+
+SITE_KEYS = {"workload", "variant", "site", "bit", "trials", "detected"}
+CLEAN_KEYS = {"workload", "variant", "site", "trials", "false_positives"}
+
+
+@pytest.fixture
+def calibrated_here(tmp_path) -> str:
+    """The shipped calibration re-keyed to this CPU (×2 margin) when it lacks an entry, so floors apply anywhere."""
+    import torch
+
+    from sdcscan import calibrate
+    from sdcscan.units import device_model
+
+    table = calibrate.load_table()
+    model = device_model(torch.device("cpu"))
+    if not any(e["device_model"] == model for e in table["entries"]):
+        table["entries"] = [{**e, "device_model": model, "e_max": 2 * e["e_max"]} for e in table["entries"]]
+    path = tmp_path / "calibration.json"
+    path.write_text(json.dumps(table))
+    return str(path)
+
+
+def test_gemm_fp_selftest_runs_and_reports_documented_rows(calibrated_here):
+    """Two trials of every gemm_fp variant: exit 0, a clean row per variant, a row per (site, bit)."""
+    args = ["--workloads", "gemm_fp", "--trials", "2", "--json", "--calibration", calibrated_here]
+    r = CliRunner().invoke(selftest, args)
+    assert r.exit_code == 0, r.stderr
+    result = json.loads(r.stdout)
+    rows = result["rows"]
+    variants = {"float32", "float64", "bfloat16", "float16"}
+    clean = [x for x in rows if x["site"] == "clean"]
+    assert {x["variant"] for x in clean} == variants and all(set(x) >= CLEAN_KEYS for x in clean)
+    assert all(x["false_positives"] == 0 and x["trials"] == 2 for x in clean)
+    sites = [x for x in rows if x["site"] != "clean"]
+    assert all(set(x) >= SITE_KEYS for x in sites)
+    assert all(isinstance(x["bit"], int) or x["bit"] == "any" for x in sites)
+    assert {x["site"] for x in sites} == {"output", "operand_b_encoded", "operand_a"}
+    assert all(x["detected"] == 0 for x in sites if x["site"] == "operand_a")
+    bf16 = {x["bit"]: x for x in sites if x["variant"] == "bfloat16" and x["site"] == "output"}
+    assert [bf16[b]["floor"] for b in (10, 11, 14)] == [0.99, 1.0, 1.0]
+    assert "selftest: pass" in r.stderr and result["passed"]
+    assert not [n for n in result["notes"] if "no calibration" in n]
+
+
+def test_uncalibrated_device_is_named_in_the_notes(tmp_path):
+    """On a device the table does not know, gemm_fp falls back to a conservative bound and says so."""
+    empty = tmp_path / "empty.json"
+    empty.write_text(json.dumps({"schema": "sdcscan-calibration/1", "c": 2.5, "entries": []}))
+    args = ["--workloads", "gemm_fp", "--trials", "1", "--json", "--calibration", str(empty)]
+    r = CliRunner().invoke(selftest, args)
+    result = json.loads(r.stdout)
+    assert any("no calibration for" in n and "sdcscan calibrate" in n for n in result["notes"])
+    assert "note: gemm_fp: no calibration" in r.stderr
+
+
+class _Fake:
+    """A minimal ABFT-protocol workload whose behaviour each test sets through class attributes."""
+
+    name: ClassVar[str] = "fake_abft"
+    defaults: ClassVar[dict[str, Any]] = {"size": 4}
+    fault_sites: ClassVar[tuple[str, ...]] = ("output", "input")
+    negative_sites: ClassVar[tuple[str, ...]] = ("input",)
+    selftest_variants: ClassVar[dict[str, dict[str, Any]]] = {"only": {}}
+    detects = True
+    sees_input = False
+    clean_fires = False
+
+    def __init__(self, params: dict[str, Any]) -> None:
+        self.p = params
+
+    def prepare(self, ctx: Context) -> None:
+        pass
+
+    def run(self, ctx: Context, case: Case) -> Outcome:
+        import torch
+
+        x = ctx.fault("input", torch.ones(self.p["size"]))
+        y = ctx.fault("output", x * 2)
+        fired = (self.detects and not torch.equal(y, x * 2)) or (
+            self.sees_input and not torch.equal(x, torch.ones(4))
+        )
+        fired = fired or self.clean_fires
+        return Outcome(status=STATUS_MISMATCH if fired else STATUS_OK, digest="0")
+
+    @classmethod
+    def selftest_bits(cls, variant: str, site: str) -> list[int | str]:
+        return [30, "any"] if site == "output" else [31]
+
+    @classmethod
+    def selftest_floor(cls, variant: str, site: str, bit: int | str) -> float | None:
+        return 1.0 if bit == 30 else None
+
+
+@pytest.mark.parametrize(
+    ("attrs", "expected_exit"),
+    [({}, 0), ({"detects": False}, 1), ({"sees_input": True}, 1), ({"clean_fires": True}, 1)],
+)
+def test_exit_code_follows_floors_false_positives_and_negative_controls(monkeypatch, attrs, expected_exit):
+    fake = type("FakeAbft", (_Fake,), attrs)
+    monkeypatch.setitem(REGISTRY, "fake_abft", fake)
+    r = CliRunner().invoke(selftest, ["-w", "fake_abft", "--trials", "3", "--json"])
+    assert r.exit_code == expected_exit, r.stderr
+    rows = json.loads(r.stdout)["rows"]
+    assert [(x["site"], x["bit"]) for x in rows] == [
+        ("clean", None),
+        ("output", 30),
+        ("output", "any"),
+        ("input", 31),
+    ]
+    assert all(x["trials"] == 3 for x in rows)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["-w", "gemm_fq"], "did you mean 'gemm_fp'"),
+        (["-w", "train"], "has no self-test"),
+        (["--trials", "0"], "--trials must be at least 1"),
+    ],
+)
+def test_bad_options_exit_2_with_one_clear_line(args, message):
+    r = CliRunner().invoke(selftest, args)
+    assert r.exit_code == 2
+    assert r.stderr.startswith("Error:") and message in r.stderr and r.stderr.count("\n") == 1
