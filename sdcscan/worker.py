@@ -7,7 +7,9 @@ the watchdog and the journal. Messages are plain tuples of builtins so they pick
 from __future__ import annotations
 
 import os
+import select
 import signal
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -28,12 +30,13 @@ class WorkerConfig:
     threads: int
     injections: tuple[faults.Injection, ...] = ()
     param_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
+    run_pid: int = field(default_factory=os.getpid)  # the sdcscan parent: built there, so its pid
 
 
 def worker_main(cfg: WorkerConfig, inbox: Any, outbox: Any) -> None:
     """Entry point of the spawned process. Never raises: problems become messages."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent coordinates shutdown on Ctrl-C
-    _die_with_parent()
+    _die_with_parent(cfg.run_pid)
     uid = cfg.unit.id
     try:
         engine = _Engine(cfg, outbox)
@@ -127,8 +130,13 @@ class _Engine:
         return armed
 
 
-def _die_with_parent() -> None:
-    """Ask Linux to SIGKILL this worker when the parent dies, so a killed run leaves no orphans."""
+def _die_with_parent(run_pid: int) -> None:
+    """SIGKILL this worker when the run's parent dies, so a killed run leaves no orphans.
+
+    PR_SET_PDEATHSIG covers a worker whose parent is the run (spawn). Under a fork server the parent
+    is the server, which waits for its children and so outlives a killed run: a thread then waits on
+    a pidfd of the run's process and kills this worker when it exits.
+    """
     try:
         import ctypes
 
@@ -136,6 +144,18 @@ def _die_with_parent() -> None:
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass  # not Linux: daemonic workers still end with a normally exiting parent
+    if run_pid == os.getppid() or not hasattr(os, "pidfd_open"):
+        return
+    try:
+        fd = os.pidfd_open(run_pid)
+    except OSError:  # already gone
+        os.kill(os.getpid(), signal.SIGKILL)
+    threading.Thread(target=_kill_self_when_readable, args=(fd,), name="sdcscan-parent-watch", daemon=True).start()
+
+
+def _kill_self_when_readable(fd: int) -> None:
+    select.select([fd], [], [])  # a pidfd becomes readable when its process exits
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _configure_torch(unit: Unit, threads: int) -> Any:

@@ -108,7 +108,7 @@ def test_sigkill_of_the_parent_leaves_a_journal_that_rebuilds_the_report(run_cli
     proc = start(tmp_path, "run", "--budget", "60s", "--units", "cpu:0,cpu:1", "--inject", "cpu:1:nan", "-o", str(out))
     wait_for_cases(journal, 3)
     proc.kill()
-    proc.communicate(timeout=10)
+    proc.communicate(timeout=10)  # returns once every worker (they hold its pipes) is gone too: no orphans
     assert not out.exists()
     done = {(r["unit"], r["index"]) for r in read_journal(journal) if r.get("type") == "case" and r["attempt"] == 0}
     rebuilt = tmp_path / "rebuilt.json"
