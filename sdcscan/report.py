@@ -78,9 +78,12 @@ def load_report(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise ReportError(f"{p}: cannot read: {err.strerror or err}") from None
     try:
         data = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
-        reason = "truncated or not JSON" if isinstance(err, json.JSONDecodeError) else "not UTF-8 JSON text"
-        raise ReportError(f"{p}: {reason}") from None
+    except json.JSONDecodeError:
+        raise ReportError(f"{p}: truncated or not JSON") from None
+    except UnicodeDecodeError:
+        raise ReportError(f"{p}: not UTF-8 JSON text") from None
+    except RecursionError:
+        raise ReportError(f"{p}: nested too deeply to be a report") from None
     return validate_report(data, label=str(p))
 
 

@@ -156,9 +156,10 @@ def test_report_validation_survives_one_bad_value_in_a_good_report(path, value):
         (json.dumps(_good_report()).encode()[:-7], "truncated"),
         (b"\x89PNG\r\n\x1a\n\x00\x00\xff\xfe", "not UTF-8"),
         (json.dumps({**_good_report(), "schema_version": 99}).encode(), "schema_version 99"),
-        (b"[" * 100000 + b"]" * 100000, ""),
+        (b"[" * 100000 + b"]" * 100000, "nested too deeply"),
         (b"[1, 2, 3]", "not a report"),
     ],
+    ids=["empty", "truncated", "binary", "other-version", "deep-nesting", "not-an-object"],
 )
 def test_bad_report_files_get_a_clear_error(tmp_path, content, reason):
     """Truncated, binary, deeply nested and foreign-version reports raise ReportError saying why."""
