@@ -33,3 +33,23 @@ def run_cli(tmp_path: Path):
         return subprocess.run(sdcscan_cmd(*args), capture_output=True, text=True, env=env, timeout=timeout, cwd=tmp_path)
 
     return _run
+
+
+@pytest.fixture
+def calibration_here(tmp_path: Path) -> str:
+    """The shipped gemm_fp calibration, re-keyed to this CPU (×2 e_max) when it has no entry for it,
+    so tests that rely on calibrated thresholds run on any CPU. Returns the file's path."""
+    import json
+
+    import torch
+
+    from sdcscan import calibrate
+    from sdcscan.units import device_model
+
+    table = calibrate.load_table()
+    model = device_model(torch.device("cpu"))
+    if not any(e["device_model"] == model for e in table["entries"]):
+        table["entries"] = [{**e, "device_model": model, "e_max": 2 * e["e_max"]} for e in table["entries"]]
+    path = tmp_path / "calibration.json"
+    path.write_text(json.dumps(table))
+    return str(path)
