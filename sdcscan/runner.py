@@ -23,6 +23,7 @@ from sdcscan.units import Unit, cohort_key
 from sdcscan.verdict import CaseResult, retest_plan
 from sdcscan.worker import WorkerConfig, worker_main
 
+CASE_TIME_WINDOW = 512  # case times per workload the watchdog's median looks at
 READY_TIMEOUT_S = 180.0  # importing torch and preparing workloads on a loaded host
 WATCHDOG_FLOOR_S = 5.0  # never call a case hung sooner than this
 WATCHDOG_FACTOR = 10.0  # ... or sooner than this many times the workload's median case time
@@ -106,6 +107,9 @@ class Runner:
         self.journal, self.emit = journal, on_event
         self.outcomes: list[dict[str, Any]] = []
         self.retests: dict[tuple[str, int], list[str | None]] = {}
+        # Recent case times per workload, for the watchdog: a bounded window, because the watchdog runs
+        # on every message and a 10,000 s burn-in on 128 units records over a million cases.
+        self.case_times: dict[str, deque[float]] = defaultdict(lambda: deque(maxlen=CASE_TIME_WINDOW))
         self.retest_count = retest
         self.overrun_at: float | None = None  # main pass only: a unit still busy after this is stopped as hung
 
@@ -232,6 +236,7 @@ class Runner:
         if attempt == 0:
             result = CaseResult(uid, index, workload, out["status"], out["digest"], out["seconds"], out.get("error"))
             state.results.append(result)
+            self.case_times[workload].append(result.seconds)
         else:
             self.retests.setdefault((uid, index), []).append(out["digest"] if out["status"] == "ok" else None)
         self.emit("case", unit=uid, index=index, workload=workload, attempt=attempt, outcome=out)
@@ -261,7 +266,7 @@ class Runner:
         return self.overrun_at is not None and now > self.overrun_at
 
     def _case_limit(self, workload: str) -> float:
-        times = [r.seconds for s in self.states.values() for r in s.results if r.workload == workload]
+        times = self.case_times.get(workload)
         if not times:
             return WATCHDOG_FIRST_S
         return max(WATCHDOG_FLOOR_S, WATCHDOG_FACTOR * statistics.median(times))
