@@ -34,7 +34,7 @@ def compare_command() -> tuple[list[str], str]:
     sys.path.insert(0, str(ROOT))
     if importlib.util.find_spec("sdcscan.cli") is not None:
         return [sys.executable, "-m", "sdcscan", "compare"], "python -m sdcscan compare"
-    code = "from sdcscan.cli_fleet import compare; compare(prog_name='sdcscan compare')"
+    code = "from sdcscan.cli.fleet import compare; compare(prog_name='sdcscan compare')"
     return [sys.executable, "-c", code], "sdcscan.cli_fleet.compare (sdcscan.cli not present)"
 
 

@@ -8,6 +8,7 @@ Precedence: built-in default < profile < command-line flag.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import re
 from collections.abc import Mapping
@@ -20,7 +21,17 @@ import yaml
 from sdcscan.errors import ProfileError, UsageError
 
 PROFILE_VERSION = 1
-BUILTIN_DIR = Path(__file__).parent / "profiles"
+
+def _builtin_dir() -> Path:
+    """Installed, the built-in profiles are the package `sdcscan.profiles` (the repository's profiles/);
+    run from a source checkout without installing, they are ../profiles."""
+    spec = importlib.util.find_spec("sdcscan.profiles")
+    if spec is not None and spec.submodule_search_locations:
+        return Path(next(iter(spec.submodule_search_locations)))
+    return Path(__file__).resolve().parents[1] / "profiles"
+
+
+BUILTIN_DIR = _builtin_dir()
 MAX_PROFILE_BYTES = 256 * 1024
 MAX_BUDGET_S = 30 * 24 * 3600.0
 MAX_RETEST = 128

@@ -43,7 +43,7 @@ def calibration_here(tmp_path: Path) -> str:
 
     import torch
 
-    from sdcscan import calibrate
+    from sdcscan.workloads import calibration as calibrate
     from sdcscan.units import device_model
 
     table = calibrate.load_table()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from sdcscan.fleet_model import Extractor, HostReport
+from sdcscan.fleet.model import Extractor, HostReport
 
 PLAN_SHA = hashlib.sha256(b"test profile").hexdigest()
 SEED = 7

@@ -9,8 +9,8 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from sdcscan import calibrate
-from sdcscan.cli_abft import calibrate as calibrate_cmd
+from sdcscan.workloads import calibration as calibrate
+from sdcscan.cli.abft import calibrate as calibrate_cmd
 from sdcscan.errors import UsageError
 from sdcscan.units import device_model
 from sdcscan.workloads import get

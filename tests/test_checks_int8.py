@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sdcscan.checks import int8
+from sdcscan.workloads.gemm_int8 import MIN_K
 from sdcscan.faults import flip_bit_
 
 
@@ -18,7 +19,8 @@ def _product(a: torch.Tensor, w_ext: torch.Tensor) -> torch.Tensor:
 @st.composite
 def operands(draw: st.DrawFn) -> tuple[torch.Tensor, torch.Tensor]:
     """Small u8 A (m, k) and s8 W (n, k); fills include the extremes 0/255 and -128/127."""
-    m, k, n = draw(st.integers(1, 6)), draw(st.integers(1, 24)), draw(st.integers(1, 20))
+    # k >= 2: torch's CPU _int_mm is wrong for k = 1 on some CPUs, and gemm_int8 refuses such shapes.
+    m, k, n = draw(st.integers(1, 6)), draw(st.integers(MIN_K, 24)), draw(st.integers(1, 20))
     seed = draw(st.integers(0, 2**31))
     fill_a = draw(st.sampled_from([None, 0, 255]))
     fill_w = draw(st.sampled_from([None, -128, 127, 0]))

@@ -13,10 +13,10 @@ from click.testing import CliRunner
 from fleet_factory import extract, report, unit
 from rich.console import Console
 
-from sdcscan.cli_fleet import compare, golden, parse_age
+from sdcscan.cli.fleet import compare, golden, parse_age
 from sdcscan.errors import UsageError
-from sdcscan.fleet import summarize
-from sdcscan.render_fleet import render_compare
+from sdcscan.fleet.compare import summarize
+from sdcscan.render.fleet import render_compare
 
 
 def write(tmp: Path, reports: list[dict[str, Any]]) -> Path:

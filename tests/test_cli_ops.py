@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from junitparser import JUnitXml
 from prometheus_client.parser import text_string_to_metric_families
 
-from sdcscan.cli_ops import (
+from sdcscan.cli.ops import (
     COMMANDS,
     after_run,
     clear_cmd,
@@ -25,7 +25,7 @@ from sdcscan.cli_ops import (
     status_cmd,
 )
 from sdcscan.errors import ReportError
-from sdcscan.history import RunActiveError, runs
+from sdcscan.outputs.history import RunActiveError, runs
 from sdcscan.report import write_json_atomic
 
 

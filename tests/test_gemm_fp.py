@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from sdcscan import calibrate
+from sdcscan.workloads import calibration as calibrate
 from sdcscan.faults import FaultSpec
 from sdcscan.units import device_model
 from sdcscan.workloads import get

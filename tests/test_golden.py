@@ -11,8 +11,8 @@ import jsonschema
 import pytest
 from fleet_factory import PLAN_SHA, extract, good, report, unit
 
-from sdcscan.fleet import Options, summarize
-from sdcscan.golden import GoldenError, apply_golden, index_golden, judge, load_golden, record
+from sdcscan.fleet.compare import Options, summarize
+from sdcscan.fleet.golden import GoldenError, apply_golden, index_golden, judge, load_golden, record
 from sdcscan.report import SCHEMA_PATH
 
 SCHEMA = json.loads(SCHEMA_PATH.read_text())

@@ -11,7 +11,7 @@ import pytest
 from _ops_report import make_report
 
 from sdcscan.errors import RunError, UsageError
-from sdcscan.history import (
+from sdcscan.outputs.history import (
     RunActiveError,
     clear,
     default_history_path,
@@ -133,7 +133,7 @@ def test_second_run_lock_is_refused_naming_the_other_process(tmp_path: Path) -> 
 
 _HOLD_LOCK = """
 import sys
-from sdcscan.history import run_lock
+from sdcscan.outputs.history import run_lock
 with run_lock(sys.argv[1]):
     print("locked", flush=True)
     sys.stdin.readline()

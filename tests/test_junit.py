@@ -8,7 +8,7 @@ from typing import Any
 from _ops_report import make_report
 from junitparser import Error, Failure, JUnitXml, Skipped, TestCase
 
-from sdcscan.junit import write_junit
+from sdcscan.outputs.junit import write_junit
 
 
 def _parse(report: dict[str, Any], tmp_path: Path) -> dict[str, dict[str, TestCase]]:

@@ -13,7 +13,7 @@ from _ops_report import make_report
 from prometheus_client.parser import text_string_to_metric_families
 
 from sdcscan.errors import ReportError
-from sdcscan.prom import write_prom
+from sdcscan.outputs.prom import write_prom
 from sdcscan.report import SCHEMA_PATH
 
 

@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 import pytest
 from click.testing import CliRunner
 
-from sdcscan.cli_abft import selftest
+from sdcscan.cli.abft import selftest
 from sdcscan.workloads.base import REGISTRY, STATUS_MISMATCH, STATUS_OK, Case, Context, Outcome
 
 SITE_KEYS = {"workload", "variant", "site", "bit", "trials", "detected"}

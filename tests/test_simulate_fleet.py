@@ -11,7 +11,7 @@ from typing import Any
 import jsonschema
 from click.testing import CliRunner
 
-from sdcscan.cli_fleet import compare
+from sdcscan.cli.fleet import compare
 from sdcscan.report import SCHEMA_PATH
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from sdcscan.telemetry import Sampler, telemetry_findings
-from sdcscan.telemetry_nvml import NvmlSource
-from sdcscan.telemetry_sources import CpuSource, EdacSource, MceSource, Source
+from sdcscan.telemetry.sampler import Sampler, telemetry_findings
+from sdcscan.telemetry.nvml import NvmlSource
+from sdcscan.telemetry.sources import CpuSource, EdacSource, MceSource, Source
 
 
 def _edac(root: Path, ce: list[int], ue: list[int]) -> None:

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 import torch
 
 from sdcscan.checks import embbag
-from sdcscan.digest import Digest
+from sdcscan.checks.digest import Digest
 from sdcscan.workloads.base import (
     CONSENSUS,
     INVARIANT,

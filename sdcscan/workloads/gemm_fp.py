@@ -14,9 +14,9 @@ from typing import Any, ClassVar
 
 import torch
 
-from sdcscan import calibrate
+from sdcscan.workloads import calibration as calibrate
 from sdcscan.checks import vabft
-from sdcscan.digest import Digest
+from sdcscan.checks.digest import Digest
 from sdcscan.units import device_model
 from sdcscan.workloads.base import (
     CONSENSUS,

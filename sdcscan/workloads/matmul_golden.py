@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from sdcscan.digest import Digest
+from sdcscan.checks.digest import Digest
 from sdcscan.workloads.base import (
     CONSENSUS,
     INVARIANT,

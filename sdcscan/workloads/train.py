@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from sdcscan.digest import Digest
+from sdcscan.checks.digest import Digest
 from sdcscan.workloads.base import (
     CONSENSUS,
     INVARIANT,

@@ -11,7 +11,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sdcscan.telemetry_sources import Reading, Source, SourceUnavailable
+from sdcscan.telemetry.sources import Reading, Source, SourceUnavailable
 
 GPU_METRICS = (
     "temp_c",

@@ -11,12 +11,12 @@ from typing import Any
 import click
 
 from sdcscan import __version__
-from sdcscan.cli_abft import calibrate, selftest
-from sdcscan.cli_common import emit_json, reports_errors
-from sdcscan.cli_fleet import compare, golden
-from sdcscan.cli_ops import COMMANDS as OPS_COMMANDS
-from sdcscan.cli_ops import output_options
-from sdcscan.cli_report import report as report_cmd
+from sdcscan.cli.abft import calibrate, selftest
+from sdcscan.cli.common import emit_json, reports_errors
+from sdcscan.cli.fleet import compare, golden
+from sdcscan.cli.ops import COMMANDS as OPS_COMMANDS
+from sdcscan.cli.ops import output_options
+from sdcscan.cli.report import report as report_cmd
 from sdcscan.errors import EXIT_INTERRUPTED
 
 
@@ -71,8 +71,8 @@ def run(**kw: Any) -> None:
     warm_up_workers()
     opts = _scan_options(kw)
     golden_data = _load_golden(kw["golden_path"])
-    from sdcscan.cli_ops import run_guard
-    from sdcscan.render import stderr_console
+    from sdcscan.cli.ops import run_guard
+    from sdcscan.render.run import stderr_console
 
     console = stderr_console()
     try:
@@ -81,7 +81,7 @@ def run(**kw: Any) -> None:
                 console.print(note)
             report = _scan_with_telemetry(opts, console, started)
             if golden_data is not None:
-                from sdcscan.golden import apply_golden
+                from sdcscan.fleet.golden import apply_golden
 
                 report = apply_golden(report, golden_data)
             _write_outputs(report, opts, kw, console)
@@ -95,15 +95,15 @@ def _load_golden(path: str | None) -> Any:
     """Read the golden before any work, so a bad path fails in a second, not after the budget."""
     if path is None:
         return None
-    from sdcscan.golden import load_golden
+    from sdcscan.fleet.golden import load_golden
 
     return load_golden(path)
 
 
 def _scan_with_telemetry(opts: Any, console: Any, started: float) -> dict[str, Any]:
-    from sdcscan.render import Progress
+    from sdcscan.render.run import Progress
     from sdcscan.scan import prepare, scan
-    from sdcscan.telemetry import Sampler, telemetry_findings
+    from sdcscan.telemetry.sampler import Sampler, telemetry_findings
 
     setup = prepare(opts)
     signal.signal(signal.SIGTERM, _raise_terminated)
@@ -116,8 +116,8 @@ def _scan_with_telemetry(opts: Any, console: Any, started: float) -> dict[str, A
 
 def _write_outputs(report: dict[str, Any], opts: Any, kw: dict[str, Any], console: Any) -> None:
     """Report file first (nothing lost), then JUnit/Prometheus/history; the summary is shown in any case."""
-    from sdcscan.cli_ops import after_run
-    from sdcscan.render import render_summary
+    from sdcscan.cli.ops import after_run
+    from sdcscan.render.run import render_summary
 
     try:
         if opts.out is not None:
@@ -263,8 +263,7 @@ def _show(data: Any, as_json: bool, renderer: str) -> None:
     if as_json:
         emit_json(data)
         return
-    from sdcscan import render
-
+    from sdcscan.render.run import run as render
     getattr(render, renderer)(data, render.stderr_console())
 
 

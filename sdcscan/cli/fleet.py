@@ -11,12 +11,12 @@ import time
 
 import click
 
-from sdcscan.cli_common import emit_json, reports_errors
+from sdcscan.cli.common import emit_json, reports_errors
 from sdcscan.errors import ReportError, UsageError
-from sdcscan.fleet import DEFAULT_SLOW_DROP, DEFAULT_SLOW_Z, Options, summarize
-from sdcscan.fleet_io import read_hosts, read_reports
-from sdcscan.fleet_model import dedupe, parse_time
-from sdcscan.golden import index_golden, load_golden, record_extracted
+from sdcscan.fleet.compare import DEFAULT_SLOW_DROP, DEFAULT_SLOW_Z, Options, summarize
+from sdcscan.fleet.reading import read_hosts, read_reports
+from sdcscan.fleet.model import dedupe, parse_time
+from sdcscan.fleet.golden import index_golden, load_golden, record_extracted
 from sdcscan.report import write_json_atomic
 
 _AGE = re.compile(r"(\d+(?:\.\d+)?)(s|m|h|d|w)", re.IGNORECASE)
@@ -103,7 +103,7 @@ def compare(
         sdcscan compare reports/ --hosts fleet.txt --stale 45d
         sdcscan compare 'reports/2025-W23/*.json' --json > findings.json
     """
-    from sdcscan.render_fleet import render_compare
+    from sdcscan.render.fleet import render_compare
 
     stale_s = parse_age(stale)
     hosts = read_hosts(hosts_file) if hosts_file else None
@@ -160,7 +160,7 @@ def record(reports: tuple[str, ...], out_path: str, min_votes: int) -> None:
         sdcscan golden record qualify-reports/ -o golden.json
         sdcscan golden record a.json b.json c.json -o golden.json --min-votes 2
     """
-    from sdcscan.render_fleet import render_golden_record
+    from sdcscan.render.fleet import render_golden_record
 
     found, skipped = read_reports(reports)
     kept, dups = dedupe(found)

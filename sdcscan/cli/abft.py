@@ -73,8 +73,8 @@ def calibrate(
     with _errors(ctx):
         import torch
 
-        from sdcscan import calibrate as lib
-        from sdcscan.render_selftest import render_calibration
+        from sdcscan.workloads import calibration as lib
+        from sdcscan.render.selftest import render_calibration
         from sdcscan.units import device_model
 
         dev = _parse_device(device)
@@ -112,7 +112,7 @@ def _parse_device(text: str) -> Any:
 
 def _write_table(path: Path, table: dict[str, Any]) -> None:
     """Merge into an existing table (other devices' entries are kept) and write atomically."""
-    from sdcscan import calibrate as lib
+    from sdcscan.workloads import calibration as lib
 
     old = lib.load_table(str(path)) if path.exists() else None
     tmp = path.with_suffix(path.suffix + ".tmp")
@@ -144,8 +144,8 @@ def selftest(
         sdcscan selftest --workloads gemm_fp --trials 200 --json > selftest.json
     """
     with _errors(ctx):
-        from sdcscan.render_selftest import render_selftest
-        from sdcscan.selftest import run_selftest
+        from sdcscan.render.selftest import render_selftest
+        from sdcscan.workloads.selftest import run_selftest
 
         console = _console()
         result = run_selftest(

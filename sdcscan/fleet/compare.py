@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sdcscan.fleet_consensus import (
+from sdcscan.fleet.consensus import (
     Signature,
     Tally,
     compared_cases,
@@ -21,9 +21,9 @@ from sdcscan.fleet_consensus import (
     tally,
     undecided_cases,
 )
-from sdcscan.fleet_model import HostReport, Invariant, Plan, Skipped, UnitRecord, dedupe
-from sdcscan.fleet_perf import coverage_findings, slow_findings
-from sdcscan.golden import GoldenIndex, judge_unit
+from sdcscan.fleet.model import HostReport, Invariant, Plan, Skipped, UnitRecord, dedupe
+from sdcscan.fleet.perf import coverage_findings, slow_findings
+from sdcscan.fleet.golden import GoldenIndex, judge_unit
 
 COMPARE_VERSION = 1
 KINDS = ("divergent", "invariant", "slow", "undecided", "invalid", "stale", "missing")

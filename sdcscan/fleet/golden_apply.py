@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from sdcscan.golden import Disagreement, UnitJudgement
+    from sdcscan.fleet.golden import Disagreement, UnitJudgement
 
 VERDICT_ORDER = ("pass", "fail", "invalid", "interrupted")  # the run verdict is the worst of these
 EXIT_CODES = {"pass": 0, "fail": 1, "invalid": 3, "interrupted": 130}

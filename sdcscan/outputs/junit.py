@@ -13,7 +13,7 @@ import xml.etree.ElementTree as ET
 from collections import Counter
 from typing import Any
 
-from sdcscan.atomic import write_text_atomic
+from sdcscan.files import write_text_atomic
 
 MAX_LISTED_MISMATCHES = 20  # per testcase body: enough to see the pattern, small enough for a CI page
 _XML_ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f]")

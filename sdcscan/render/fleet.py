@@ -7,8 +7,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from sdcscan.fleet import Finding, FleetSummary
-from sdcscan.fleet_model import Skipped
+from sdcscan.fleet.compare import Finding, FleetSummary
+from sdcscan.fleet.model import Skipped
 
 MAX_ROWS = 200  # beyond this a table is not read by people; --json has everything
 MAX_SKIPPED_SHOWN = 10

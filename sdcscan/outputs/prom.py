@@ -14,7 +14,7 @@ import time
 from datetime import datetime, timezone
 from typing import Any
 
-from sdcscan.atomic import write_text_atomic
+from sdcscan.files import write_text_atomic
 
 VERDICTS = ("pass", "fail", "invalid", "interrupted")
 Sample = tuple[dict[str, str], float]

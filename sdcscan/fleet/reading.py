@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from sdcscan.errors import ReportError, UsageError
-from sdcscan.fleet_model import Extractor, HostReport, Skipped
+from sdcscan.fleet.model import Extractor, HostReport, Skipped
 from sdcscan.report import MAX_REPORT_BYTES
 
 GLOB_CHARS = frozenset("*?[")

@@ -1,6 +1,6 @@
 """Human output of the operations commands (history, status, clear, export) on stderr, with rich.
 
-Only `render*.py` modules import rich; everything here takes plain dicts from `sdcscan.history`.
+Only `render*.py` modules import rich; everything here takes plain dicts from `sdcscan.outputs.history`.
 """
 
 from __future__ import annotations

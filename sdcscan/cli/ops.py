@@ -15,8 +15,8 @@ from typing import Any, TypeVar
 
 import click
 
-from sdcscan import history as hist
-from sdcscan.cli_common import emit_json, reports_errors
+from sdcscan.outputs import history as hist
+from sdcscan.cli.common import emit_json, reports_errors
 from sdcscan.errors import EXIT_FAIL, ReportError, RunError, SdcscanError, UsageError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -88,8 +88,8 @@ def after_run(
     Raises:
         ReportError: one or more outputs could not be written; the message names each.
     """
-    from sdcscan.junit import write_junit  # imported here: `sdcscan --help` stays fast
-    from sdcscan.prom import write_prom
+    from sdcscan.outputs.junit import write_junit  # imported here: `sdcscan --help` stays fast
+    from sdcscan.outputs.prom import write_prom
 
     steps: list[tuple[Callable[..., None], tuple[Any, ...]]] = []
     if junit:
@@ -121,7 +121,7 @@ def export_cmd(report: str, junit: str | None, prom: str | None) -> None:
         sdcscan export report.json --junit sdcscan.xml
         sdcscan export report.json --prom /var/lib/node_exporter/textfile/sdcscan.prom
     """
-    from sdcscan.render_ops import print_written
+    from sdcscan.render.ops import print_written
     from sdcscan.report import load_report
 
     if not junit and not prom:
@@ -147,7 +147,7 @@ def history_cmd(unit: str | None, limit: int, as_json: bool, history: str | None
         sdcscan history
         sdcscan history --unit cpu:3 --json
     """
-    from sdcscan.render_ops import print_history
+    from sdcscan.render.ops import print_history
 
     if unit:
         _check_unit(unit)
@@ -174,7 +174,7 @@ def status_cmd(as_json: bool, history: str | None) -> None:
         sdcscan status || echo "some unit miscomputed; see above"
         sdcscan status --json
     """
-    from sdcscan.render_ops import print_status
+    from sdcscan.render.ops import print_status
 
     state = hist.status(history_path(history))
     if as_json:
@@ -197,7 +197,7 @@ def clear_cmd(unit: str, reason: str | None, history: str | None) -> None:
     Example:
         sdcscan clear cpu:1 --reason "replaced CPU, RMA 1234"
     """
-    from sdcscan.render_ops import print_cleared
+    from sdcscan.render.ops import print_cleared
 
     _check_unit(unit)
     if reason is None:  # checked here, not by click, so the error is one line like every other

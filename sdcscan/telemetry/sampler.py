@@ -14,8 +14,8 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sdcscan.telemetry_nvml import NvmlSource
-from sdcscan.telemetry_sources import (
+from sdcscan.telemetry.nvml import NvmlSource
+from sdcscan.telemetry.sources import (
     CORRECTED,
     UNCORRECTABLE,
     CpuSource,

@@ -10,6 +10,7 @@ runs in WAL mode with a busy timeout, and `run_lock` refuses a second concurrent
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import getpass
 import os
 import sqlite3
@@ -19,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from sdcscan.errors import RunError, UsageError
-from sdcscan.history_lock import RunActiveError, run_lock
 
 __all__ = [
     "RunActiveError", "clear", "default_history_path", "default_state_dir", "flagged", "record_run",
@@ -226,3 +226,58 @@ def _user() -> str:
         return getpass.getuser()
     except (KeyError, OSError):  # containers often run as a uid with no passwd entry
         return str(os.getuid())
+
+
+# The run lock: one `sdcscan run` at a time on a host (two cron entries, a slow run).
+LOCK_NAME = "run.lock"
+
+
+class RunActiveError(RunError):
+    """Another sdcscan run holds the run lock."""
+
+
+@contextlib.contextmanager
+def run_lock(state_dir: str | os.PathLike[str]) -> Iterator[Path]:
+    """Hold the run lock of `state_dir` for the duration of the block; never wait for it.
+
+    Args:
+        state_dir: directory of the lock file (created if missing), normally the history's directory.
+
+    Yields:
+        The lock file's path.
+
+    Raises:
+        RunActiveError: another run holds the lock; the message names its pid and start time.
+        RunError: the lock file could not be created.
+    """
+    path = Path(state_dir) / LOCK_NAME
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as err:
+        raise RunError(f"cannot create the run lock {path}: {err.strerror or err}") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RunActiveError(_holder_message(fd, path)) from None
+        os.ftruncate(fd, 0)
+        stamp = datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+        os.pwrite(fd, f"{os.getpid()} {stamp}\n".encode(), 0)
+        try:
+            yield path
+        finally:
+            # Empty the file before unlocking so a reader never names a finished run as the holder.
+            os.ftruncate(fd, 0)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def _holder_message(fd: int, path: Path) -> str:
+    try:
+        pid, _, since = os.pread(fd, 200, 0).decode("utf-8", "replace").strip().partition(" ")
+    except OSError:
+        pid, since = "", ""
+    who = f"pid {pid}, since {since}" if pid else "pid unknown"
+    return f"another sdcscan run is active ({who}; lock {path}); wait for it to finish or stop it first"

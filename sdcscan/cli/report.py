@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from sdcscan.cli_common import emit_json, reports_errors
+from sdcscan.cli.common import emit_json, reports_errors
 from sdcscan.errors import ReportError, UsageError
 
 
@@ -35,7 +35,7 @@ def report(report_path: Path | None, journal: Path | None, out: Path | None, as_
         sdcscan report --from-journal report.journal.jsonl -o report.json
     """
     from sdcscan.rebuild import report_from_journal
-    from sdcscan.render import render_summary, stderr_console
+    from sdcscan.render.run import render_summary, stderr_console
     from sdcscan.report import load_report, write_json_atomic
 
     if (report_path is None) == (journal is None):

@@ -11,10 +11,10 @@ from datetime import datetime, timezone
 from statistics import median
 from typing import TYPE_CHECKING, Any
 
-from sdcscan.fleet_model import HostReport
+from sdcscan.fleet.model import HostReport
 
 if TYPE_CHECKING:
-    from sdcscan.fleet import Collector
+    from sdcscan.fleet.compare import Collector
 
 MAD_TO_SIGMA = 0.6745  # robust z = 0.6745 (x - median) / MAD (Iglewicz and Hoaglin)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from sdcscan.fleet_model import UnitRecord
+from sdcscan.fleet.model import UnitRecord
 
 Signature = tuple[tuple[int, ...], tuple["str | None", ...]]  # (case indices, digests)
 

@@ -1,0 +1,1 @@
+"""Production outputs of a judged report: JUnit XML, Prometheus textfile, and the run history (SQLite)."""

@@ -1,0 +1,1 @@
+"""What people read: every rich table, live progress and summary. The only package that imports rich."""
