@@ -22,8 +22,8 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from sdcscan.workloads import calibration as calibrate
 from sdcscan.checks import vabft
+from sdcscan.workloads import calibration as calibrate
 
 # (dtype, checker, shapes): fp32 at 512³ and above for the ≤ 10% target; bf16/fp16 small (no fast kernel here)
 CASES = [

@@ -41,10 +41,22 @@ def main() -> None:
     fired, detail = 0, {}
     for i in range(args.cases):
         ctx.begin_case(None)
-        out = workload.run(ctx, Case(index=i, workload=cls.name, seed=args.seed * 1000 + i, occurrence=i, params=params))
+        out = workload.run(
+            ctx, Case(index=i, workload=cls.name, seed=args.seed * 1000 + i, occurrence=i, params=params)
+        )
         fired += out.status != "ok"
         detail = out.detail
-    print(json.dumps({"workload": cls.name, "params": params, "cases": args.cases, "fired": fired, "last_detail": detail}))
+    print(
+        json.dumps(
+            {
+                "workload": cls.name,
+                "params": params,
+                "cases": args.cases,
+                "fired": fired,
+                "last_detail": detail,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -45,7 +45,9 @@ def judge_and_build(
     reruns: dict[tuple[str, int], list[str | None]] = {}
     for o in outcomes:
         if o.get("attempt", 0) > 0:
-            reruns.setdefault((o["unit"], o["index"]), []).append(o.get("digest") if o["status"] == "ok" else None)
+            reruns.setdefault((o["unit"], o["index"]), []).append(
+                o.get("digest") if o["status"] == "ok" else None
+            )
     judgement = judge(
         cohort_of,
         [_case_result(o) for o in main],
@@ -68,7 +70,13 @@ def judge_and_build(
 
 def _case_result(o: dict[str, Any]) -> CaseResult:
     return CaseResult(
-        o["unit"], o["index"], o["workload"], o["status"], o.get("digest"), o.get("seconds") or 0.0, o.get("error")
+        o["unit"],
+        o["index"],
+        o["workload"],
+        o["status"],
+        o.get("digest"),
+        o.get("seconds") or 0.0,
+        o.get("error"),
     )
 
 

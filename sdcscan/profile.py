@@ -22,6 +22,7 @@ from sdcscan.errors import ProfileError, UsageError
 
 PROFILE_VERSION = 1
 
+
 def _builtin_dir() -> Path:
     """Installed, the built-in profiles are the package `sdcscan.profiles` (the repository's profiles/);
     run from a source checkout without installing, they are ../profiles."""
@@ -106,12 +107,24 @@ class Profile:
         for n in names:
             get(n)  # raises with a did-you-mean for names no workload has
             if n not in known:
-                raise UsageError(f"workload {n!r} is not in profile {self.name!r} (it has: {', '.join(sorted(known))})")
+                raise UsageError(
+                    f"workload {n!r} is not in profile {self.name!r} (it has: {', '.join(sorted(known))})"
+                )
         kept = tuple(w for w in self.workloads if w.name in names)
         return _with_workloads(self, kept)
 
 
-_TOP_KEYS = {"version", "name", "description", "budget", "seed", "threads_per_unit", "units", "retest", "workloads"}
+_TOP_KEYS = {
+    "version",
+    "name",
+    "description",
+    "budget",
+    "seed",
+    "threads_per_unit",
+    "units",
+    "retest",
+    "workloads",
+}
 _WORKLOAD_KEYS = {"name", "weight", "params", "cuda_params"}
 
 
@@ -128,8 +141,12 @@ class _StrictLoader(yaml.SafeLoader):
         seen = set()
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
-            if not isinstance(key, str | int | float | bool | None):  # `? [a, b]` keys: unhashable, never ours
-                raise yaml.YAMLError(f"mapping keys must be plain values (line {key_node.start_mark.line + 1})")
+            if not isinstance(
+                key, str | int | float | bool | None
+            ):  # `? [a, b]` keys: unhashable, never ours
+                raise yaml.YAMLError(
+                    f"mapping keys must be plain values (line {key_node.start_mark.line + 1})"
+                )
             if key in seen:
                 raise yaml.YAMLError(f"duplicate key {key!r} (line {key_node.start_mark.line + 1})")
             seen.add(key)
@@ -276,7 +293,9 @@ def _params(label: str, where: str, given: Any, defaults: Mapping[str, Any]) -> 
         expected = defaults[key]
         if not _same_kind(value, expected):
             raise ProfileError(f"{label}: {where}.{key}: expected {_type(expected)}, got {value!r}")
-        if isinstance(value, int | float) and not isinstance(value, bool) and not abs(value) <= 1e9:  # also NaN
+        if (
+            isinstance(value, int | float) and not isinstance(value, bool) and not abs(value) <= 1e9
+        ):  # also NaN
             raise ProfileError(f"{label}: {where}.{key}: value {value!r} is out of range")
         out[key] = value
     return out
@@ -288,7 +307,9 @@ def _same_kind(value: Any, expected: Any) -> bool:
     if isinstance(expected, float):
         return isinstance(value, int | float)
     if isinstance(expected, list | tuple):
-        return isinstance(value, list) and all(_same_kind(v, expected[0]) for v in value) if expected else True
+        return (
+            isinstance(value, list) and all(_same_kind(v, expected[0]) for v in value) if expected else True
+        )
     return isinstance(value, type(expected))
 
 

@@ -37,7 +37,9 @@ def report_from_journal(path: str | os.PathLike[str]) -> dict[str, Any]:
     run = records[0]
     missing = [k for k in _RUN_KEYS if k not in run]
     if missing or not isinstance(run["units"], list) or not isinstance(run["profile"], dict):
-        raise ReportError(f"{p}: run record lacks {', '.join(missing) or 'valid units'}; cannot rebuild a report")
+        raise ReportError(
+            f"{p}: run record lacks {', '.join(missing) or 'valid units'}; cannot rebuild a report"
+        )
     try:
         return _build(run, records[1:])
     except (KeyError, TypeError, ValueError, AttributeError) as err:

@@ -93,7 +93,9 @@ def validate_report(data: Any, *, label: str = "report") -> dict[str, Any]:
         raise ReportError(f"{label}: not a report (top level is not an object)")
     version = data.get("schema_version")
     if version != SCHEMA_VERSION:
-        raise ReportError(f"{label}: schema_version {version!r} is not supported (this sdcscan reads {SCHEMA_VERSION})")
+        raise ReportError(
+            f"{label}: schema_version {version!r} is not supported (this sdcscan reads {SCHEMA_VERSION})"
+        )
     for key in REQUIRED_TOP:
         if key not in data:
             raise ReportError(f"{label}: missing key {key!r}")

@@ -79,7 +79,9 @@ def retest_message(unit: str, summary: str, recs: Sequence[Retest]) -> str:
     parts, tested = [], [r for r in recs if r.classification != UNTESTED]
     for r in tested[:3]:
         peer = f", {r.peer_failures} times on peer {', '.join(r.peers)}" if r.peers else ", no peer re-run"
-        parts.append(f"case {r.index} ({r.workload}) {r.classification}: failed again {r.reproduced} of {r.reruns} times{peer}")
+        parts.append(
+            f"case {r.index} ({r.workload}) {r.classification}: failed again {r.reproduced} of {r.reruns} times{peer}"
+        )
     untested = len(recs) - len(tested)
     more = f"; {len(tested) - 3} more re-run case(s)" if len(tested) > 3 else ""
     more += f"; {untested} more failing case(s) not re-run" if untested else ""
@@ -93,5 +95,3 @@ def case_message(rec: Retest) -> str:
         f"Case {rec.index} ({rec.workload}) failed on {rec.unit} and again on {', '.join(rec.peers)}: it fails "
         "wherever it runs, so this is a software or determinism problem in the test, not a hardware fault of these units."
     )
-
-

@@ -111,7 +111,9 @@ class Runner:
         # on every message and a 10,000 s burn-in on 128 units records over a million cases.
         self.case_times: dict[str, deque[float]] = defaultdict(lambda: deque(maxlen=CASE_TIME_WINDOW))
         self.retest_count = retest
-        self.overrun_at: float | None = None  # main pass only: a unit still busy after this is stopped as hung
+        self.overrun_at: float | None = (
+            None  # main pass only: a unit still busy after this is stopped as hung
+        )
 
     def run(self, deadline: float, command_started: float | None = None) -> RunResult:
         started = time.time()
@@ -121,7 +123,9 @@ class Runner:
         try:
             self.overrun_at = deadline + OVERRUN_S
             self._start_workers(deadline)
-            self._pump(until=lambda: not any(s.busy or (s.alive and not s.ready) for s in self.states.values()))
+            self._pump(
+                until=lambda: not any(s.busy or (s.alive and not s.ready) for s in self.states.values())
+            )
             self.overrun_at = None
             self._retest(time.time() + retest_window(deadline - started))
         except KeyboardInterrupt:
@@ -130,7 +134,9 @@ class Runner:
             interrupted = "SIGTERM"
         finally:
             self._stop_workers()
-        return RunResult(self.states, self.retests, self.outcomes, started, time.time(), interrupted, self.software)
+        return RunResult(
+            self.states, self.retests, self.outcomes, started, time.time(), interrupted, self.software
+        )
 
     def _start_workers(self, deadline: float) -> None:
         # Children inherit an ignored SIGINT across exec, so Ctrl-C reaches only the parent, which
@@ -213,7 +219,9 @@ class Runner:
         elif kind == "fatal":
             self._fail(state, msg[2], detail=msg[3])
 
-    def _on_ready(self, state: UnitState, notes: list[str], cohort_fields: dict[str, Any], software: dict[str, Any]) -> None:
+    def _on_ready(
+        self, state: UnitState, notes: list[str], cohort_fields: dict[str, Any], software: dict[str, Any]
+    ) -> None:
         state.ready, state.notes = True, list(notes)
         state.cohort_fields, state.cohort = cohort_fields, cohort_key(cohort_fields)
         if time.time() >= self.deadline:
@@ -230,11 +238,20 @@ class Runner:
     def _record(self, state: UnitState, index: int, attempt: int, workload: str, out: dict[str, Any]) -> None:
         uid = state.unit.id
         state.current = None
-        record = {"type": "case", "unit": uid, "index": index, "attempt": attempt, "workload": workload, **out}
+        record = {
+            "type": "case",
+            "unit": uid,
+            "index": index,
+            "attempt": attempt,
+            "workload": workload,
+            **out,
+        }
         self.journal.write(record)
         self.outcomes.append(record)
         if attempt == 0:
-            result = CaseResult(uid, index, workload, out["status"], out["digest"], out["seconds"], out.get("error"))
+            result = CaseResult(
+                uid, index, workload, out["status"], out["digest"], out["seconds"], out.get("error")
+            )
             state.results.append(result)
             self.case_times[workload].append(result.seconds)
         else:
@@ -249,7 +266,9 @@ class Runner:
             if state.proc is not None and not state.proc.is_alive():
                 self._drain()  # its last messages (the case it started) may still be queued
                 code = state.proc.exitcode
-                self._fail(state, f"worker process died (exit code {code}) during case {self._case_of(state)}")
+                self._fail(
+                    state, f"worker process died (exit code {code}) during case {self._case_of(state)}"
+                )
             elif not state.ready and (now - self.spawned_at > READY_TIMEOUT_S or self._overrun(now)):
                 why = " and the budget ended" if self._overrun(now) else ""
                 self._fail(state, f"worker did not start within {now - self.spawned_at:.0f} s{why}")
@@ -257,9 +276,14 @@ class Runner:
                 index, workload, since = state.current
                 limit = self._case_limit(workload)
                 if now - since > limit or self._overrun(now):
-                    self._fail(state, f"case {index} ({workload}) hung: no result after {now - since:.0f} s; worker killed")
+                    self._fail(
+                        state,
+                        f"case {index} ({workload}) hung: no result after {now - since:.0f} s; worker killed",
+                    )
             elif state.busy and self._overrun(now):  # stuck outside any case, e.g. sending its results
-                self._fail(state, f"worker did not finish its plan {OVERRUN_S:.0f} s after the budget ended; killed")
+                self._fail(
+                    state, f"worker did not finish its plan {OVERRUN_S:.0f} s after the budget ended; killed"
+                )
 
     def _overrun(self, now: float) -> bool:
         """The main pass runs past the budget by more than OVERRUN_S: whoever is still busy is stuck."""
@@ -274,7 +298,11 @@ class Runner:
     def _case_of(self, state: UnitState) -> str:
         if state.current:
             return f"{state.current[0]} ({state.current[1]})"
-        return "none (between cases)" if state.ready else "none (while starting up; its last messages may be lost)"
+        return (
+            "none (between cases)"
+            if state.ready
+            else "none (while starting up; its last messages may be lost)"
+        )
 
     def _fail(self, state: UnitState, reason: str, detail: str | None = None) -> None:
         state.problem, state.busy = reason, False

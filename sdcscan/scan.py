@@ -62,7 +62,9 @@ def prepare(opts: ScanOptions) -> dict[str, Any]:
     for inj in opts.injections:
         if inj.unit not in ids:
             raise UsageError(f"--inject names {inj.unit}, which is not among the selected units")
-    if opts.out is not None and not os.access(opts.out.parent if str(opts.out.parent) else Path("."), os.W_OK):
+    if opts.out is not None and not os.access(
+        opts.out.parent if str(opts.out.parent) else Path("."), os.W_OK
+    ):
         raise RunError(f"cannot write report to {opts.out}: directory missing or not writable")
     return {"seed": seed, "seed_source": source, "units": chosen}
 
@@ -114,14 +116,20 @@ def scan(opts: ScanOptions, setup: dict[str, Any], on_event: Event, started: flo
     ]
     on_event("start", run=run_doc, units=[u.id for u in setup["units"]], deadline=started + budget)
     retest = profile.retest if opts.retest is None else opts.retest
-    result = Runner(configs, journal, on_event, retest=retest).run(deadline=started + budget, command_started=started)
+    result = Runner(configs, journal, on_event, retest=retest).run(
+        deadline=started + budget, command_started=started
+    )
     journal.close()
     return finish(opts, setup, run_doc, result)
 
 
 def finish(opts: ScanOptions, setup: dict[str, Any], run_doc: dict[str, Any], result: Any) -> dict[str, Any]:
     """Judge the results and assemble the report."""
-    run_doc = {**run_doc, "ended_at": iso(result.ended), "duration_s": round(result.ended - result.started, 3)}
+    run_doc = {
+        **run_doc,
+        "ended_at": iso(result.ended),
+        "duration_s": round(result.ended - result.started, 3),
+    }
     if result.interrupted:
         run_doc["interrupted_by"] = result.interrupted
     unit_docs = [
@@ -135,7 +143,11 @@ def finish(opts: ScanOptions, setup: dict[str, Any], run_doc: dict[str, Any], re
         cohorts={s.cohort: s.cohort_fields for s in result.states.values() if s.cohort},
         units=unit_docs,
         outcomes=result.outcomes,
-        problems={uid: s.problem or s.late for uid, s in result.states.items() if s.problem or (s.late and not s.results)},
+        problems={
+            uid: s.problem or s.late
+            for uid, s in result.states.items()
+            if s.problem or (s.late and not s.results)
+        },
         interrupted=result.interrupted,
     )
 

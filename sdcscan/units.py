@@ -86,7 +86,11 @@ def cpu_units() -> list[Unit]:
 
 def _may_have_gpus() -> bool:
     """Cheap check before importing torch: NVIDIA's driver exposes these when a GPU is present."""
-    return os.path.exists("/proc/driver/nvidia/gpus") or os.path.exists("/dev/nvidia0") or os.path.exists("/dev/kfd")
+    return (
+        os.path.exists("/proc/driver/nvidia/gpus")
+        or os.path.exists("/dev/nvidia0")
+        or os.path.exists("/dev/kfd")
+    )
 
 
 def gpu_units() -> list[Unit]:
@@ -98,7 +102,8 @@ def gpu_units() -> list[Unit]:
     if not torch.cuda.is_available():
         return []
     return [
-        Unit(f"cuda:{i}", "cuda", i, str(torch.cuda.get_device_name(i))) for i in range(torch.cuda.device_count())
+        Unit(f"cuda:{i}", "cuda", i, str(torch.cuda.get_device_name(i)))
+        for i in range(torch.cuda.device_count())
     ]
 
 

@@ -367,7 +367,11 @@ class _Judge:
                 if rec.classification == CASE and rec.index not in reported:
                     reported.add(rec.index)
                     replay = f"sdcscan run {self.replay} --units {unit} --budget 1m"
-                    self.findings.append(Finding("case", unit, case_message(rec), f"report it with the journal; replay: {replay}"))
+                    self.findings.append(
+                        Finding(
+                            "case", unit, case_message(rec), f"report it with the journal; replay: {replay}"
+                        )
+                    )
             summary = unit_classification(recs)
             if summary in (PERSISTENT, TRANSIENT, UNTESTED):
                 self.findings.append(Finding("retest", unit, retest_message(unit, summary, recs)))

@@ -41,7 +41,9 @@ def worker_main(cfg: WorkerConfig, inbox: Any, outbox: Any) -> None:
     try:
         engine = _Engine(cfg, outbox)
     except Exception as err:
-        outbox.put(("fatal", uid, f"setup failed: {type(err).__name__}: {err}", traceback.format_exc(limit=4)))
+        outbox.put(
+            ("fatal", uid, f"setup failed: {type(err).__name__}: {err}", traceback.format_exc(limit=4))
+        )
         return
     outbox.put(("ready", uid, engine.notes, engine.cohort_fields, engine.software))
     while True:
@@ -150,7 +152,9 @@ def _die_with_parent(run_pid: int) -> None:
         fd = os.pidfd_open(run_pid)
     except OSError:  # already gone
         os.kill(os.getpid(), signal.SIGKILL)
-    threading.Thread(target=_kill_self_when_readable, args=(fd,), name="sdcscan-parent-watch", daemon=True).start()
+    threading.Thread(
+        target=_kill_self_when_readable, args=(fd,), name="sdcscan-parent-watch", daemon=True
+    ).start()
 
 
 def _kill_self_when_readable(fd: int) -> None:

@@ -30,7 +30,9 @@ def run_cli(tmp_path: Path):
     def _run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         env = child_env()
         env["XDG_STATE_HOME"] = str(tmp_path / "state")
-        return subprocess.run(sdcscan_cmd(*args), capture_output=True, text=True, env=env, timeout=timeout, cwd=tmp_path)
+        return subprocess.run(
+            sdcscan_cmd(*args), capture_output=True, text=True, env=env, timeout=timeout, cwd=tmp_path
+        )
 
     return _run
 
@@ -43,8 +45,8 @@ def calibration_here(tmp_path: Path) -> str:
 
     import torch
 
-    from sdcscan.workloads import calibration as calibrate
     from sdcscan.units import device_model
+    from sdcscan.workloads import calibration as calibrate
 
     table = calibrate.load_table()
     model = device_model(torch.device("cpu"))

@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sdcscan.checks import int8
-from sdcscan.workloads.gemm_int8 import MIN_K
 from sdcscan.faults import flip_bit_
+from sdcscan.workloads.gemm_int8 import MIN_K
 
 
 def _product(a: torch.Tensor, w_ext: torch.Tensor) -> torch.Tensor:

@@ -17,7 +17,9 @@ from tests.conftest import ROOT, child_env
 def test_importing_the_cli_does_not_import_torch():
     """`sdcscan --help` must answer at once: torch is imported only by commands that compute."""
     code = "import sys, sdcscan.cli; print('torch' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=child_env(), check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=child_env(), check=True
+    )
     assert out.stdout.strip() == "False"
 
 

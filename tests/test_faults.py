@@ -22,7 +22,10 @@ def test_parse_inject_accepts_unit_kind_rate(text, expected):
     assert parse_inject(text) == expected
 
 
-@pytest.mark.parametrize("text", ["cpu1:bitflip", "cpu:1", "cpu:1:melt", "cpu:1:nan@0", "cpu:1:nan@1.5", "gpu:0:nan", "cpu:1:nan@x"])
+@pytest.mark.parametrize(
+    "text",
+    ["cpu1:bitflip", "cpu:1", "cpu:1:melt", "cpu:1:nan@0", "cpu:1:nan@1.5", "gpu:0:nan", "cpu:1:nan@x"],
+)
 def test_parse_inject_rejects_malformed_specs(text):
     with pytest.raises(UsageError, match="--inject"):
         parse_inject(text)

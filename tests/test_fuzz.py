@@ -26,7 +26,9 @@ scalars = st.one_of(
 )
 json_like = st.recursive(
     scalars,
-    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=12), inner, max_size=5)),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=12), inner, max_size=5)
+    ),
     max_leaves=25,
 )
 # Text built from YAML's own syntax, so the parser gets deep instead of failing at the first byte.
@@ -72,7 +74,11 @@ def test_profile_validation_survives_arbitrary_documents(data):
        value=json_like, where=st.sampled_from(["top", "workload", "params"]))  # fmt: skip
 def test_profile_validation_survives_one_bad_value_in_a_good_profile(key, value, where):
     """A valid profile with one value replaced gives a Profile or a ProfileError naming the file."""
-    doc = {"version": 1, "budget": "60s", "workloads": [{"name": "train", "params": {}}, {"name": "matmul_golden"}]}
+    doc = {
+        "version": 1,
+        "budget": "60s",
+        "workloads": [{"name": "train", "params": {}}, {"name": "matmul_golden"}],
+    }
     target = {"top": doc, "workload": doc["workloads"][0], "params": doc["workloads"][0]["params"]}[where]
     target[key if where == "top" else str(key)] = value
     try:
@@ -113,7 +119,15 @@ def test_hostile_profiles_are_refused_with_one_clear_line(tmp_path, name):
 def _good_report() -> dict:
     unit = {"id": "cpu:0", "verdict": "pass", "cohort": "c",
             "cases": {"index": [0], "workload": ["train"], "digest": ["d"], "status": ["ok"], "seconds": [0.1]}}  # fmt: skip
-    return {"schema_version": 1, "tool": {}, "verdict": "pass", "run": {}, "host": {}, "units": [unit], "findings": []}
+    return {
+        "schema_version": 1,
+        "tool": {},
+        "verdict": "pass",
+        "run": {},
+        "host": {},
+        "units": [unit],
+        "findings": [],
+    }
 
 
 @FUZZ

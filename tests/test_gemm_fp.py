@@ -8,9 +8,9 @@ import json
 import pytest
 import torch
 
-from sdcscan.workloads import calibration as calibrate
 from sdcscan.faults import FaultSpec
 from sdcscan.units import device_model
+from sdcscan.workloads import calibration as calibrate
 from sdcscan.workloads import get
 from sdcscan.workloads.base import STATUS_MISMATCH, STATUS_OK, Case, Context
 

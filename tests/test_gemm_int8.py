@@ -111,7 +111,13 @@ def test_defaults_have_profile_friendly_types() -> None:
 
 @pytest.mark.parametrize(
     "params",
-    [{"scheme": "mod3"}, {"path": "gpu"}, {"shapes": [[1, 2]]}, {"shapes": [[1, 70000, 8]]}, {"shapes": [[4, 1, 8]]}],
+    [
+        {"scheme": "mod3"},
+        {"path": "gpu"},
+        {"shapes": [[1, 2]]},
+        {"shapes": [[1, 70000, 8]]},
+        {"shapes": [[4, 1, 8]]},
+    ],
 )
 def test_bad_parameters_are_rejected(params: dict[str, Any]) -> None:
     """Unknown scheme or path, malformed shape, k past the int32 limit, or k = 1 (a torch CPU bug)."""

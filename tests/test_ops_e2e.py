@@ -18,8 +18,19 @@ def test_failed_unit_stays_flagged_until_cleared_and_history_lists_both_runs(run
     bad = f"cpu:{CPUS[-1]}"
     db, junit, prom = tmp_path / "h.sqlite3", tmp_path / "j.xml", tmp_path / "m.prom"
     first = run_cli(
-        "run", "--budget", "15s", "--units", TWO, "--inject", f"{bad}:bitflip",
-        "--history", str(db), "--junit", str(junit), "--prom", str(prom),
+        "run",
+        "--budget",
+        "15s",
+        "--units",
+        TWO,
+        "--inject",
+        f"{bad}:bitflip",
+        "--history",
+        str(db),
+        "--junit",
+        str(junit),
+        "--prom",
+        str(prom),
     )
     assert first.returncode == 1, first.stderr
 
@@ -27,7 +38,9 @@ def test_failed_unit_stays_flagged_until_cleared_and_history_lists_both_runs(run
     assert set(suites) == {f"cpu:{CPUS[0]}", bad}
     assert {c.name for c in suites[bad]} == {"train", "matmul_golden"}
     families = {f.name: f for f in text_string_to_metric_families(prom.read_text())}
-    verdicts = {(s.labels["unit"], s.labels["verdict"]): s.value for s in families["sdcscan_unit_verdict"].samples}
+    verdicts = {
+        (s.labels["unit"], s.labels["verdict"]): s.value for s in families["sdcscan_unit_verdict"].samples
+    }
     assert verdicts[(bad, "fail")] == 1 and verdicts[(f"cpu:{CPUS[0]}", "pass")] == 1
 
     status = run_cli("status", "--history", str(db))

@@ -12,7 +12,16 @@ from sdcscan.profile import builtin_profile_names, load_profile, parse_duration
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
-    [("90s", 90), ("15m", 900), ("2h", 7200), ("1h30m", 5400), ("45", 45), (30, 30), ("1.5m", 90), ("2d", 172800)],
+    [
+        ("90s", 90),
+        ("15m", 900),
+        ("2h", 7200),
+        ("1h30m", 5400),
+        ("45", 45),
+        (30, 30),
+        ("1.5m", 90),
+        ("2d", 172800),
+    ],
 )
 def test_parse_duration_accepts_common_forms(text, seconds):
     """Durations like 90s, 15m, 2h and combinations parse to seconds."""

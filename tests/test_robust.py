@@ -35,7 +35,9 @@ def units_of(report: dict) -> dict[str, dict]:
 
 def start(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
     env = {**child_env(), "XDG_STATE_HOME": str(tmp_path / "state")}
-    return subprocess.Popen(sdcscan_cmd(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    return subprocess.Popen(
+        sdcscan_cmd(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
 
 
 def wait_for_cases(journal: Path, n: int, timeout: float = 90.0) -> None:
@@ -54,7 +56,9 @@ def test_hung_or_crashed_unit_is_invalid_and_the_other_passes(run_cli, tmp_path,
     """--inject cpu:1:hang|crash: exit 3 within the bound, cpu:1 invalid saying why, cpu:0 passed."""
     out = tmp_path / "r.json"
     t0 = time.time()
-    p = run_cli("run", "--budget", BUDGET, "--units", "cpu:0,cpu:1", "--inject", f"cpu:1:{kind}", "-o", str(out))
+    p = run_cli(
+        "run", "--budget", BUDGET, "--units", "cpu:0,cpu:1", "--inject", f"cpu:1:{kind}", "-o", str(out)
+    )
     wall = time.time() - t0
     assert p.returncode == 3, p.stderr
     assert wall < BOUND_S
@@ -69,7 +73,9 @@ def test_hung_or_crashed_unit_is_invalid_and_the_other_passes(run_cli, tmp_path,
 def test_persistent_bitflip_is_classified_persistent(run_cli, tmp_path):
     """--inject cpu:1:bitflip@1.0: cpu:1 fails, its re-runs fail again and its peer's do not: persistent."""
     out = tmp_path / "r.json"
-    p = run_cli("run", "--budget", BUDGET, "--units", "cpu:0,cpu:1", "--inject", "cpu:1:bitflip@1.0", "-o", str(out))
+    p = run_cli(
+        "run", "--budget", BUDGET, "--units", "cpu:0,cpu:1", "--inject", "cpu:1:bitflip@1.0", "-o", str(out)
+    )
     assert p.returncode == 1, p.stderr
     report = json.loads(out.read_text())
     units = units_of(report)
@@ -78,8 +84,16 @@ def test_persistent_bitflip_is_classified_persistent(run_cli, tmp_path):
     retest = units["cpu:1"]["retest"]
     assert retest["classification"] == "persistent"
     first = retest["cases"][0]
-    assert first["reruns"] == 3 and first["reproduced"] >= 1 and first["peers"] == ["cpu:0"] and first["peer_failures"] == 0
-    assert any(f["kind"] == "retest" and f["unit"] == "cpu:1" and "persistent" in f["message"] for f in report["findings"])
+    assert (
+        first["reruns"] == 3
+        and first["reproduced"] >= 1
+        and first["peers"] == ["cpu:0"]
+        and first["peer_failures"] == 0
+    )
+    assert any(
+        f["kind"] == "retest" and f["unit"] == "cpu:1" and "persistent" in f["message"]
+        for f in report["findings"]
+    )
 
 
 @pytest.mark.slow
@@ -105,12 +119,18 @@ def test_sigkill_of_the_parent_leaves_a_journal_that_rebuilds_the_report(run_cli
     """Kill -9 mid-run: `sdcscan report --from-journal` rebuilds every finished case, verdict interrupted."""
     out = tmp_path / "r.json"
     journal = tmp_path / "r.journal.jsonl"
-    proc = start(tmp_path, "run", "--budget", "60s", "--units", "cpu:0,cpu:1", "--inject", "cpu:1:nan", "-o", str(out))
+    proc = start(
+        tmp_path, "run", "--budget", "60s", "--units", "cpu:0,cpu:1", "--inject", "cpu:1:nan", "-o", str(out)
+    )
     wait_for_cases(journal, 3)
     proc.kill()
     proc.communicate(timeout=10)  # returns once every worker (they hold its pipes) is gone too: no orphans
     assert not out.exists()
-    done = {(r["unit"], r["index"]) for r in read_journal(journal) if r.get("type") == "case" and r["attempt"] == 0}
+    done = {
+        (r["unit"], r["index"])
+        for r in read_journal(journal)
+        if r.get("type") == "case" and r["attempt"] == 0
+    }
     rebuilt = tmp_path / "rebuilt.json"
     p = run_cli("report", "--from-journal", str(journal), "-o", str(rebuilt), "--json")
     assert p.returncode == 130, p.stderr
@@ -120,7 +140,9 @@ def test_sigkill_of_the_parent_leaves_a_journal_that_rebuilds_the_report(run_cli
     rows = {(u["id"], i) for u in report["units"] for i in u["cases"]["index"]}
     assert rows == done
     if any(u == "cpu:1" for u, _ in done):
-        assert units_of(report)["cpu:1"]["verdict"] == "fail"  # the NaNs it already produced are not forgotten
+        assert (
+            units_of(report)["cpu:1"]["verdict"] == "fail"
+        )  # the NaNs it already produced are not forgotten
 
 
 @pytest.mark.slow
@@ -132,7 +154,18 @@ def test_unwritable_report_path_is_exit_3_and_the_journal_keeps_the_results(run_
     """
     out = tmp_path / "r.json"
     journal = tmp_path / "r.journal.jsonl"
-    proc = start(tmp_path, "run", "--budget", "15s", "--units", "cpu:0,cpu:1", "--inject", "cpu:1:raise", "-o", str(out))
+    proc = start(
+        tmp_path,
+        "run",
+        "--budget",
+        "15s",
+        "--units",
+        "cpu:0,cpu:1",
+        "--inject",
+        "cpu:1:raise",
+        "-o",
+        str(out),
+    )
     wait_for_cases(journal, 1)
     out.mkdir()  # root ignores permissions, so make the rename fail instead
     _, stderr = proc.communicate(timeout=60)
@@ -204,9 +237,15 @@ def test_report_shows_a_saved_report_and_exits_with_its_code(tmp_path):
     from sdcscan.assemble import judge_and_build
 
     case = {"type": "case", "attempt": 0, "workload": "train", "digest": "d", "seconds": 0.1, "status": "ok"}
-    units = [{"id": f"cpu:{i}", "kind": "cpu", "index": i, "model": "m", "cohort": "c", "notes": []} for i in (0, 1)]
+    units = [
+        {"id": f"cpu:{i}", "kind": "cpu", "index": i, "model": "m", "cohort": "c", "notes": []}
+        for i in (0, 1)
+    ]
     run = {"id": "r", "profile": {"name": "quick", "sha256": "0" * 64}, "seed": 1, "budget_s": 1.0}
-    outcomes = [{**case, "unit": "cpu:0", "index": 0}, {**case, "unit": "cpu:1", "index": 0, "status": "mismatch"}]
+    outcomes = [
+        {**case, "unit": "cpu:0", "index": 0},
+        {**case, "unit": "cpu:1", "index": 0, "status": "mismatch"},
+    ]
     doc = judge_and_build(run=run, host={"hostname": "h"}, software={}, cohorts={"c": {}}, units=units,
                           outcomes=outcomes, problems={}, interrupted=None)  # fmt: skip
     path = tmp_path / "r.json"

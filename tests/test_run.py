@@ -16,7 +16,9 @@ from sdcscan.report import SCHEMA_PATH, case_records, load_report
 from tests.conftest import child_env, sdcscan_cmd
 
 pytestmark = pytest.mark.slow
-CPUS = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+CPUS = (
+    sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+)
 TWO = f"cpu:{CPUS[0]},cpu:{CPUS[-1]}"
 needs_two_cpus = pytest.mark.skipif(len(CPUS) < 2, reason="needs two logical CPUs")
 
@@ -49,7 +51,10 @@ def test_injected_faults_fail_the_bad_unit_only(run_cli, kind):
     assert proc.returncode == 1, proc.stderr
     verdicts = {u["id"]: u["verdict"] for u in report["units"]}
     assert verdicts == {bad: "fail", good: "pass"}
-    assert any(f["unit"] == bad and f["kind"] in ("invariant", "not_reproducible", "divergent") for f in report["findings"])
+    assert any(
+        f["unit"] == bad and f["kind"] in ("invariant", "not_reproducible", "divergent")
+        for f in report["findings"]
+    )
     assert "exit: fail" in proc.stderr
 
 
@@ -122,11 +127,24 @@ def test_report_on_disk_matches_stdout(run_cli, tmp_path: Path):
 def test_qualify_one_host_against_a_golden_recorded_from_another_run(run_cli, tmp_path):
     """CI qualification without peers: record a golden from one run, judge a later run against it."""
     unit = f"cpu:{CPUS[0]}"
-    first = run_cli("run", "-p", "qualify", "--budget", "15s", "--units", unit, "-o", str(tmp_path / "a.json"))
+    first = run_cli(
+        "run", "-p", "qualify", "--budget", "15s", "--units", unit, "-o", str(tmp_path / "a.json")
+    )
     assert first.returncode == 0, first.stderr
     rec = run_cli("golden", "record", str(tmp_path / "a.json"), "-o", str(tmp_path / "golden.json"))
     assert rec.returncode == 0, rec.stderr
-    second = run_cli("run", "-p", "qualify", "--budget", "15s", "--units", unit, "--golden", str(tmp_path / "golden.json"), "--json")
+    second = run_cli(
+        "run",
+        "-p",
+        "qualify",
+        "--budget",
+        "15s",
+        "--units",
+        unit,
+        "--golden",
+        str(tmp_path / "golden.json"),
+        "--json",
+    )
     report = _report(second)
     assert second.returncode == 0, second.stderr
     assert report["units"][0]["verdict"] == "pass"

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from sdcscan.telemetry.sampler import Sampler, telemetry_findings
 from sdcscan.telemetry.nvml import NvmlSource
+from sdcscan.telemetry.sampler import Sampler, telemetry_findings
 from sdcscan.telemetry.sources import CpuSource, EdacSource, MceSource, Source
 
 

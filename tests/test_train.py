@@ -64,7 +64,11 @@ def test_digest_is_identical_across_processes_pinned_to_different_cpus():
     for cpu in (cpus[0], cpus[-1]):
         out = subprocess.run(
             [sys.executable, "-c", _CHILD, str(cpu), json.dumps(PARAMS)],
-            capture_output=True, text=True, env=child_env(), check=True, timeout=120,
+            capture_output=True,
+            text=True,
+            env=child_env(),
+            check=True,
+            timeout=120,
         )
         digests.add(out.stdout.strip())
     assert len(digests) == 1 and "" not in digests

@@ -108,7 +108,9 @@ def test_judge(name, cohorts, results, retests, problems, expected, overall):
     assert [j.unit_verdicts[u] for u in sorted(cohorts)] == expected, name
     assert j.verdict == overall, name
     failing = {u for u, v in j.unit_verdicts.items() if v == "fail"}
-    assert failing == {f.unit for f in j.findings if f.unit in failing} or any(f.kind == "undecided" for f in j.findings)
+    assert failing == {f.unit for f in j.findings if f.unit in failing} or any(
+        f.kind == "undecided" for f in j.findings
+    )
 
 
 def test_interrupted_run_is_interrupted_but_keeps_failures():

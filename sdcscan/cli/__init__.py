@@ -31,18 +31,49 @@ def cli() -> None:
 
 
 @cli.command()
-@click.option("-p", "--profile", default="quick", show_default=True, help="Built-in profile name or a YAML path.")
+@click.option(
+    "-p", "--profile", default="quick", show_default=True, help="Built-in profile name or a YAML path."
+)
 @click.option("-b", "--budget", help="Time budget, e.g. 90s, 15m, 2h (default: the profile's).")
 @click.option("--units", "units_spec", help="all, cpu, cuda, or a list such as cpu:0,cpu:3 (default: all).")
-@click.option("-w", "--workloads", help="Comma-separated workloads of the profile to run (default: all of them).")
-@click.option("--seed", type=click.IntRange(0, 2**63 - 1), help="Replay a plan exactly (default: from profile and ISO week).")
-@click.option("-o", "--out", type=click.Path(dir_okay=False, path_type=Path), help="Write the report JSON here (atomically).")
+@click.option(
+    "-w", "--workloads", help="Comma-separated workloads of the profile to run (default: all of them)."
+)
+@click.option(
+    "--seed",
+    type=click.IntRange(0, 2**63 - 1),
+    help="Replay a plan exactly (default: from profile and ISO week).",
+)
+@click.option(
+    "-o",
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the report JSON here (atomically).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the report JSON on stdout.")
 @click.option("--hostname", help="Host label in the report (containers, tests).")
-@click.option("--inject", multiple=True, metavar="UNIT:KIND[@RATE]", help="Fault injection: bitflip, nan, hang, crash, raise.")
-@click.option("--retest", type=click.IntRange(0, 128), help="Re-runs of each failing case on its unit (default: the profile's, 3; 0: off).")
-@click.option("--calibration", type=click.Path(dir_okay=False), help="gemm_fp calibration file from `sdcscan calibrate`.")
-@click.option("--golden", "golden_path", type=click.Path(dir_okay=False), help="Judge digests against a golden file (`sdcscan golden record`).")
+@click.option(
+    "--inject",
+    multiple=True,
+    metavar="UNIT:KIND[@RATE]",
+    help="Fault injection: bitflip, nan, hang, crash, raise.",
+)
+@click.option(
+    "--retest",
+    type=click.IntRange(0, 128),
+    help="Re-runs of each failing case on its unit (default: the profile's, 3; 0: off).",
+)
+@click.option(
+    "--calibration",
+    type=click.Path(dir_okay=False),
+    help="gemm_fp calibration file from `sdcscan calibrate`.",
+)
+@click.option(
+    "--golden",
+    "golden_path",
+    type=click.Path(dir_okay=False),
+    help="Judge digests against a golden file (`sdcscan golden record`).",
+)
 @output_options
 @reports_errors
 def run(**kw: Any) -> None:
@@ -169,7 +200,9 @@ def _write_report(out: Path, report: dict[str, Any]) -> None:
         write_json_atomic(out, report)
     except ReportError as err:  # full disk, directory gone: say where the results still are
         journal = report["run"].get("journal")
-        raise ReportError(f"{err}; every finished case is in {journal}: sdcscan report --from-journal {journal}") from None
+        raise ReportError(
+            f"{err}; every finished case is in {journal}: sdcscan report --from-journal {journal}"
+        ) from None
 
 
 def _raise_terminated(signum: int, frame: Any) -> None:
@@ -264,6 +297,7 @@ def _show(data: Any, as_json: bool, renderer: str) -> None:
         emit_json(data)
         return
     from sdcscan.render.run import run as render
+
     getattr(render, renderer)(data, render.stderr_console())
 
 

@@ -73,9 +73,9 @@ def calibrate(
     with _errors(ctx):
         import torch
 
-        from sdcscan.workloads import calibration as lib
         from sdcscan.render.selftest import render_calibration
         from sdcscan.units import device_model
+        from sdcscan.workloads import calibration as lib
 
         dev = _parse_device(device)
         try:
@@ -127,10 +127,17 @@ def _write_table(path: Path, table: dict[str, Any]) -> None:
 @click.option("--trials", default=100, show_default=True, help="Trials per clean run and per (site, bit).")
 @click.option("--seed", default=0, show_default=True, help="Run seed; every trial seed derives from it.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result object on stdout.")
-@click.option("--calibration", type=click.Path(dir_okay=False), help="gemm_fp calibration file (`sdcscan calibrate`).")
+@click.option(
+    "--calibration", type=click.Path(dir_okay=False), help="gemm_fp calibration file (`sdcscan calibrate`)."
+)
 @click.pass_context
 def selftest(
-    ctx: click.Context, workloads: tuple[str, ...], trials: int, seed: int, as_json: bool, calibration: str | None
+    ctx: click.Context,
+    workloads: tuple[str, ...],
+    trials: int,
+    seed: int,
+    as_json: bool,
+    calibration: str | None,
 ) -> None:
     """Inject single bit flips through each ABFT workload's fault sites and report detection.
 

@@ -14,9 +14,9 @@ import click
 from sdcscan.cli.common import emit_json, reports_errors
 from sdcscan.errors import ReportError, UsageError
 from sdcscan.fleet.compare import DEFAULT_SLOW_DROP, DEFAULT_SLOW_Z, Options, summarize
-from sdcscan.fleet.reading import read_hosts, read_reports
-from sdcscan.fleet.model import dedupe, parse_time
 from sdcscan.fleet.golden import index_golden, load_golden, record_extracted
+from sdcscan.fleet.model import dedupe, parse_time
+from sdcscan.fleet.reading import read_hosts, read_reports
 from sdcscan.report import write_json_atomic
 
 _AGE = re.compile(r"(\d+(?:\.\d+)?)(s|m|h|d|w)", re.IGNORECASE)

@@ -15,9 +15,9 @@ from typing import Any, TypeVar
 
 import click
 
-from sdcscan.outputs import history as hist
 from sdcscan.cli.common import emit_json, reports_errors
 from sdcscan.errors import EXIT_FAIL, ReportError, RunError, SdcscanError, UsageError
+from sdcscan.outputs import history as hist
 
 F = TypeVar("F", bound=Callable[..., Any])
 UNIT_ID = re.compile(r"^(cpu|cuda):[0-9]+$")

@@ -12,14 +12,21 @@ from sdcscan.errors import ReportError, UsageError
 
 
 @click.command()
-@click.argument("report_path", required=False, metavar="[REPORT]", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument(
+    "report_path", required=False, metavar="[REPORT]", type=click.Path(dir_okay=False, path_type=Path)
+)
 @click.option(
     "--from-journal",
     "journal",
     type=click.Path(dir_okay=False, path_type=Path),
     help="Rebuild the report from this journal (printed when the run started; beside --out as <stem>.journal.jsonl).",
 )
-@click.option("-o", "--out", type=click.Path(dir_okay=False, path_type=Path), help="Write the report JSON here (atomically).")
+@click.option(
+    "-o",
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the report JSON here (atomically).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the report JSON on stdout.")
 @reports_errors
 def report(report_path: Path | None, journal: Path | None, out: Path | None, as_json: bool) -> None:

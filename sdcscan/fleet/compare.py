@@ -21,9 +21,9 @@ from sdcscan.fleet.consensus import (
     tally,
     undecided_cases,
 )
+from sdcscan.fleet.golden import GoldenIndex, judge_unit
 from sdcscan.fleet.model import HostReport, Invariant, Plan, Skipped, UnitRecord, dedupe
 from sdcscan.fleet.perf import coverage_findings, slow_findings
-from sdcscan.fleet.golden import GoldenIndex, judge_unit
 
 COMPARE_VERSION = 1
 KINDS = ("divergent", "invariant", "slow", "undecided", "invalid", "stale", "missing")

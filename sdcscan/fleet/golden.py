@@ -18,8 +18,8 @@ from typing import Any
 from sdcscan import __version__
 from sdcscan.errors import UsageError
 from sdcscan.fleet.consensus import signature, tally
-from sdcscan.fleet.model import Extractor, HostReport, Plan, UnitRecord, dedupe
 from sdcscan.fleet.golden_apply import fold_judgements
+from sdcscan.fleet.model import Extractor, HostReport, Plan, UnitRecord, dedupe
 
 GOLDEN_VERSION = 1
 MAX_GOLDEN_BYTES = 256 << 20

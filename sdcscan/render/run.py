@@ -95,7 +95,9 @@ class Progress:
 
     def _on_phase(self, name: str, cases: list[int]) -> None:
         if self.live is None:
-            self.console.print(f"re-running disputed cases {', '.join(map(str, cases))} on the units involved")
+            self.console.print(
+                f"re-running disputed cases {', '.join(map(str, cases))} on the units involved"
+            )
 
     def _elapsed(self) -> str:
         return f"{time.time() - self.start:.0f}/{self.deadline - self.start:.0f} s"
@@ -107,7 +109,9 @@ class Progress:
         for u in self.units:
             rate = self.ops[u] / self.busy_s[u] / 1e9 if self.busy_s[u] else 0.0
             bad = str(self.bad[u]) if self.bad[u] else ""
-            table.add_row(u, self.state.get(u, ""), str(self.cases[u]), bad, self.current.get(u, ""), f"{rate:.1f}")
+            table.add_row(
+                u, self.state.get(u, ""), str(self.cases[u]), bad, self.current.get(u, ""), f"{rate:.1f}"
+            )
         return table
 
 
@@ -146,7 +150,9 @@ def _flipped_bits(report: dict[str, Any]) -> dict[str, str]:
     for m in report.get("mismatches", []):
         if len(out[m["unit"]]) < 3:
             mask = f", xor {m['mask']}" if m.get("mask") else ""
-            out[m["unit"]].append(f"case {m['index']} {m['where']}: expected {m['expected']}, got {m['actual']}{mask}")
+            out[m["unit"]].append(
+                f"case {m['index']} {m['where']}: expected {m['expected']}, got {m['actual']}{mask}"
+            )
     return {u: "; ".join(v) for u, v in out.items()}
 
 
@@ -155,7 +161,13 @@ def print_profiles(rows: list[dict[str, Any]], console: Console) -> None:
     for col in ("profile", "budget", "seed", "workloads", "description"):
         table.add_column(col)
     for r in rows:
-        table.add_row(r["name"], f"{r['budget_s']:g} s", str(r["seed"] or "week"), ", ".join(r["workloads"]), r["description"])
+        table.add_row(
+            r["name"],
+            f"{r['budget_s']:g} s",
+            str(r["seed"] or "week"),
+            ", ".join(r["workloads"]),
+            r["description"],
+        )
     console.print(table)
 
 
@@ -171,7 +183,9 @@ def print_workloads(rows: list[dict[str, Any]], console: Console) -> None:
 def print_info(info: dict[str, Any], console: Console) -> None:
     host = info["host"]
     console.print(f"host {host['hostname']}: {host['cpu_model']}, {host['logical_cpus']} logical CPUs")
-    console.print(f"software: {', '.join(f'{k} {v}' for k, v in info['software'].items() if v and k != 'pins')}")
+    console.print(
+        f"software: {', '.join(f'{k} {v}' for k, v in info['software'].items() if v and k != 'pins')}"
+    )
     table = Table(box=None)
     for col in ("unit", "kind", "model", "cohort"):
         table.add_column(col)

@@ -14,10 +14,10 @@ from typing import Any, ClassVar
 
 import torch
 
-from sdcscan.workloads import calibration as calibrate
 from sdcscan.checks import vabft
 from sdcscan.checks.digest import Digest
 from sdcscan.units import device_model
+from sdcscan.workloads import calibration as calibrate
 from sdcscan.workloads.base import (
     CONSENSUS,
     INVARIANT,

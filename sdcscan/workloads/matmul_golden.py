@@ -31,7 +31,12 @@ from sdcscan.workloads.base import (
     register,
 )
 
-DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES = {
+    "float32": torch.float32,
+    "float64": torch.float64,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+}
 _WORDS = {2: torch.int16, 4: torch.int32, 8: torch.int64}
 MAX_RECORDED = 8  # mismatching elements recorded per case; the count is always complete
 
@@ -105,10 +110,16 @@ class MatmulGolden:
 
     def _case_operands(self, ctx: Context, case: Case) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Permute and sign-flip the pool operands; the exact product follows from the reference."""
-        assert self.a0 is not None and self.b0 is not None and self.ref0 is not None, "prepare() was not called"
+        assert self.a0 is not None and self.b0 is not None and self.ref0 is not None, (
+            "prepare() was not called"
+        )
         g = ctx.generator(case.seed)
         m, k, n = self.p["m"], self.p["k"], self.p["n"]
-        rows, inner, cols = torch.randperm(m, generator=g), torch.randperm(k, generator=g), torch.randperm(n, generator=g)
+        rows, inner, cols = (
+            torch.randperm(m, generator=g),
+            torch.randperm(k, generator=g),
+            torch.randperm(n, generator=g),
+        )
         row_sign = (torch.randint(0, 2, (m, 1), generator=g) * 2 - 1).to(self.a0.device, torch.float32)
         col_sign = (torch.randint(0, 2, (1, n), generator=g) * 2 - 1).to(self.a0.device, torch.float32)
         rows, inner, cols = rows.to(self.a0.device), inner.to(self.a0.device), cols.to(self.a0.device)
