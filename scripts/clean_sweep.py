@@ -24,8 +24,9 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
+    from sdcscan.outcomes import Case
     from sdcscan.workloads import get
-    from sdcscan.workloads.base import Case, Context
+    from sdcscan.workloads.base import Context
 
     cls = get(args.workload)
     params = dict(cls.defaults)

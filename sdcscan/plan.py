@@ -9,8 +9,8 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 
+from sdcscan.outcomes import Case
 from sdcscan.profile import Profile
-from sdcscan.workloads.base import Case
 
 
 def week_seed(profile: Profile, now: dt.datetime | None = None) -> int:

@@ -97,7 +97,7 @@ class _Engine:
             index += 1
 
     def run_case(self, index: int, attempt: int) -> float:
-        from sdcscan.workloads.base import STATUS_ERROR, Outcome
+        from sdcscan.outcomes import STATUS_ERROR, Outcome
 
         case = self.plan.case(index)
         workload, ctx = self.workloads[case.workload], self.contexts[case.workload]

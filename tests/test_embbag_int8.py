@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from sdcscan.faults import FaultSpec
+from sdcscan.outcomes import Case
 from sdcscan.workloads import embbag_int8, get
-from sdcscan.workloads.base import Case, Context
+from sdcscan.workloads.base import Context
 from sdcscan.workloads.embbag_int8 import EmbbagInt8, fit_rows
 
 

@@ -9,10 +9,11 @@ import pytest
 import torch
 
 from sdcscan.faults import FaultSpec
+from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case
 from sdcscan.units import device_model
 from sdcscan.workloads import calibration as calibrate
 from sdcscan.workloads import get
-from sdcscan.workloads.base import STATUS_MISMATCH, STATUS_OK, Case, Context
+from sdcscan.workloads.base import Context
 
 SHAPES = {
     "float32": [256, 256, 64],

@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from sdcscan.faults import FaultSpec
+from sdcscan.outcomes import Case
 from sdcscan.workloads import get
-from sdcscan.workloads.base import Case, Context
+from sdcscan.workloads.base import Context
 from sdcscan.workloads.gemm_int8 import GemmInt8, _probe
 
 

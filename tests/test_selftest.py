@@ -10,7 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from sdcscan.cli.abft import selftest
-from sdcscan.workloads.base import REGISTRY, STATUS_MISMATCH, STATUS_OK, Case, Context, Outcome
+from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case, Outcome
+from sdcscan.workloads.base import REGISTRY, Context
 
 SITE_KEYS = {"workload", "variant", "site", "bit", "trials", "detected"}
 CLEAN_KEYS = {"workload", "variant", "site", "trials", "false_positives"}

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from sdcscan.faults import FaultSpec
-from sdcscan.workloads.base import STATUS_MISMATCH, Case, Context
+from sdcscan.outcomes import STATUS_MISMATCH, Case
+from sdcscan.workloads.base import Context
 from sdcscan.workloads.train import Train
 from tests.conftest import child_env
 
@@ -47,7 +48,8 @@ _CHILD = """
 import json, os, sys, torch
 os.sched_setaffinity(0, {int(sys.argv[1])})
 torch.set_num_threads(1)
-from sdcscan.workloads.base import Case, Context
+from sdcscan.outcomes import Case
+from sdcscan.workloads.base import Context
 from sdcscan.workloads.train import Train
 params = json.loads(sys.argv[2])
 ctx = Context(unit="x", device=torch.device("cpu"), run_seed=1, params=params)

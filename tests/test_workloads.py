@@ -6,8 +6,9 @@ import pytest
 import torch
 
 from sdcscan.faults import FaultSpec
+from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case
 from sdcscan.workloads import REGISTRY, get
-from sdcscan.workloads.base import STATUS_MISMATCH, STATUS_OK, Case, Context
+from sdcscan.workloads.base import Context
 
 NAMES = sorted(REGISTRY)
 

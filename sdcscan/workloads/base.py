@@ -11,73 +11,17 @@ import enum
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, TypeVar
 
 import torch
 
 from sdcscan import faults
-
-# The kinds of evidence a workload can supply (DESIGN.md, "Three independent kinds of evidence").
-INVARIANT = "invariant"  # checks itself per case: golden, ABFT, NaN/Inf
-CONSENSUS = "consensus"  # digest is bit-identical across units of a cohort
-REPEAT = "repeat"  # digest is bit-identical when the case is re-run on the same unit
-
-STATUS_OK = "ok"
-STATUS_MISMATCH = "mismatch"  # an invariant fired: SDC suspected on this unit
-STATUS_ERROR = "error"  # the workload raised: the unit cannot be judged
+from sdcscan.outcomes import Case, Outcome
 
 
 class Quality(enum.Enum):
     BETA = "beta"
     PROD = "prod"
-
-
-@dataclass(frozen=True, slots=True)
-class Case:
-    """One deterministic unit of work. Two units that ran case `index` ran the same computation."""
-
-    index: int
-    workload: str
-    seed: int
-    occurrence: int  # how many cases of this workload came before it in the plan
-    params: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class Mismatch:
-    """One element (or scalar) that a check found wrong."""
-
-    check: str  # which check fired, e.g. "golden", "finite"
-    where: str  # human-readable location, e.g. "fp32 out[3, 17]" or "step 12 loss"
-    expected: str
-    actual: str
-    mask: str | None = None  # XOR of expected and actual bits, hex, for bitwise compares
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "check": self.check,
-            "where": self.where,
-            "expected": self.expected,
-            "actual": self.actual,
-            "mask": self.mask,
-        }
-
-
-@dataclass(slots=True)
-class Outcome:
-    """What a case produced on a unit. The runner fills in `seconds` and `injected`."""
-
-    status: str
-    digest: str | None
-    mismatches: list[Mismatch] = field(default_factory=list)
-    ops: float = 0.0  # useful work done, in `ops_unit`
-    ops_unit: str = "flop"
-    phases: dict[str, float] = field(default_factory=dict)  # seconds per phase (compute, check, setup)
-    seconds: float = 0.0
-    error: str | None = None
-    injected: dict[str, Any] | None = None
-    detail: dict[str, Any] = field(default_factory=dict)  # workload-specific facts, e.g. dtype
 
 
 class Context:

@@ -17,18 +17,8 @@ import torch
 
 from sdcscan.checks import embbag
 from sdcscan.checks.digest import Digest
-from sdcscan.workloads.base import (
-    CONSENSUS,
-    INVARIANT,
-    STATUS_MISMATCH,
-    STATUS_OK,
-    Case,
-    Context,
-    Mismatch,
-    Outcome,
-    Quality,
-    register,
-)
+from sdcscan.outcomes import CONSENSUS, INVARIANT, STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
+from sdcscan.workloads.base import Context, Quality, register
 
 MODES = ("exact", "realistic")
 MAX_RECORDED = 8

@@ -16,21 +16,10 @@ import torch
 
 from sdcscan.checks import vabft
 from sdcscan.checks.digest import Digest
+from sdcscan.outcomes import CONSENSUS, INVARIANT, REPEAT, STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
 from sdcscan.units import device_model
 from sdcscan.workloads import calibration as calibrate
-from sdcscan.workloads.base import (
-    CONSENSUS,
-    INVARIANT,
-    REPEAT,
-    STATUS_MISMATCH,
-    STATUS_OK,
-    Case,
-    Context,
-    Mismatch,
-    Outcome,
-    Quality,
-    register,
-)
+from sdcscan.workloads.base import Context, Quality, register
 from sdcscan.workloads.gemm_fp_selftest import SelftestMixin
 
 DTYPES = calibrate.DTYPES

@@ -19,18 +19,8 @@ import torch
 
 from sdcscan.checks import int8
 from sdcscan.checks.digest import Digest
-from sdcscan.workloads.base import (
-    CONSENSUS,
-    INVARIANT,
-    STATUS_MISMATCH,
-    STATUS_OK,
-    Case,
-    Context,
-    Mismatch,
-    Outcome,
-    Quality,
-    register,
-)
+from sdcscan.outcomes import CONSENSUS, INVARIANT, STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
+from sdcscan.workloads.base import Context, Quality, register
 
 MAX_RECORDED = 8  # bad rows recorded per case; the count is always complete
 PATHS = ("auto", "unsigned", "signed")  # signed = the CUDA route (int8 only), runnable on CPU for tests

@@ -17,19 +17,8 @@ from typing import Any, ClassVar
 import torch
 
 from sdcscan.checks.digest import Digest
-from sdcscan.workloads.base import (
-    CONSENSUS,
-    INVARIANT,
-    REPEAT,
-    STATUS_MISMATCH,
-    STATUS_OK,
-    Case,
-    Context,
-    Mismatch,
-    Outcome,
-    Quality,
-    register,
-)
+from sdcscan.outcomes import CONSENSUS, INVARIANT, REPEAT, STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
+from sdcscan.workloads.base import Context, Quality, register
 
 DTYPES = {
     "float32": torch.float32,

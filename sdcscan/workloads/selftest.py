@@ -27,8 +27,9 @@ import torch
 
 from sdcscan.errors import UsageError
 from sdcscan.faults import FaultSpec
+from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case
 from sdcscan.workloads import get
-from sdcscan.workloads.base import REGISTRY, STATUS_MISMATCH, STATUS_OK, Case, Context
+from sdcscan.workloads.base import REGISTRY, Context
 
 DEFAULT_TRIALS = 100
 DEFAULT_SEED = 0

@@ -13,19 +13,8 @@ import torch
 from torch import nn
 
 from sdcscan.checks.digest import Digest
-from sdcscan.workloads.base import (
-    CONSENSUS,
-    INVARIANT,
-    REPEAT,
-    STATUS_MISMATCH,
-    STATUS_OK,
-    Case,
-    Context,
-    Mismatch,
-    Outcome,
-    Quality,
-    register,
-)
+from sdcscan.outcomes import CONSENSUS, INVARIANT, REPEAT, STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
+from sdcscan.workloads.base import Context, Quality, register
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
 

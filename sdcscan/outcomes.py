@@ -1,0 +1,112 @@
+"""The words every part of sdcscan shares (DESIGN.md, "Vocabulary"), spelled once and free of torch.
+
+A workload turns a `Case` into an `Outcome` (with `Mismatch`es when a check fired); the parent
+judges outcomes with evidence of the kinds below and gives each unit and the run a `Verdict`, which
+carries its severity and its exit code. The parent process, `compare`, `report`, `export`, `status`
+and `history` import this module and never torch.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sdcscan.errors import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_PASS
+
+# Case statuses: what one case produced on one unit.
+STATUS_OK = "ok"
+STATUS_MISMATCH = "mismatch"  # an invariant fired: SDC suspected on this unit
+STATUS_ERROR = "error"  # the workload raised: the unit cannot be judged
+STATUSES = (STATUS_OK, STATUS_MISMATCH, STATUS_ERROR)
+
+# Kinds of evidence (DESIGN.md, "Three independent kinds of evidence"), plus a recorded golden.
+INVARIANT = "invariant"  # the case checks itself: golden value, ABFT identity, NaN/Inf
+CONSENSUS = "consensus"  # the digest is bit-identical across units of a cohort
+REPEAT = "repeat"  # the digest is bit-identical when the case is re-run on the same unit
+GOLDEN = "golden"  # the digest equals the one recorded for this plan and cohort (`sdcscan golden`)
+EVIDENCE = (INVARIANT, CONSENSUS, REPEAT)  # what a workload can declare it supports
+
+
+class Verdict(enum.Enum):
+    """A unit's or a run's verdict. The run's is the worst of its units' (`Verdict.worst`)."""
+
+    PASS = "pass"
+    FAIL = "fail"  # SDC suspected: the only verdict that exits 1
+    INVALID = "invalid"  # could not judge: crashed, hung, ran too little
+    INTERRUPTED = "interrupted"  # stopped by a signal before the budget ended
+
+    @property
+    def severity(self) -> int:
+        """pass < fail < invalid < interrupted."""
+        return _SEVERITY[self]
+
+    @property
+    def exit_code(self) -> int:
+        return _EXIT_CODES[self]
+
+    @classmethod
+    def worst(cls, verdicts: Iterable[Verdict | str], default: Verdict | None = None) -> Verdict:
+        """The most severe of `verdicts` (words are accepted); `default` (else INVALID) when there are none."""
+        found = [cls(v) for v in verdicts]
+        if not found:
+            return default or cls.INVALID
+        return max(found, key=lambda v: v.severity)
+
+
+_SEVERITY = {Verdict.PASS: 0, Verdict.FAIL: 1, Verdict.INVALID: 2, Verdict.INTERRUPTED: 3}
+_EXIT_CODES = {
+    Verdict.PASS: EXIT_PASS,
+    Verdict.FAIL: EXIT_FAIL,
+    Verdict.INVALID: EXIT_INVALID,
+    Verdict.INTERRUPTED: EXIT_INTERRUPTED,
+}
+VERDICTS = tuple(v.value for v in Verdict)  # the words, in order of severity
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    """One deterministic unit of work. Two units that ran case `index` ran the same computation."""
+
+    index: int
+    workload: str
+    seed: int
+    occurrence: int  # how many cases of this workload came before it in the plan
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Mismatch:
+    """One element (or scalar) that a check found wrong."""
+
+    check: str  # which check fired, e.g. "golden", "finite"
+    where: str  # human-readable location, e.g. "fp32 out[3, 17]" or "step 12 loss"
+    expected: str
+    actual: str
+    mask: str | None = None  # XOR of expected and actual bits, hex, for bitwise compares
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "check": self.check,
+            "where": self.where,
+            "expected": self.expected,
+            "actual": self.actual,
+            "mask": self.mask,
+        }
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What a case produced on a unit. The worker fills in `seconds` and `injected`."""
+
+    status: str  # one of STATUSES
+    digest: str | None
+    mismatches: list[Mismatch] = field(default_factory=list)
+    ops: float = 0.0  # useful work done, in `ops_unit`
+    ops_unit: str = "flop"
+    phases: dict[str, float] = field(default_factory=dict)  # seconds per phase (compute, check, setup)
+    seconds: float = 0.0
+    error: str | None = None
+    injected: dict[str, Any] | None = None
+    detail: dict[str, Any] = field(default_factory=dict)  # workload-specific facts, e.g. dtype
