@@ -11,7 +11,7 @@ from sdcscan.cli.common import emit_json, reports_errors
 from sdcscan.errors import ReportError, UsageError
 
 
-@click.command()
+@click.command("report")
 @click.argument(
     "report_path", required=False, metavar="[REPORT]", type=click.Path(dir_okay=False, path_type=Path)
 )
@@ -29,7 +29,7 @@ from sdcscan.errors import ReportError, UsageError
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the report JSON on stdout.")
 @reports_errors
-def report(report_path: Path | None, journal: Path | None, out: Path | None, as_json: bool) -> None:
+def report_cmd(report_path: Path | None, journal: Path | None, out: Path | None, as_json: bool) -> None:
     """Show a saved report, or rebuild one from the journal of a run that was killed.
 
     A rebuilt report holds every case the journal recorded; its verdict is `interrupted`.
