@@ -1,23 +1,24 @@
-"""Run results + judgement -> the report document (see report.schema.json)."""
+"""Run results + judgement -> the report document (see report.schema.json): built once, here, complete.
+
+`judge_and_build` is shared by `sdcscan run` (through `sdcscan.scan`) and `report --from-journal`.
+"""
 
 from __future__ import annotations
 
-import datetime as dt
 from collections import defaultdict
+from collections.abc import Mapping
 from typing import Any
 
 from sdcscan import __version__
 from sdcscan.errors import EXIT_TERMINATED
+from sdcscan.outcomes import STATUS_ERROR, STATUS_MISMATCH, STATUS_OK
 from sdcscan.report import SCHEMA_VERSION
 from sdcscan.retest import CLASSIFICATIONS, Retest, unit_classification
-from sdcscan.verdict import EXIT_CODES, CaseResult, Finding, Judgement, judge
+from sdcscan.verdict import CaseResult, GoldenCheck, GoldenEntry, Judgement, check_golden, judge
+from sdcscan.wording import finding, findings, reason
 
 MAX_MISMATCHES_PER_UNIT = 50  # enough to see a pattern; the per-case status column has the full count
 MAX_RETEST_RECORDS = 20  # per unit; the counts cover every failing case
-
-
-def iso(ts: float) -> str:
-    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def judge_and_build(
@@ -30,6 +31,9 @@ def judge_and_build(
     outcomes: list[dict[str, Any]],
     problems: dict[str, str],
     interrupted: str | None,
+    golden: Mapping[str, GoldenEntry | None] | None = None,
+    telemetry: dict[str, Any] | None = None,
+    telemetry_findings: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Judge journal-style outcomes and assemble the report; shared by `run` and `report --from-journal`.
 
@@ -37,26 +41,23 @@ def judge_and_build(
         units: {id, kind, model, cohort, notes} per unit; cohort "" for a unit that never started.
         outcomes: case records ({unit, index, attempt, workload, status, digest, seconds, error, …}).
         interrupted: "SIGINT", "SIGTERM", "journal" (rebuilt after the run was killed) or None.
+        golden: with `--golden`, cohort -> the golden's entry for this plan and cohort (None: it has none).
+        telemetry: the telemetry summary; telemetry_findings: what it shows, as findings.
     """
-    replay = f"--profile {run['profile']['name']} --seed {run['seed']}"
     # A unit that never started has no cohort of its own; it is judged invalid, alone.
     cohort_of = {u["id"]: u["cohort"] or f"unstarted:{u['id']}" for u in units}
-    main = [o for o in outcomes if o.get("attempt", 0) == 0]
+    main = [_case_result(o) for o in outcomes if o.get("attempt", 0) == 0]
     reruns: dict[tuple[str, int], list[str | None]] = {}
     for o in outcomes:
         if o.get("attempt", 0) > 0:
             reruns.setdefault((o["unit"], o["index"]), []).append(
-                o.get("digest") if o["status"] == "ok" else None
+                o.get("digest") if o["status"] == STATUS_OK else None
             )
+    checks = None if golden is None else _golden_checks(golden, cohort_of, main)
     judgement = judge(
-        cohort_of,
-        [_case_result(o) for o in main],
-        retests=reruns,
-        problems=problems,
-        interrupted=interrupted is not None,
-        replay=replay,
+        cohort_of, main, retests=reruns, problems=problems, interrupted=interrupted is not None, golden=checks
     )
-    return build_report(
+    report = build_report(
         run=run,
         host=host,
         software=software,
@@ -66,6 +67,19 @@ def judge_and_build(
         judgement=judgement,
         exit_code=EXIT_TERMINATED if interrupted == "SIGTERM" else None,
     )
+    report["telemetry"] = telemetry or {}
+    report["findings"] += telemetry_findings or []
+    return report
+
+
+def _golden_checks(
+    golden: Mapping[str, GoldenEntry | None], cohort_of: Mapping[str, str], main: list[CaseResult]
+) -> dict[str, GoldenCheck]:
+    """unit -> its comparison with the golden entry of its cohort (only `ok` cases carry a digest)."""
+    cases: dict[str, list[tuple[int, str | None, str]]] = defaultdict(list)
+    for r in sorted(main, key=lambda r: r.index):
+        cases[r.unit].append((r.index, r.digest if r.status == STATUS_OK else None, r.workload))
+    return {u: check_golden(u, c, golden.get(c), cases[u]) for u, c in cohort_of.items()}
 
 
 def _case_result(o: dict[str, Any]) -> CaseResult:
@@ -115,14 +129,13 @@ def build_report(
         ]
         mismatches.extend(unit_mm[:MAX_MISMATCHES_PER_UNIT])
         unit_docs.append(_unit_doc(u, cases, judgement))
-    findings = [f.to_dict() for f in judgement.findings] + [
-        Finding("note", u["id"], note).to_dict() for u in units for note in u.get("notes", [])
-    ]
+    mismatches += _golden_mismatches(judgement)
+    notes = [finding("note", u["id"], note) for u in units for note in u.get("notes", [])]
     return {
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "sdcscan", "version": __version__},
-        "verdict": judgement.verdict,
-        "exit_code": EXIT_CODES[judgement.verdict] if exit_code is None else exit_code,
+        "verdict": judgement.verdict.value,
+        "exit_code": judgement.verdict.exit_code if exit_code is None else exit_code,
         "run": run,
         "host": host,
         "software": software,
@@ -133,16 +146,18 @@ def build_report(
         "errors": [
             {"unit": o["unit"], "index": o["index"], "workload": o["workload"], "error": o.get("error")}
             for o in outcomes
-            if o.get("status") == "error"
+            if o.get("status") == STATUS_ERROR
         ][:100],
         "telemetry": {},
-        "findings": findings,
+        "findings": findings(judgement, run) + notes,
     }
 
 
 def _unit_doc(u: dict[str, Any], cases: list[dict[str, Any]], judgement: Judgement) -> dict[str, Any]:
     uid = u["id"]
-    ops, secs, count = defaultdict(float), defaultdict(float), defaultdict(int)
+    ops: defaultdict[str, float] = defaultdict(float)
+    secs: defaultdict[str, float] = defaultdict(float)
+    count: defaultdict[str, int] = defaultdict(int)
     units_of: dict[str, str] = {}
     for o in cases:
         w = o["workload"]
@@ -150,14 +165,21 @@ def _unit_doc(u: dict[str, Any], cases: list[dict[str, Any]], judgement: Judgeme
         secs[w] += o.get("seconds") or 0.0
         count[w] += 1
         units_of[w] = o.get("ops_unit") or "op"
-    bad = [o["index"] for o in cases if o["status"] == "mismatch"]
+    golden = judgement.golden.get(uid)
+    wrong = {d.index for d in golden.disagreements} if golden else set()
+    # A case whose digest differs from the golden is a mismatch of this unit, like an invariant firing.
+    statuses = [
+        STATUS_MISMATCH if o["index"] in wrong and o["status"] == STATUS_OK else o["status"] for o in cases
+    ]
+    bad = [o["index"] for o, s in zip(cases, statuses, strict=True) if s == STATUS_MISMATCH]
+    verdict = judgement.unit_verdicts.get(uid)
     return {
         "id": uid,
         "kind": u["kind"],
         "model": u["model"],
         "cohort": u["cohort"],
-        "verdict": judgement.unit_verdicts.get(uid, "invalid"),
-        "reason": judgement.unit_reasons.get(uid),
+        "verdict": verdict.value if verdict else "invalid",
+        "reason": reason(judgement.reason(uid)),
         "cases_run": len(cases),
         "workloads": sorted(count),
         "throughput": {
@@ -171,13 +193,13 @@ def _unit_doc(u: dict[str, Any], cases: list[dict[str, Any]], judgement: Judgeme
         },
         "mismatches": len(bad),
         "first_bad_case": bad[0] if bad else None,
-        "notes": list(u.get("notes", [])),
+        "notes": list(u.get("notes", [])) + _golden_notes(golden),
         "retest": _retest_doc(judgement.retests.get(uid, [])),
         "cases": {
             "index": [o["index"] for o in cases],
             "workload": [o["workload"] for o in cases],
             "digest": [o.get("digest") for o in cases],
-            "status": [o["status"] for o in cases],
+            "status": statuses,
             "seconds": [round(o.get("seconds") or 0.0, 3) for o in cases],
         },
     }
@@ -202,3 +224,43 @@ def _retest_doc(records: list[Retest]) -> dict[str, Any]:
         # Re-run cases first: they carry the evidence; untested ones are only counted beyond the cap.
         "cases": [r.to_dict() for r in sorted(records, key=lambda r: r.reruns == 0)[:MAX_RETEST_RECORDS]],
     }
+
+
+def _golden_mismatches(judgement: Judgement) -> list[dict[str, Any]]:
+    """A `golden` mismatch record per case whose digest differs from the golden, units in order."""
+    return [
+        {
+            "unit": unit,
+            "index": d.index,
+            "workload": d.workload,
+            "check": "golden",
+            "where": "digest",
+            "expected": d.expected,
+            "actual": d.actual,
+            "mask": xor_mask(d.expected, d.actual),
+        }
+        for unit, check in judgement.golden.items()
+        for d in check.disagreements
+    ]
+
+
+def _golden_notes(check: GoldenCheck | None) -> list[str]:
+    if check is None or check.verdict == "unjudged":
+        return []
+    if not check.disagreements:
+        return [f"golden: {check.cases_judged} case(s) judged, all agree"]
+    first = check.disagreements[0]
+    return [
+        f"golden: {len(check.disagreements)} of {check.cases_judged} judged case(s) differ, "
+        f"first case {first.index} ({first.workload})"
+    ]
+
+
+def xor_mask(expected: str, actual: str) -> str | None:
+    """Hex XOR of two hex digests of equal length (which bits differ), else None."""
+    try:
+        if len(expected) == len(actual):
+            return format(int(expected, 16) ^ int(actual, 16), f"0{len(expected)}x")
+    except ValueError:
+        pass
+    return None

@@ -29,13 +29,23 @@ GOLDEN = "golden"  # the digest equals the one recorded for this plan and cohort
 EVIDENCE = (INVARIANT, CONSENSUS, REPEAT)  # what a workload can declare it supports
 
 
-class Verdict(enum.Enum):
-    """A unit's or a run's verdict. The run's is the worst of its units' (`Verdict.worst`)."""
+class Verdict(str, enum.Enum):
+    """A unit's or a run's verdict. The run's is the worst of its units' (`Verdict.worst`).
+
+    A `str` enum: it equals, hashes, formats and serialises as its word ("pass"), so reports,
+    dict keys and messages need no conversions.
+    """
 
     PASS = "pass"
     FAIL = "fail"  # SDC suspected: the only verdict that exits 1
     INVALID = "invalid"  # could not judge: crashed, hung, ran too little
     INTERRUPTED = "interrupted"  # stopped by a signal before the budget ended
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
 
     @property
     def severity(self) -> int:

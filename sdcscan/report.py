@@ -2,24 +2,29 @@
 
 Per-case records are stored column-wise per unit (`units[].cases` holds parallel lists `index`,
 `workload`, `digest`, `status`, `seconds`) so a 10,000 s burn-in on a 128-core host stays compact.
-Reports are written atomically (temporary file + rename): a reader never sees half a report.
+Reports are written atomically by `sdcscan.files.write_json_atomic` (re-exported here) and read by
+`load_report` through the bounded reader `sdcscan.files.read_json`.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from sdcscan.errors import ReportError
+from sdcscan.files import read_json, write_json_atomic
+from sdcscan.outcomes import VERDICTS
+
+__all__ = [
+    "CASE_COLUMNS", "MAX_REPORT_BYTES", "REQUIRED_TOP", "REQUIRED_UNIT", "SCHEMA_PATH", "SCHEMA_VERSION",
+    "VERDICTS", "case_records", "load_report", "validate_report", "write_json_atomic",
+]  # fmt: skip
 
 SCHEMA_VERSION = 1
 SCHEMA_PATH = Path(__file__).with_name("report.schema.json")
 MAX_REPORT_BYTES = 1 << 30  # refuse to parse anything larger: it is not one of ours
 
-VERDICTS = ("pass", "fail", "invalid", "interrupted")
 CASE_COLUMNS = ("index", "workload", "digest", "status", "seconds")
 REQUIRED_TOP = ("schema_version", "tool", "verdict", "run", "host", "units", "findings")
 REQUIRED_UNIT = ("id", "verdict", "cohort", "cases")
@@ -35,56 +40,15 @@ def case_records(report: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def write_json_atomic(path: str | os.PathLike[str], data: Any, *, indent: int | None = None) -> None:
-    """Write JSON to `path` via a temporary file in the same directory and an atomic rename.
-
-    Raises:
-        ReportError: the directory is missing or unwritable, or the disk is full.
-    """
-    target = Path(path)
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent or ".")
-    except OSError as err:
-        raise ReportError(f"cannot write {target}: {err.strerror or err}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            # No spaces after separators: a burn-in report holds millions of per-case values.
-            separators = (",", ":") if indent is None else None
-            json.dump(data, f, indent=indent, separators=separators, allow_nan=False)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except (OSError, ValueError) as err:
-        with _suppress():
-            os.unlink(tmp)
-        raise ReportError(f"cannot write {target}: {getattr(err, 'strerror', None) or err}") from None
-
-
 def load_report(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read and structurally validate a report.
 
     Raises:
         ReportError: unreadable, too large, not JSON, of another schema version, or missing required keys;
-            the message says which.
+            the message names the file and says which.
     """
-    p = Path(path)
-    try:
-        size = p.stat().st_size
-        if size > MAX_REPORT_BYTES:
-            raise ReportError(f"{p}: {size} bytes is too large for a report")
-        raw = p.read_bytes()
-    except OSError as err:
-        raise ReportError(f"{p}: cannot read: {err.strerror or err}") from None
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except json.JSONDecodeError:
-        raise ReportError(f"{p}: truncated or not JSON") from None
-    except UnicodeDecodeError:
-        raise ReportError(f"{p}: not UTF-8 JSON text") from None
-    except RecursionError:
-        raise ReportError(f"{p}: nested too deeply to be a report") from None
-    return validate_report(data, label=str(p))
+    data = read_json(path, what="report", max_bytes=MAX_REPORT_BYTES)
+    return validate_report(data, label=str(path))
 
 
 def validate_report(data: Any, *, label: str = "report") -> dict[str, Any]:
@@ -110,11 +74,3 @@ def validate_report(data: Any, *, label: str = "report") -> dict[str, Any]:
         if len({len(cols[c]) for c in CASE_COLUMNS}) != 1:
             raise ReportError(f"{label}: unit {unit.get('id')!r} has case columns of different lengths")
     return data
-
-
-class _suppress:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> bool:
-        return True

@@ -4,6 +4,7 @@
 `persistent`: it fails again on the unit and not on the peer (the error follows the unit).
 `case`: it fails on the peer too (a software or determinism problem: the unit is not blamed).
 `untested`: no re-run could be done (re-runs off, the per-unit cap, the time window, or the unit stopped).
+The sentences about them are written by `sdcscan.wording`.
 """
 
 from __future__ import annotations
@@ -66,32 +67,3 @@ def unit_classification(records: Sequence[Retest]) -> str | None:
     """A unit's summary: the most telling classification among its failing cases, None without any."""
     present = {r.classification for r in records}
     return next((c for c in CLASSIFICATIONS if c in present), None)
-
-
-_MEANING = {
-    PERSISTENT: "the error follows this unit: take it out of service",
-    TRANSIENT: "the error did not repeat: a one-off corruption, still a hardware event; watch this unit",
-    UNTESTED: "no re-run could be done (retest off, time up or the unit stopped)",
-}
-
-
-def retest_message(unit: str, summary: str, recs: Sequence[Retest]) -> str:
-    parts, tested = [], [r for r in recs if r.classification != UNTESTED]
-    for r in tested[:3]:
-        peer = f", {r.peer_failures} times on peer {', '.join(r.peers)}" if r.peers else ", no peer re-run"
-        parts.append(
-            f"case {r.index} ({r.workload}) {r.classification}: failed again {r.reproduced} of {r.reruns} times{peer}"
-        )
-    untested = len(recs) - len(tested)
-    more = f"; {len(tested) - 3} more re-run case(s)" if len(tested) > 3 else ""
-    more += f"; {untested} more failing case(s) not re-run" if untested else ""
-    return (
-        f"{unit} re-runs of failing cases: {summary} — {_MEANING[summary]}. " + "; ".join(parts) + more + "."
-    )
-
-
-def case_message(rec: Retest) -> str:
-    return (
-        f"Case {rec.index} ({rec.workload}) failed on {rec.unit} and again on {', '.join(rec.peers)}: it fails "
-        "wherever it runs, so this is a software or determinism problem in the test, not a hardware fault of these units."
-    )

@@ -1,42 +1,110 @@
-"""`sdcscan run` as a library call: options in, report and exit code out. No printing, no click."""
+"""`sdcscan run` as a library call: options in, the judged and published report out. No printing, no click.
+
+`scan(opts, on_event)` resolves and checks everything first (seed, units, outputs, golden: errors here
+come before any work), holds the host's run lock, runs one worker per unit with telemetry sampled
+beside them, judges every piece of evidence once (`sdcscan.verdict`), and writes the outputs the
+options ask for. Progress reaches the caller only through `on_event`.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sdcscan import faults, units
-from sdcscan.assemble import iso, judge_and_build
-from sdcscan.errors import RunError, UsageError
+from sdcscan.assemble import judge_and_build
+from sdcscan.errors import ReportError, RunError, UsageError
+from sdcscan.events import Event, EventSink, RunNote, RunStarted
 from sdcscan.journal import Journal
+from sdcscan.outputs import history
+from sdcscan.outputs.publish import Outputs, publish, run_lock
 from sdcscan.plan import week_seed
 from sdcscan.profile import Profile
-from sdcscan.runner import Event, Runner
+from sdcscan.runner import Runner, RunResult, Terminated, warm_up_workers
+from sdcscan.telemetry.sampler import Sampler, telemetry_findings
+from sdcscan.timefmt import iso_utc
+from sdcscan.verdict import GoldenEntry
 from sdcscan.worker import WorkerConfig
+
+TELEMETRY_INTERVAL_S = 5.0
 
 
 @dataclass
 class ScanOptions:
+    """Everything `sdcscan run` can be asked; precedence (default < profile < flag) is resolved by the caller."""
+
     profile: Profile
     seed: int | None = None
     budget_s: float | None = None
     units: str | None = None
     injections: list[faults.Injection] = field(default_factory=list)
     hostname: str | None = None
-    out: Path | None = None
+    outputs: Outputs = field(default_factory=Outputs)
     journal: Path | None = None
     argv: list[str] = field(default_factory=list)
     param_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
     retest: int | None = None  # re-runs per failing case (None: the profile's)
+    golden: str | os.PathLike[str] | None = None  # judge digests against this golden file
+    started: float = field(default_factory=time.time)  # the budget counts from here (the command's start)
+
+    @property
+    def out(self) -> Path | None:
+        return self.outputs.report
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What `prepare` resolved before any work: the seed, the units, the golden's entries."""
+
+    seed: int
+    seed_source: str  # cli | profile | week
+    units: list[units.Unit]
+    golden: dict[tuple[tuple[str, int], str], GoldenEntry] | None = None  # (plan, cohort) -> entry
+
+
+class OutputError(ReportError):
+    """The run was judged but an output could not be written; `report` is the judged report."""
+
+    def __init__(self, message: str, report: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.report = report
+
+
+def warm_up() -> None:
+    """Start the workers' fork server now, so its torch import overlaps the caller's own start-up."""
+    warm_up_workers()
+
+
+def scan(opts: ScanOptions, on_event: EventSink | None = None) -> dict[str, Any]:
+    """Run the scan and return the judged report, with every output the options ask for written.
+
+    Raises:
+        UsageError, ProfileError (exit 2), RunError (exit 3): before any work starts.
+        RunActiveError: another run holds this host's run lock.
+        OutputError: the run was judged but an output could not be written (the report is attached).
+    """
+    emit = on_event or _ignore
+    setup = prepare(opts)
+    with run_lock(opts.outputs) as note:
+        if note:
+            emit(RunNote(note))
+        report = run_and_judge(opts, setup, emit)
+        try:
+            publish(report, opts.outputs)
+        except ReportError as err:
+            raise OutputError(str(err), report) from None
+    return report
 
 
 def default_state_dir() -> Path:
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return Path(base) / "sdcscan"
+    return history.default_state_dir()
 
 
 def journal_path(opts: ScanOptions, run_id: str) -> Path:
@@ -48,8 +116,8 @@ def journal_path(opts: ScanOptions, run_id: str) -> Path:
     return default_state_dir() / "journal" / f"{run_id}.jsonl"
 
 
-def prepare(opts: ScanOptions) -> dict[str, Any]:
-    """Resolve seed, units and cohorts, and check outputs are writable, before any work starts."""
+def prepare(opts: ScanOptions) -> Setup:
+    """Resolve seed and units, check the outputs are writable and read the golden, before any work starts."""
     profile = opts.profile
     if opts.seed is not None:
         seed, source = opts.seed, "cli"
@@ -66,17 +134,22 @@ def prepare(opts: ScanOptions) -> dict[str, Any]:
         opts.out.parent if str(opts.out.parent) else Path("."), os.W_OK
     ):
         raise RunError(f"cannot write report to {opts.out}: directory missing or not writable")
-    return {"seed": seed, "seed_source": source, "units": chosen}
+    return Setup(seed, source, chosen, _golden_index(opts.golden))
 
 
-def scan(opts: ScanOptions, setup: dict[str, Any], on_event: Event, started: float) -> dict[str, Any]:
-    """Run the scan and return the report (also written to --out when given).
+def _golden_index(
+    path: str | os.PathLike[str] | None,
+) -> dict[tuple[tuple[str, int], str], GoldenEntry] | None:
+    if path is None:
+        return None
+    from sdcscan.fleet.golden import index_golden, load_golden
 
-    Args:
-        setup: the result of `prepare(opts)`.
-        started: time.time() when the command started; the budget counts from then.
-    """
-    profile, seed = opts.profile, setup["seed"]
+    return index_golden(load_golden(path))
+
+
+def run_and_judge(opts: ScanOptions, setup: Setup, on_event: EventSink) -> dict[str, Any]:
+    """Run every unit until the budget ends (SIGTERM stops it like Ctrl-C) and return the judged report."""
+    profile, seed, started = opts.profile, setup.seed, opts.started
     budget = opts.budget_s or profile.budget_s
     run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(started)) + "-" + uuid.uuid4().hex[:8]
     jpath = journal_path(opts, run_id)
@@ -85,9 +158,9 @@ def scan(opts: ScanOptions, setup: dict[str, Any], on_event: Event, started: flo
         "id": run_id,
         "profile": {"name": profile.name, "sha256": profile.sha256, "path": profile.path},
         "seed": seed,
-        "seed_source": setup["seed_source"],
+        "seed_source": setup.seed_source,
         "budget_s": budget,
-        "started_at": iso(started),
+        "started_at": iso_utc(started),
         "argv": opts.argv,
         "workloads": [w.name for w in profile.workloads],
         "injections": [i.to_dict() for i in opts.injections],
@@ -100,7 +173,7 @@ def scan(opts: ScanOptions, setup: dict[str, Any], on_event: Event, started: flo
             **run_doc,
             "hostname": _hostname(opts),
             "host": units.host_inventory(),
-            "units": [u.to_dict() for u in setup["units"]],
+            "units": [u.to_dict() for u in setup.units],
         }
     )
     configs = [
@@ -112,29 +185,42 @@ def scan(opts: ScanOptions, setup: dict[str, Any], on_event: Event, started: flo
             tuple(i for i in opts.injections if i.unit == u.id),
             opts.param_overrides,
         )
-        for u in setup["units"]
+        for u in setup.units
     ]
-    on_event("start", run=run_doc, units=[u.id for u in setup["units"]], deadline=started + budget)
-    retest = profile.retest if opts.retest is None else opts.retest
-    result = Runner(configs, journal, on_event, retest=retest).run(
-        deadline=started + budget, command_started=started
+    on_event(
+        RunStarted(
+            profile=profile.name,
+            seed=seed,
+            seed_source=setup.seed_source,
+            budget_s=budget,
+            journal=str(jpath),
+            units=tuple(u.id for u in setup.units),
+            deadline=started + budget,
+        )
     )
+    retest = profile.retest if opts.retest is None else opts.retest
+    with _sigterm_stops_the_run(), Sampler(setup.units, interval_s=TELEMETRY_INTERVAL_S) as sampler:
+        result = Runner(configs, journal, on_event, retest=retest).run(
+            deadline=started + budget, command_started=started
+        )
     journal.close()
-    return finish(opts, setup, run_doc, result)
+    return finish(opts, setup, run_doc, result, sampler.summary())
 
 
-def finish(opts: ScanOptions, setup: dict[str, Any], run_doc: dict[str, Any], result: Any) -> dict[str, Any]:
-    """Judge the results and assemble the report."""
+def finish(
+    opts: ScanOptions, setup: Setup, run_doc: dict[str, Any], result: RunResult, telemetry: dict[str, Any]
+) -> dict[str, Any]:
+    """Judge the results, with the golden's entries for this plan when there is one, and assemble the report."""
     run_doc = {
         **run_doc,
-        "ended_at": iso(result.ended),
+        "ended_at": iso_utc(result.ended),
         "duration_s": round(result.ended - result.started, 3),
     }
     if result.interrupted:
         run_doc["interrupted_by"] = result.interrupted
     unit_docs = [
         {**u.to_dict(), "cohort": result.states[u.id].cohort, "notes": result.states[u.id].notes}
-        for u in setup["units"]
+        for u in setup.units
     ]
     return judge_and_build(
         run=run_doc,
@@ -143,13 +229,53 @@ def finish(opts: ScanOptions, setup: dict[str, Any], run_doc: dict[str, Any], re
         cohorts={s.cohort: s.cohort_fields for s in result.states.values() if s.cohort},
         units=unit_docs,
         outcomes=result.outcomes,
-        problems={
-            uid: s.problem or s.late
-            for uid, s in result.states.items()
-            if s.problem or (s.late and not s.results)
-        },
+        problems=_problems(result),
         interrupted=result.interrupted,
+        golden=_golden_entries(setup, opts.profile.sha256, result),
+        telemetry=telemetry,
+        telemetry_findings=telemetry_findings(telemetry),
     )
+
+
+def _problems(result: RunResult) -> dict[str, str]:
+    """unit -> why it cannot be judged: the runner stopped it, or it started too late to run a case."""
+    out = {}
+    for uid, s in result.states.items():
+        if s.problem:
+            out[uid] = s.problem
+        elif s.late and not s.results:
+            out[uid] = s.late
+    return out
+
+
+def _golden_entries(
+    setup: Setup, profile_sha256: str, result: RunResult
+) -> dict[str, GoldenEntry | None] | None:
+    """cohort -> the golden's entry for this run's plan and that cohort (None where it has none)."""
+    if setup.golden is None:
+        return None
+    plan = (profile_sha256, setup.seed)
+    cohorts = {s.cohort or f"unstarted:{uid}" for uid, s in result.states.items()}
+    return {c: setup.golden.get((plan, c)) for c in cohorts}
+
+
+@contextlib.contextmanager
+def _sigterm_stops_the_run() -> Iterator[None]:
+    """SIGTERM raises `Terminated` in the parent while the run goes on, as SIGINT raises KeyboardInterrupt,
+    so the runner stops the workers and the partial report is judged and written."""
+
+    def _raise(signum: int, frame: Any) -> None:
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, _raise)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _ignore(event: Event) -> None:
+    """The default event sink: a library caller that wants no progress."""
 
 
 def _hostname(opts: ScanOptions) -> str:

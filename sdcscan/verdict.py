@@ -1,4 +1,5 @@
-"""Outcomes -> unit and run verdicts, and the classification of re-runs. Pure: no I/O, no clock, no torch.
+"""Evidence -> unit and run verdicts. Pure: no I/O, no clock, no torch, and no English: the judge
+records structured `Blame` and `Notice` records, and `sdcscan.wording` turns them into sentences.
 
 Evidence (DESIGN.md): an invariant firing on a unit fails it. Digests of the same case are compared
 inside a cohort: with a strict majority the minority is divergent; without one (two units, or a
@@ -10,6 +11,9 @@ Repeat evidence: every failing (unit, case) is re-run on the unit and once on a 
 and classified `transient` (does not fail again on the unit), `persistent` (fails again on the unit,
 not on the peer) or `case` (fails on the peer too: a software or determinism problem, so the unit is
 not blamed for it). The classification table is `sdcscan.retest.classify`; `retest_plan` says what to re-run.
+
+Golden evidence (`sdcscan run --golden`): a unit whose digest differs from the recorded golden of its
+plan and cohort fails; it never hides a worse verdict (a unit that could not be judged stays invalid).
 """
 
 from __future__ import annotations
@@ -17,22 +21,12 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
-from sdcscan.retest import (
-    CASE,
-    PERSISTENT,
-    TRANSIENT,
-    UNTESTED,
-    Retest,
-    case_message,
-    classify,
-    retest_message,
-    unit_classification,
-)
+from sdcscan.outcomes import CONSENSUS, INVARIANT, STATUS_ERROR, STATUS_MISMATCH, STATUS_OK, Verdict
+from sdcscan.retest import CASE, PERSISTENT, TRANSIENT, UNTESTED, Retest, classify, unit_classification
 
-PASS, FAIL, INVALID, INTERRUPTED = "pass", "fail", "invalid", "interrupted"
-_SEVERITY = {PASS: 0, FAIL: 1, INVALID: 2, INTERRUPTED: 3}
-EXIT_CODES = {PASS: 0, FAIL: 1, INVALID: 3, INTERRUPTED: 130}
+T = TypeVar("T")
 
 # (unit, case index) -> the digest of each re-run on that unit, None where the re-run did not end `ok`.
 Reruns = Mapping[tuple[str, int], Sequence[str | None]]
@@ -45,7 +39,7 @@ class CaseResult:
     unit: str
     index: int
     workload: str
-    status: str  # ok | mismatch | error
+    status: str  # one of outcomes.STATUSES
     digest: str | None
     seconds: float = 0.0
     error: str | None = None  # the exception summary when status is error
@@ -70,25 +64,148 @@ class Dispute:
         return self.majority is None
 
 
-@dataclass
-class Finding:
-    kind: str  # invariant | divergent | not_reproducible | undecided | retest | case | invalid | note
-    unit: str | None
-    message: str
-    next: str | None = None
+# What made a unit fail (Blame.kind).
+BLAME_INVARIANT = "invariant"  # its own checks fired
+BLAME_DIVERGENT = "divergent"  # its digest was the minority of its cohort
+BLAME_NOT_REPRODUCIBLE = "not_reproducible"  # in a tie, it did not repeat its own result on re-run
+BLAME_UNDECIDED = "undecided"  # one of the suspects of a dispute that re-runs did not settle
+BLAME_ATTRIBUTED = "attributed"  # an unsettled dispute, put on the one suspect other evidence shows bad
+BLAME_GOLDEN = "golden"  # its digests differ from the recorded golden
 
-    def to_dict(self) -> dict[str, str | None]:
-        return {"kind": self.kind, "unit": self.unit, "message": self.message, "next": self.next}
+
+@dataclass(frozen=True, slots=True)
+class Blame:
+    """One piece of evidence against a unit. A failing unit's reason is its first."""
+
+    unit: str
+    kind: str  # one of BLAME_*
+    index: int  # the (first) case
+    workload: str
+    cases: int = 1  # invariant, golden: how many cases
+    out_of: int = 0  # divergent: units that voted; golden: cases judged
+    suspects: tuple[str, ...] = ()  # undecided: every unit of the dispute under suspicion
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """Why a unit could not be judged: the runner's reason, a case that raised, or a case that fails everywhere."""
+
+    unit: str
+    reason: str | None = None  # the runner's words (crashed, hung, late) or the exception summary
+    raised: CaseResult | None = None  # the first case that raised
+    case_fault: Retest | None = None  # a failing case that failed on a peer too
+
+
+@dataclass(frozen=True, slots=True)
+class Undecided:
+    """A dispute that re-runs did not settle: all of `suspects` are suspected."""
+
+    index: int
+    workload: str
+    suspects: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RetestSummary:
+    """How a unit's failing cases behaved on re-run (persistent, transient or untested)."""
+
+    unit: str
+    summary: str
+    records: tuple[Retest, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Disagreement:
+    """One case where a unit's digest is not the golden one."""
+
+    index: int
+    workload: str
+    expected: str
+    actual: str
+
+
+@dataclass(frozen=True, slots=True)
+class GoldenCheck:
+    """How one unit compares with the golden of its plan and cohort (`sdcscan.fleet.golden`)."""
+
+    unit: str
+    cohort: str
+    judged: bool  # False: the golden has no entry for this plan and cohort
+    cases_judged: int
+    disagreements: tuple[Disagreement, ...]
+
+    @property
+    def verdict(self) -> str:
+        """`pass`, `fail`, or `unjudged` when the golden cannot say."""
+        if not self.judged or self.cases_judged == 0:
+            return "unjudged"
+        return Verdict.FAIL if self.disagreements else Verdict.PASS
+
+
+GoldenEntry = Mapping[
+    int, tuple[str, str]
+]  # case index -> (golden digest, workload), for one plan and cohort
+
+
+def check_golden(
+    unit: str, cohort: str, entry: GoldenEntry | None, cases: Iterable[tuple[int, str | None, str]]
+) -> GoldenCheck:
+    """Compare a unit's (index, digest, workload) cases with the golden entry of its plan and cohort.
+
+    A case without a digest (it did not end `ok`) or without a golden digest is not judged.
+    """
+    if entry is None:
+        return GoldenCheck(unit, cohort, False, 0, ())
+    judged, bad = 0, []
+    for index, digest, workload in cases:
+        golden = entry.get(index) if digest is not None else None
+        if golden is None or digest is None:
+            continue
+        judged += 1
+        if golden[0] != digest:
+            bad.append(Disagreement(index, workload, golden[0], digest))
+    return GoldenCheck(unit, cohort, True, judged, tuple(bad))
+
+
+@dataclass(frozen=True, slots=True)
+class GoldenGap:
+    """Units the golden cannot judge: it holds no case they ran for their plan and cohort."""
+
+    cohort: str
+    units: tuple[str, ...]
+
+
+# Everything a finding is made of, in the order the judge found it.
+Notice = Blame | Problem | Undecided | Retest | RetestSummary | GoldenGap | None
 
 
 @dataclass
 class Judgement:
-    unit_verdicts: dict[str, str]
-    unit_reasons: dict[str, str | None]
-    verdict: str
+    unit_verdicts: dict[str, Verdict]
+    verdict: Verdict
+    blame: dict[str, list[Blame]] = field(default_factory=dict)  # unit -> evidence against it
+    problems: dict[str, Problem] = field(default_factory=dict)  # unit -> why it could not be judged
     disputes: list[Dispute] = field(default_factory=list)
-    findings: list[Finding] = field(default_factory=list)
+    notices: list[Notice] = field(default_factory=list)  # None: no unit was selected
     retests: dict[str, list[Retest]] = field(default_factory=dict)  # unit -> its classified failing cases
+    golden: dict[str, GoldenCheck] = field(default_factory=dict)  # unit -> its golden comparison
+
+    def reason(self, unit: str) -> Blame | Problem | None:
+        """What the unit's verdict rests on: its first blame when it failed, its problem when invalid."""
+        verdict = self.unit_verdicts.get(unit)
+        if verdict == Verdict.FAIL:
+            return self.blame[unit][0]
+        if verdict == Verdict.INVALID:
+            return self.problems.get(unit)
+        return None
+
+
+def strict_majority(counts: Mapping[T, int]) -> T | None:
+    """The value holding more than half of all votes, or None. The one majority rule of sdcscan."""
+    if not counts:
+        return None
+    top, count = max(counts.items(), key=lambda kv: kv[1])
+    return top if count * 2 > sum(counts.values()) else None
 
 
 def find_disputes(cohorts: Mapping[str, str], results: Iterable[CaseResult]) -> list[Dispute]:
@@ -98,15 +215,14 @@ def find_disputes(cohorts: Mapping[str, str], results: Iterable[CaseResult]) -> 
     """
     by_case: dict[tuple[str, int], dict[str, CaseResult]] = defaultdict(dict)
     for r in results:
-        if r.status == "ok" and r.digest is not None and r.unit in cohorts:
+        if r.status == STATUS_OK and r.digest is not None and r.unit in cohorts:
             by_case[(cohorts[r.unit], r.index)][r.unit] = r
     disputes = []
     for (cohort, index), runs in by_case.items():
         digests = {u: r.digest for u, r in runs.items() if r.digest is not None}
         if len(set(digests.values())) < 2:
             continue
-        (top, count), *_ = Counter(digests.values()).most_common(1)
-        majority = top if count * 2 > len(digests) else None
+        majority = strict_majority(Counter(digests.values()))
         workload = next(iter(runs.values())).workload
         disputes.append(Dispute(index, workload, cohort, digests, majority))
     return sorted(disputes, key=lambda d: (d.index, d.cohort))
@@ -117,12 +233,12 @@ def failing_cases(cohorts: Mapping[str, str], results: Iterable[CaseResult]) -> 
     results = list(results)
     failing: dict[str, set[int]] = defaultdict(set)
     for r in results:
-        if r.status == "mismatch" and r.unit in cohorts:
+        if r.status == STATUS_MISMATCH and r.unit in cohorts:
             failing[r.unit].add(r.index)
     for d in find_disputes(cohorts, results):
         for unit in d.minority if not d.needs_retest else d.digests:
             failing[unit].add(d.index)
-    return {u: sorted(failing[u]) for u in sorted(failing, key=_unit_order)}
+    return {u: sorted(failing[u]) for u in sorted(failing, key=unit_order)}
 
 
 def retest_plan(
@@ -140,7 +256,7 @@ def retest_plan(
     rerunning = {(u, i) for u, idx in chosen.items() for i in idx}
     jobs: list[tuple[str, int]] = []
     for unit, indices in chosen.items():
-        members = sorted((u for u, c in cohorts.items() if c == cohorts[unit]), key=_unit_order)
+        members = sorted((u for u, c in cohorts.items() if c == cohorts[unit]), key=unit_order)
         after = members[members.index(unit) + 1 :] + members[: members.index(unit)]  # spread peer work around
         for index in indices:
             jobs += [(unit, index)] * reruns
@@ -158,7 +274,7 @@ def judge(
     retests: Reruns | None = None,
     problems: Mapping[str, str] | None = None,
     interrupted: bool = False,
-    replay: str = "",
+    golden: Mapping[str, GoldenCheck] | None = None,
 ) -> Judgement:
     """Decide every unit's verdict and the run's.
 
@@ -168,56 +284,71 @@ def judge(
         retests: (unit, case index) -> digests of re-runs of that case on that unit (None: not ok).
         problems: unit id -> why it could not be judged (crashed, hung). A case that raised is one too.
         interrupted: the run was stopped by a signal before its budget ended.
-        replay: command-line fragment that replays this run (`--seed N --profile P`), for findings.
+        golden: unit id -> its comparison with a recorded golden (`sdcscan run --golden`).
     """
-    j = _Judge(cohorts, retests or {}, replay)
+    j = _Judge(cohorts, retests or {})
     j.invariants(results)
     disputes = find_disputes(cohorts, results)
     for d in disputes:
         j.settle(d)
     j.attribute_unsettled()
-    problems = {**_raised(results), **(problems or {})}
+    unjudged = {**_raised(results), **{u: Problem(u, reason=why) for u, why in (problems or {}).items()}}
     counts = Counter(r.unit for r in results)
-    verdicts, reasons = {}, {}
-    for unit in sorted(cohorts, key=_unit_order):
-        problem = problems.get(unit) or j.case_problems.get(unit) or (None if counts[unit] else "ran no case")
+    verdicts: dict[str, Verdict] = {}
+    for unit in sorted(cohorts, key=unit_order):
+        problem = unjudged.get(unit) or j.case_problems.get(unit)
+        if problem is None and not counts[unit]:
+            problem = Problem(unit, reason="ran no case")
         if j.blame[unit]:
-            verdicts[unit], reasons[unit] = FAIL, j.blame[unit][0]
+            verdicts[unit] = Verdict.FAIL
         elif problem:
-            verdicts[unit], reasons[unit] = INVALID, problem
-            j.findings.append(
-                Finding("invalid", unit, f"{unit} could not be judged: {problem}.", _next_invalid(unit))
-            )
+            verdicts[unit] = Verdict.INVALID
+            j.problems[unit] = problem
+            j.notices.append(problem)
         else:
-            verdicts[unit], reasons[unit] = (INTERRUPTED if interrupted else PASS), None
-    overall = (
-        INTERRUPTED if interrupted else max(verdicts.values(), key=_SEVERITY.__getitem__, default=INVALID)
-    )
+            verdicts[unit] = Verdict.INTERRUPTED if interrupted else Verdict.PASS
+    j.golden(golden or {}, verdicts)
+    overall = Verdict.INTERRUPTED if interrupted else Verdict.worst(verdicts.values())
     if not verdicts:
-        j.findings.append(Finding("invalid", None, "No unit was selected, so nothing was judged."))
-    j.retest_findings()
-    return Judgement(verdicts, reasons, overall, disputes, j.findings, dict(j.classified))
+        j.notices.append(None)
+    j.retest_notices()
+    return Judgement(
+        verdicts,
+        overall,
+        dict(j.blame),
+        j.problems,
+        disputes,
+        j.notices,
+        dict(j.classified),
+        dict(golden or {}),
+    )
 
 
-def _raised(results: Iterable[CaseResult]) -> dict[str, str]:
-    """A case that raised leaves its unit unjudgeable: the first such case per unit, with the exception."""
-    out: dict[str, str] = {}
+def _raised(results: Iterable[CaseResult]) -> dict[str, Problem]:
+    """A case that raised leaves its unit unjudgeable: the first such case per unit."""
+    out: dict[str, Problem] = {}
     for r in results:
-        if r.status == "error" and r.unit not in out:
-            out[r.unit] = f"workload raised in case {r.index} ({r.workload}): {r.error or 'unknown error'}"
+        if r.status == STATUS_ERROR and r.unit not in out:
+            out[r.unit] = Problem(r.unit, raised=r)
     return out
 
 
 class _Judge:
-    """The evidence gathered while judging: blame per unit, findings, and the re-run classification."""
+    """The evidence gathered while judging: blame per unit, notices, and the re-run classification."""
 
-    def __init__(self, cohorts: Mapping[str, str], reruns: Reruns, replay: str) -> None:
-        self.cohorts, self.reruns, self.replay = cohorts, reruns, replay
-        self.blame: dict[str, list[str]] = defaultdict(list)
-        self.findings: list[Finding] = []
+    def __init__(self, cohorts: Mapping[str, str], reruns: Reruns) -> None:
+        self.cohorts, self.reruns = cohorts, reruns
+        self.blame: dict[str, list[Blame]] = defaultdict(list)
+        self.problems: dict[str, Problem] = {}
+        self.notices: list[Notice] = []
         self.classified: dict[str, list[Retest]] = defaultdict(list)
-        self.case_problems: dict[str, str] = {}
+        self.case_problems: dict[str, Problem] = {}
         self.unsettled: list[tuple[Dispute, list[str]]] = []
+
+    def accuse(self, blame: Blame, *, notice: bool = True) -> None:
+        self.blame[blame.unit].append(blame)
+        if notice:
+            self.notices.append(blame)
 
     def classify(
         self,
@@ -230,7 +361,7 @@ class _Judge:
     ) -> Retest:
         """Classify (unit, case) from the re-runs on it and on `peers`; a `case` is not the unit's fault."""
         own = self.reruns.get((unit, index), ())
-        peers = tuple(p for p in sorted(peers, key=_unit_order) if p != unit and self.reruns.get((p, index)))
+        peers = tuple(p for p in sorted(peers, key=unit_order) if p != unit and self.reruns.get((p, index)))
         peer_bad = [bad(x) for p in peers for x in self.reruns[(p, index)]]
         own_bad = [bad(x) for x in own]
         rec = Retest(
@@ -246,10 +377,7 @@ class _Judge:
         )
         self.classified[unit].append(rec)
         if rec.classification == CASE:
-            self.case_problems.setdefault(
-                unit,
-                f"case {index} ({workload}) failed on peer {', '.join(peers)} too: a software or determinism problem",
-            )
+            self.case_problems.setdefault(unit, Problem(unit, case_fault=rec))
         return rec
 
     def peers_of(self, unit: str) -> list[str]:
@@ -258,26 +386,14 @@ class _Judge:
     def invariants(self, results: list[CaseResult]) -> None:
         failed: dict[str, list[CaseResult]] = defaultdict(list)
         for r in results:
-            if r.status == "mismatch":
+            if r.status == STATUS_MISMATCH:
                 rec = self.classify(
-                    r.unit, r.index, r.workload, "invariant", lambda x: x is None, self.peers_of(r.unit)
+                    r.unit, r.index, r.workload, INVARIANT, lambda x: x is None, self.peers_of(r.unit)
                 )
                 if rec.classification != CASE:
                     failed[r.unit].append(r)
-        for unit, rs in sorted(failed.items(), key=lambda kv: _unit_order(kv[0])):
-            first, n = rs[0], len(rs)
-            self.blame[unit].append(
-                f"invariant failed in {n} case(s), first case {first.index} ({first.workload})"
-            )
-            self.findings.append(
-                Finding(
-                    "invariant",
-                    unit,
-                    f"{unit} computed wrong results: {first.workload} check failed in {n} case(s), "
-                    f"first at case {first.index}.",
-                    _next_fail(unit, self.replay),
-                )
-            )
+        for unit, rs in sorted(failed.items(), key=lambda kv: unit_order(kv[0])):
+            self.accuse(Blame(unit, BLAME_INVARIANT, rs[0].index, rs[0].workload, cases=len(rs)))
 
     def settle(self, d: Dispute) -> None:
         """Blame the minority, or use re-runs where there is no majority."""
@@ -286,50 +402,27 @@ class _Judge:
             return
         for unit in d.minority:
             rec = self.classify(
-                unit, d.index, d.workload, "consensus", lambda x: x != d.majority, self.peers_of(unit)
+                unit, d.index, d.workload, CONSENSUS, lambda x: x != d.majority, self.peers_of(unit)
             )
-            if rec.classification == CASE:
-                continue
-            self.blame[unit].append(
-                f"digest disagreed with the cohort majority at case {d.index} ({d.workload})"
-            )
-            self.findings.append(
-                Finding(
-                    "divergent",
-                    unit,
-                    f"{unit} disagreed with the other {len(d.digests) - 1} units of its cohort "
-                    f"at case {d.index} ({d.workload}).",
-                    _next_fail(unit, self.replay),
-                )
-            )
+            if rec.classification != CASE:
+                self.accuse(Blame(unit, BLAME_DIVERGENT, d.index, d.workload, out_of=len(d.digests)))
 
     def _settle_tie(self, d: Dispute) -> None:
         """No majority: a unit that does not repeat its own result is blamed, judged against those that do."""
-        units = sorted(d.digests, key=_unit_order)
+        units = sorted(d.digests, key=unit_order)
         runs = {u: self.reruns.get((u, d.index), ()) for u in units}
         steady = [u for u in units if runs[u] and all(x == d.digests[u] for x in runs[u])]
         flaky = [u for u in units if runs[u] and u not in steady]
         if flaky and not steady and len(flaky) == len(units):
             # Nobody repeats its own result: the case is not deterministic here, which no unit explains.
             for u in units:
-                self.classify(u, d.index, d.workload, "consensus", lambda x, u=u: x != d.digests[u], units)
+                self.classify(u, d.index, d.workload, CONSENSUS, _differs_from(d.digests[u]), units)
             return
         reference = {d.digests[u] for u in steady}
         for unit in flaky:
             ref = next(iter(reference)) if len(reference) == 1 else None
-            self.classify(unit, d.index, d.workload, "consensus", lambda x, ref=ref: x != ref, steady)
-            self.blame[unit].append(
-                f"result of disputed case {d.index} ({d.workload}) did not reproduce on re-run"
-            )
-            self.findings.append(
-                Finding(
-                    "not_reproducible",
-                    unit,
-                    f"{unit} and its peers disagreed at case {d.index} ({d.workload}); on re-run {unit} "
-                    "gave a different result while its peers repeated theirs.",
-                    _next_fail(unit, self.replay),
-                )
-            )
+            self.classify(unit, d.index, d.workload, CONSENSUS, _differs_from(ref), steady)
+            self.accuse(Blame(unit, BLAME_NOT_REPRODUCIBLE, d.index, d.workload))
         untested = [u for u in units if not runs[u]]
         if len(reference) > 1 or (untested and not flaky):
             self.unsettled.append((d, [u for u in units if u not in flaky]))
@@ -340,53 +433,49 @@ class _Judge:
         for d, suspects in self.unsettled:
             known = [u for u in suspects if u in shown_bad]
             if len(known) == 1:
-                self.blame[known[0]].append(
-                    f"disputed case {d.index} ({d.workload}), attributed to it by other evidence"
-                )
+                self.accuse(Blame(known[0], BLAME_ATTRIBUTED, d.index, d.workload), notice=False)
                 continue
             for unit in suspects:
-                self.blame[unit].append(
-                    f"undecided dispute at case {d.index} ({d.workload}) with {', '.join(suspects)}"
-                )
-            self.findings.append(
-                Finding(
-                    "undecided",
-                    None,
-                    f"Units {', '.join(suspects)} disagreed at case {d.index} ({d.workload}) and re-runs did not "
-                    "settle it; all of them are suspects.",
-                    f"sdcscan run {self.replay} --units {suspects[0]} --budget 10m, then the same for each suspect".strip(),
-                )
-            )
+                blame = Blame(unit, BLAME_UNDECIDED, d.index, d.workload, suspects=tuple(suspects))
+                self.accuse(blame, notice=False)
+            self.notices.append(Undecided(d.index, d.workload, tuple(suspects)))
 
-    def retest_findings(self) -> None:
-        """One finding per unit saying how its failing cases behaved on re-run, and one per `case` problem."""
-        reported: set[int] = set()  # a case that fails everywhere is one finding, not one per unit
-        for unit in sorted(self.classified, key=_unit_order):
+    def golden(self, checks: Mapping[str, GoldenCheck], verdicts: dict[str, Verdict]) -> None:
+        """Golden disagreements fail a unit, never hiding a worse verdict; units it cannot judge are noticed."""
+        gaps: dict[str, list[str]] = defaultdict(list)
+        for unit in sorted(checks, key=unit_order):
+            check = checks[unit]
+            if check.verdict == "unjudged":
+                gaps[check.cohort].append(unit)
+            elif check.disagreements:
+                first = check.disagreements[0]
+                n, judged = len(check.disagreements), check.cases_judged
+                blame = Blame(unit, BLAME_GOLDEN, first.index, first.workload, cases=n, out_of=judged)
+                self.accuse(blame)
+                verdicts[unit] = Verdict.worst([verdicts.get(unit, Verdict.PASS), Verdict.FAIL])
+        for cohort, units in sorted(gaps.items()):
+            self.notices.append(GoldenGap(cohort, tuple(units)))
+
+    def retest_notices(self) -> None:
+        """How each unit's failing cases behaved on re-run, and each case that fails everywhere, once."""
+        reported: set[int] = set()  # a case that fails everywhere is one notice, not one per unit
+        for unit in sorted(self.classified, key=unit_order):
             recs = self.classified[unit]
             for rec in recs:
                 if rec.classification == CASE and rec.index not in reported:
                     reported.add(rec.index)
-                    replay = f"sdcscan run {self.replay} --units {unit} --budget 1m"
-                    self.findings.append(
-                        Finding(
-                            "case", unit, case_message(rec), f"report it with the journal; replay: {replay}"
-                        )
-                    )
+                    self.notices.append(rec)
             summary = unit_classification(recs)
             if summary in (PERSISTENT, TRANSIENT, UNTESTED):
-                self.findings.append(Finding("retest", unit, retest_message(unit, summary, recs)))
+                self.notices.append(RetestSummary(unit, summary, tuple(recs)))
 
 
-def _unit_order(unit: str) -> tuple[str, int]:
+def _differs_from(reference: str | None) -> Callable[[str | None], bool]:
+    """A re-run is bad when its digest is not `reference` (None: no reference, every re-run is bad)."""
+    return lambda digest: digest != reference
+
+
+def unit_order(unit: str) -> tuple[str, int]:
+    """cpu:2 before cpu:10: units sort by kind, then by number."""
     kind, _, index = unit.partition(":")
     return (kind, int(index) if index.isdigit() else 0)
-
-
-def _next_fail(unit: str, replay: str) -> str:
-    return f"sdcscan run {replay} --units {unit} --budget 15m  (reproduce; then take {unit} out of service)".replace(
-        "  ", " ", 1
-    ).replace("run  ", "run ")
-
-
-def _next_invalid(unit: str) -> str:
-    return f"check the journal and system log for {unit}; re-run with --units {unit}"

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
-from fleet_factory import PLAN_SHA, extract, good, report, unit
 
+from sdcscan.assemble import judge_and_build
 from sdcscan.fleet.compare import Options, summarize
-from sdcscan.fleet.golden import GoldenError, apply_golden, index_golden, judge, load_golden, record
-from sdcscan.report import SCHEMA_PATH
+from sdcscan.fleet.golden import GoldenError, index_golden, judge, load_golden, record
+from sdcscan.report import SCHEMA_PATH, case_records
+from tests.helpers.fleet import PLAN_SHA, extract, good, report, unit
 
 SCHEMA = json.loads(SCHEMA_PATH.read_text())
 
@@ -66,21 +66,37 @@ def test_judge_pass_fail_and_unjudged():
     assert j["cpu:2"].verdict == "unjudged"
 
 
-def test_apply_golden_fails_a_disagreeing_unit():
+def run_with_golden(rep: dict[str, Any], golden: dict[str, Any], **kw: Any) -> dict[str, Any]:
+    """Judge a report's cases as `sdcscan run --golden` does: through the one judge, golden as evidence."""
+    index = index_golden(golden)
+    plan = (rep["run"]["profile"]["sha256"], rep["run"]["seed"])
+    units = [{"id": u["id"], "kind": u["kind"], "model": u["model"], "cohort": u["cohort"]} for u in rep["units"]]
+    outcomes = [{**row, "attempt": 0} for row in case_records(rep)]
+    return judge_and_build(
+        run=rep["run"],
+        host=rep["host"],
+        software=rep.get("software", {}),
+        cohorts={u["cohort"]: {} for u in units},
+        units=units,
+        outcomes=outcomes,
+        problems=kw.get("problems", {}),
+        interrupted=kw.get("interrupted"),
+        golden={u["cohort"]: index.get((plan, u["cohort"])) for u in units},
+    )
+
+
+def test_run_with_golden_fails_a_disagreeing_unit():
     """Verdict fail naming the first case, mismatch records, a finding, run verdict fail and exit code 1."""
     g = record(fleet())
-    original = report("q", [unit("cpu:0"), unit("cpu:1", digests={3: "f" * 16, 1: "e" * 16})])
-    before = copy.deepcopy(original)
-    out = apply_golden(original, g)
-    assert original == before  # the input is not modified
+    out = run_with_golden(report("q", [unit("cpu:1", digests={3: "f" * 16, 1: "e" * 16})]), g)
     jsonschema.validate(out, SCHEMA)
-    u0, u1 = out["units"]
-    assert u0["verdict"] == "pass" and "golden: 4 case(s) judged, all agree" in u0["notes"]
+    (u1,) = out["units"]
     assert (
         u1["verdict"] == "fail" and u1["reason"] == "digest of case 1 (matmul_golden) differs from the golden"
     )
     assert u1["cases"]["status"] == ["ok", "mismatch", "ok", "mismatch"] and u1["mismatches"] == 2
     assert u1["first_bad_case"] == 1
+    assert "golden: 2 of 4 judged case(s) differ, first case 1 (matmul_golden)" in u1["notes"]
     assert [(m["index"], m["check"], m["expected"]) for m in out["mismatches"]] == [
         (1, "golden", good("c1", 1)),
         (3, "golden", good("c1", 3)),
@@ -92,15 +108,17 @@ def test_apply_golden_fails_a_disagreeing_unit():
     assert (out["verdict"], out["exit_code"]) == ("fail", 1)
 
 
-def test_apply_golden_clean_report_passes():
-    """A report that agrees with the golden stays pass, exit 0, no finding."""
-    out = apply_golden(report("q"), record(fleet()))
+def test_run_with_golden_clean_report_passes():
+    """A run that agrees with the golden stays pass, exit 0, no finding; each unit notes the agreement."""
+    out = run_with_golden(report("q"), record(fleet()))
     assert (out["verdict"], out["exit_code"], out["findings"]) == ("pass", 0, [])
+    assert all("golden: 4 case(s) judged, all agree" in u["notes"] for u in out["units"])
 
 
-def test_apply_golden_without_an_entry_cannot_judge():
+def test_run_with_golden_without_an_entry_cannot_judge():
     """No entry for the plan or cohort: a finding says so, nothing fails."""
-    out = apply_golden(report("q", [unit("cpu:0", seed=9), unit("cpu:1", seed=9)], seed=9), record(fleet()))
+    rep = report("q", [unit("cpu:0", seed=9), unit("cpu:1", seed=9)], seed=9)
+    out = run_with_golden(rep, record(fleet()))
     jsonschema.validate(out, SCHEMA)
     assert (out["verdict"], out["exit_code"]) == ("pass", 0)
     (f,) = out["findings"]
@@ -112,22 +130,31 @@ def test_apply_golden_without_an_entry_cannot_judge():
     assert "sdcscan golden record" in f["next"]
 
 
-def test_apply_golden_with_no_overlapping_case_cannot_judge():
+def test_run_with_golden_with_no_overlapping_case_cannot_judge():
     """An entry exists but holds none of the cases the unit ran: not judged, not passed silently."""
     g = record([report("a", [unit(cases=2)])])
     r = report("q", [unit("cpu:0", cases=4, digests={0: None, 1: None}, statuses={0: "error", 1: "error"})])
-    out = apply_golden(r, g)
-    assert out["verdict"] == "pass" and "cannot judge 1 unit(s) (cpu:0)" in out["findings"][0]["message"]
-    assert out["findings"][0]["unit"] == "cpu:0"
+    out = run_with_golden(r, g)
+    golden = [f for f in out["findings"] if f["kind"] == "golden"]
+    assert len(golden) == 1 and "cannot judge 1 unit(s) (cpu:0)" in golden[0]["message"]
+    assert golden[0]["unit"] == "cpu:0"
+    assert out["verdict"] == "invalid"  # the cases that raised leave it unjudgeable, golden or not
 
 
-@pytest.mark.parametrize(("verdict", "code"), [("invalid", 3), ("interrupted", 130)])
-def test_apply_golden_keeps_the_worst_verdict(verdict: str, code: int):
+@pytest.mark.parametrize(
+    ("kw", "unit_verdict", "verdict", "code"),
+    [
+        ({"problems": {"cpu:0": "worker hung"}}, "invalid", "invalid", 3),
+        ({"interrupted": "SIGINT"}, "interrupted", "interrupted", 130),
+    ],
+)
+def test_run_with_golden_keeps_the_worst_verdict(kw: dict[str, Any], unit_verdict: str, verdict: str, code: int):
     """pass < fail < invalid < interrupted: a golden failure never hides a worse verdict."""
-    r = report("q", [unit("cpu:0", digests={0: "f" * 16})], verdict=verdict)
-    out = apply_golden(r, record(fleet()))
-    assert out["units"][0]["verdict"] == "fail"
+    r = report("q", [unit("cpu:0", digests={0: "f" * 16})])
+    out = run_with_golden(r, record(fleet()), **kw)
+    assert out["units"][0]["verdict"] == unit_verdict
     assert (out["verdict"], out["exit_code"]) == (verdict, code)
+    assert any(f["kind"] == "golden" and f["unit"] == "cpu:0" for f in out["findings"])
 
 
 def test_golden_file_round_trip_and_errors(tmp_path: Path):

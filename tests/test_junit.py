@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from _ops_report import make_report
 from junitparser import Error, Failure, JUnitXml, Skipped, TestCase
 
 from sdcscan.outputs.junit import write_junit
+from tests.helpers.reports import make_report
 
 
 def _parse(report: dict[str, Any], tmp_path: Path) -> dict[str, dict[str, TestCase]]:
@@ -45,12 +45,14 @@ def test_invariant_failure_carries_the_mismatch_summary(tmp_path: Path) -> None:
     assert suites["cpu:0"]["matmul_golden"].is_passed
 
 
-def test_consensus_failure_names_the_workload_from_the_reason(tmp_path: Path) -> None:
-    """A unit failed on digests alone fails the testcase of the workload its reason names."""
+def test_consensus_failure_names_the_workload_of_the_dispute(tmp_path: Path) -> None:
+    """A unit failed on digests alone fails the testcase of the workload whose dispute it lost."""
     report = make_report(fail_unit=None)
     unit = report["units"][1]
     unit["verdict"], report["verdict"] = "fail", "fail"
     unit["reason"] = "digest disagreed with the cohort majority at case 4 (train)"
+    digests = {"cpu:0": "a" * 16, "cpu:1": "b" * 16, "cpu:2": "a" * 16}
+    report["disputes"] = [{"index": 4, "workload": "train", "cohort": "c", "digests": digests, "majority": "a" * 16}]
     suites = _parse(report, tmp_path)
     assert _kinds(suites["cpu:1"]["train"]) == [Failure]
     assert suites["cpu:1"]["train"].result[0].type == "consensus"

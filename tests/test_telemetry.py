@@ -159,7 +159,7 @@ def _fake_nvml(ue: list[int]) -> Any:
         nvmlDeviceGetHandleByIndex=lambda i: f"h{i}",
         nvmlDeviceGetTemperature=lambda h, s: 71, nvmlDeviceGetClockInfo=lambda h, c: 1410,
         nvmlDeviceGetPowerUsage=unsupported, nvmlDeviceGetTotalEccErrors=total_ecc,
-        nvmlDeviceGetRetiredPages=lambda h, c: [], nvmlDeviceGetRemappedRows=lambda h: (0, 0, False, False),
+        nvmlDeviceGetRetiredPages=lambda h, c: [], nvmlDeviceGetRemappedRows=lambda h: (3, 0, False, False),
         nvmlDeviceGetCurrentClocksThrottleReasons=lambda h: 4,
     )  # fmt: skip
 
@@ -174,6 +174,8 @@ def test_nvml_unsupported_metric_is_null_and_ecc_rise_is_a_finding(monkeypatch: 
     assert gpu["power_w"]["value"] is None
     assert gpu["temp_c"]["value"] == 71.0
     assert gpu["throttle_reasons"]["value"] == 4.0
+    assert gpu["remapped_rows_correctable"]["value"] == 3.0  # a tuple answer, read field by field
+    assert gpu["remapped_rows_pending"]["value"] == 0.0
     findings = telemetry_findings(s.summary())
     assert [(f["kind"], f["unit"]) for f in findings] == [("uncorrectable_errors", "cuda:0")]
 

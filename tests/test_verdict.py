@@ -6,6 +6,9 @@ import pytest
 
 from sdcscan.retest import classify, unit_classification
 from sdcscan.verdict import CaseResult, find_disputes, judge, retest_plan
+from sdcscan.wording import findings, reason
+
+RUN = {"profile": {"name": "quick", "sha256": "0" * 64}, "seed": 9}
 
 
 def r(unit, index, digest="d", status="ok", workload="train"):
@@ -108,8 +111,9 @@ def test_judge(name, cohorts, results, retests, problems, expected, overall):
     assert [j.unit_verdicts[u] for u in sorted(cohorts)] == expected, name
     assert j.verdict == overall, name
     failing = {u for u, v in j.unit_verdicts.items() if v == "fail"}
-    assert failing == {f.unit for f in j.findings if f.unit in failing} or any(
-        f.kind == "undecided" for f in j.findings
+    found = findings(j, RUN)
+    assert failing == {f["unit"] for f in found if f["unit"] in failing} or any(
+        f["kind"] == "undecided" for f in found
     )
 
 
@@ -128,10 +132,10 @@ def test_disputes_skip_invariant_failures_and_need_retest_only_without_majority(
 
 
 def test_findings_say_what_to_do_next():
-    j = judge(TWO, [r("cpu:0", 4), r("cpu:1", 4, "x", "mismatch", "matmul_golden")], replay="--seed 9")
-    (f,) = [f for f in j.findings if f.kind == "invariant"]
-    assert f.unit == "cpu:1" and "case 4" in f.message and "matmul_golden" in f.message
-    assert "--seed 9" in f.next and "--units cpu:1" in f.next
+    j = judge(TWO, [r("cpu:0", 4), r("cpu:1", 4, "x", "mismatch", "matmul_golden")])
+    (f,) = [f for f in findings(j, RUN) if f["kind"] == "invariant"]
+    assert f["unit"] == "cpu:1" and "case 4" in f["message"] and "matmul_golden" in f["message"]
+    assert "--seed 9" in f["next"] and "--units cpu:1" in f["next"]
 
 
 @pytest.mark.parametrize(
@@ -236,7 +240,7 @@ def test_judge_with_retests(name, cohorts, results, retests, verdicts, classes):
     assert [j.unit_verdicts[u] for u in sorted(cohorts)] == verdicts, name
     assert {u: unit_classification(recs) for u, recs in j.retests.items()} == classes, name
     if "case" in classes.values():
-        assert any(f.kind == "case" and "not a hardware fault" in f.message for f in j.findings)
+        assert any(f["kind"] == "case" and "not a hardware fault" in f["message"] for f in findings(j, RUN))
 
 
 def test_a_case_that_raised_makes_its_unit_invalid_with_the_exception():
@@ -244,7 +248,7 @@ def test_a_case_that_raised_makes_its_unit_invalid_with_the_exception():
     results = [r("cpu:0", 0), CaseResult("cpu:1", 0, "train", "error", None, error="RuntimeError: boom")]
     j = judge(TWO, results)
     assert j.unit_verdicts == {"cpu:0": "pass", "cpu:1": "invalid"}
-    assert "RuntimeError: boom" in j.unit_reasons["cpu:1"]
+    assert "RuntimeError: boom" in (reason(j.reason("cpu:1")) or "")
 
 
 def test_retest_plan_reruns_on_the_unit_and_once_on_a_peer_with_a_cap():

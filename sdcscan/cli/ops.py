@@ -1,23 +1,21 @@
 """Commands for sdcscan in production (export, history, status, clear) and the output options of `run`.
 
-`run` gets `@output_options` (--junit, --prom, --history, --no-history), wraps the run in
-`run_guard(...)` and calls `after_run(...)` once the report is written.
+`run` gets `@output_options` (--junit, --prom, --history, --no-history); the library writes them
+(`sdcscan.outputs.publish`).
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
 
 from sdcscan.cli.common import emit_json, reports_errors
-from sdcscan.errors import EXIT_FAIL, ReportError, RunError, SdcscanError, UsageError
+from sdcscan.errors import EXIT_FAIL, UsageError
 from sdcscan.outputs import history as hist
+from sdcscan.outputs.publish import Outputs, history_path, publish
 
 F = TypeVar("F", bound=Callable[..., Any])
 UNIT_ID = re.compile(r"^(cpu|cuda):[0-9]+$")
@@ -42,72 +40,6 @@ def output_options(func: F) -> F:
     return click.option("--junit", type=click.Path(dir_okay=False), help="Also write a JUnit XML file.")(func)
 
 
-def history_path(history: str | os.PathLike[str] | None) -> Path:
-    """The history database: the given path, else the default in the user's state directory."""
-    return Path(history) if history else hist.default_history_path()
-
-
-@contextlib.contextmanager
-def run_guard(history: str | None, no_history: bool) -> Iterator[str | None]:
-    """Hold the run lock (next to the history database) around a run.
-
-    Yields:
-        None, or with --no-history when the state directory is not writable (a read-only container),
-        a note saying the run goes on unlocked; the caller may show it.
-
-    Raises:
-        RunActiveError: another run is active on this host (exit 3).
-        RunError: the lock could not be created and history is on.
-    """
-    with contextlib.ExitStack() as stack:
-        note = None
-        try:
-            stack.enter_context(hist.run_lock(history_path(history).parent))
-        except hist.RunActiveError:
-            raise
-        except RunError as err:
-            if not no_history:
-                raise
-            note = f"running without the run lock: {err}"
-        yield note
-
-
-def after_run(
-    report: dict[str, Any],
-    report_path: str | None,
-    *,
-    junit: str | None,
-    prom: str | None,
-    history: str | None,
-    no_history: bool,
-) -> None:
-    """Write the JUnit and Prometheus files and record the run in the history, as the options asked.
-
-    Every output is attempted even if an earlier one fails.
-
-    Raises:
-        ReportError: one or more outputs could not be written; the message names each.
-    """
-    from sdcscan.outputs.junit import write_junit  # imported here: `sdcscan --help` stays fast
-    from sdcscan.outputs.prom import write_prom
-
-    steps: list[tuple[Callable[..., None], tuple[Any, ...]]] = []
-    if junit:
-        steps.append((write_junit, (report, junit)))
-    if prom:
-        steps.append((write_prom, (report, prom)))
-    if not no_history:
-        steps.append((hist.record_run, (history_path(history), report, report_path)))
-    problems = []
-    for fn, args in steps:
-        try:
-            fn(*args)
-        except SdcscanError as err:
-            problems.append(str(err))
-    if problems:
-        raise ReportError("; ".join(problems))
-
-
 @click.command("export")
 @click.argument("report", type=click.Path(dir_okay=False))
 @click.option("--junit", type=click.Path(dir_okay=False), help="Write JUnit XML here.")
@@ -127,7 +59,7 @@ def export_cmd(report: str, junit: str | None, prom: str | None) -> None:
     if not junit and not prom:
         raise UsageError("export needs --junit PATH and/or --prom PATH")
     data = load_report(report)
-    after_run(data, report, junit=junit, prom=prom, history=None, no_history=True)
+    publish(data, Outputs(junit=junit, prom=prom, record_history=False))
     print_written([p for p in (junit, prom) if p])
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 import sys
 import time
 from pathlib import Path
@@ -12,7 +11,7 @@ import click
 
 from sdcscan.cli.common import emit_json, reports_errors
 from sdcscan.cli.ops import output_options
-from sdcscan.errors import EXIT_INTERRUPTED
+from sdcscan.errors import EXIT_INTERRUPTED, EXIT_TERMINATED
 
 
 @click.command("run")
@@ -82,78 +81,37 @@ def run_cmd(**kw: Any) -> None:
         sdcscan run --budget 10s --inject cpu:1:bitflip@0.3   # prove the pipeline catches a bad unit
     """
     started = time.time()
-    from sdcscan.runner import warm_up_workers
+    from sdcscan import scan as library
+    from sdcscan.render import run as render
 
-    warm_up_workers()
-    opts = _scan_options(kw)
-    golden_data = _load_golden(kw["golden_path"])
-    from sdcscan.cli.ops import run_guard
-    from sdcscan.render.run import stderr_console
-
-    console = stderr_console()
+    library.warm_up()  # the workers' torch import overlaps parsing the options
+    opts = _options(kw, started)
+    console = render.stderr_console()
     try:
-        with run_guard(kw["history"], kw["no_history"]) as note:
-            if note:
-                console.print(note)
-            report = _scan_with_telemetry(opts, console, started)
-            if golden_data is not None:
-                from sdcscan.fleet.golden import apply_golden
-
-                report = apply_golden(report, golden_data)
-            _write_outputs(report, opts, kw, console)
-    except KeyboardInterrupt:
+        with render.Progress(console) as progress:
+            report = library.scan(opts, on_event=progress)
+    except library.OutputError as err:
+        _show(err.report, kw["as_json"], console)  # judged, but an output failed: show it, then say so
+        raise
+    except (KeyboardInterrupt, library.Terminated) as err:
+        code = EXIT_INTERRUPTED if isinstance(err, KeyboardInterrupt) else EXIT_TERMINATED
         console.print("interrupted before any case ran\nexit: interrupted")
-        sys.exit(EXIT_INTERRUPTED)
+        sys.exit(code)
+    _show(report, kw["as_json"], console)
     sys.exit(report["exit_code"])
 
 
-def _load_golden(path: str | None) -> Any:
-    """Read the golden before any work, so a bad path fails in a second, not after the budget."""
-    if path is None:
-        return None
-    from sdcscan.fleet.golden import load_golden
-
-    return load_golden(path)
-
-
-def _scan_with_telemetry(opts: Any, console: Any, started: float) -> dict[str, Any]:
-    from sdcscan.render.run import Progress
-    from sdcscan.scan import prepare, scan
-    from sdcscan.telemetry.sampler import Sampler, telemetry_findings
-
-    setup = prepare(opts)
-    signal.signal(signal.SIGTERM, _raise_terminated)
-    with Sampler(setup["units"], interval_s=5.0) as sampler, Progress(console) as progress:
-        report = scan(opts, setup, progress, started)
-    report["telemetry"] = sampler.summary()
-    report["findings"] += telemetry_findings(report["telemetry"])
-    return report
-
-
-def _write_outputs(report: dict[str, Any], opts: Any, kw: dict[str, Any], console: Any) -> None:
-    """Report file first (nothing lost), then JUnit/Prometheus/history; the summary is shown in any case."""
-    from sdcscan.cli.ops import after_run
+def _show(report: dict[str, Any], as_json: bool, console: Any) -> None:
     from sdcscan.render.run import render_summary
 
-    try:
-        if opts.out is not None:
-            _write_report(opts.out, report)
-        after_run(
-            report,
-            str(opts.out) if opts.out else None,
-            junit=kw["junit"],
-            prom=kw["prom"],
-            history=kw["history"],
-            no_history=kw["no_history"],
-        )
-    finally:
-        render_summary(report, console)
-        if kw["as_json"]:
-            emit_json(report)
+    render_summary(report, console)
+    if as_json:
+        emit_json(report)
 
 
-def _scan_options(kw: dict[str, Any]) -> Any:
+def _options(kw: dict[str, Any], started: float) -> Any:
     from sdcscan.faults import parse_inject
+    from sdcscan.outputs.publish import Outputs
     from sdcscan.profile import load_profile, parse_duration
     from sdcscan.scan import ScanOptions
 
@@ -163,6 +121,7 @@ def _scan_options(kw: dict[str, Any]) -> Any:
     if kw["workloads"]:
         profile = profile.select([w.strip() for w in kw["workloads"].split(",") if w.strip()])
     overrides = {"gemm_fp": {"calibration": kw["calibration"]}} if kw["calibration"] else {}
+    outputs = Outputs(kw["out"], kw["junit"], kw["prom"], kw["history"], record_history=not kw["no_history"])
     return ScanOptions(
         profile=profile,
         seed=kw["seed"],
@@ -170,27 +129,10 @@ def _scan_options(kw: dict[str, Any]) -> Any:
         units=kw["units_spec"],
         injections=injections,
         hostname=kw["hostname"],
-        out=kw["out"],
+        outputs=outputs,
         argv=sys.argv[1:],
         param_overrides=overrides,
         retest=kw["retest"],
+        golden=kw["golden_path"],
+        started=started,
     )
-
-
-def _write_report(out: Path, report: dict[str, Any]) -> None:
-    from sdcscan.errors import ReportError
-    from sdcscan.report import write_json_atomic
-
-    try:
-        write_json_atomic(out, report)
-    except ReportError as err:  # full disk, directory gone: say where the results still are
-        journal = report["run"].get("journal")
-        raise ReportError(
-            f"{err}; every finished case is in {journal}: sdcscan report --from-journal {journal}"
-        ) from None
-
-
-def _raise_terminated(signum: int, frame: Any) -> None:
-    from sdcscan.runner import Terminated
-
-    raise Terminated()

@@ -21,12 +21,12 @@ from sdcscan.fleet.consensus import (
     tally,
     undecided_cases,
 )
-from sdcscan.fleet.golden import GoldenIndex, judge_unit
+from sdcscan.fleet.findings import KINDS, Collector, FleetFinding
+from sdcscan.fleet.golden import GoldenIndex, check_unit
 from sdcscan.fleet.model import HostReport, Invariant, Plan, Skipped, UnitRecord, dedupe
 from sdcscan.fleet.perf import coverage_findings, slow_findings
 
 COMPARE_VERSION = 1
-KINDS = ("divergent", "invariant", "slow", "undecided", "invalid", "stale", "missing")
 FAILING_KINDS = frozenset({"divergent", "invariant", "slow"})  # these make `compare` exit 1
 DEFAULT_SLOW_Z = 3.5
 DEFAULT_SLOW_DROP = 0.10
@@ -56,25 +56,11 @@ class Options:
     golden: GoldenIndex | None = field(default=None, repr=False)
 
 
-@dataclass(frozen=True, slots=True)
-class Finding:
-    """One record per (host, unit, kind); `unit` is None for host-level findings."""
-
-    host: str
-    unit: str | None
-    kind: str
-    evidence: dict[str, Any]
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON form: host, unit, kind, evidence."""
-        return {"host": self.host, "unit": self.unit, "kind": self.kind, "evidence": self.evidence}
-
-
 @dataclass(frozen=True)
 class FleetSummary:
     """The result of comparing a fleet's reports."""
 
-    findings: tuple[Finding, ...]
+    findings: tuple[FleetFinding, ...]
     groups: tuple[dict[str, Any], ...]  # minorities of >= 2 units that agree with each other
     skipped: tuple[Skipped, ...]
     counts: dict[str, int]
@@ -96,42 +82,6 @@ class FleetSummary:
             "groups": list(self.groups),
             "skipped": [{"path": s.path, "reason": s.reason} for s in self.skipped],
         }
-
-
-class Collector:
-    """Gathers findings; several reports of one (host, unit, kind) merge into the newest one's evidence."""
-
-    def __init__(self) -> None:
-        self._best: dict[tuple[str, str | None, str], tuple[tuple[Any, ...], dict[str, Any], int]] = {}
-
-    def add(
-        self, report: HostReport, unit: str | None, kind: str, evidence: dict[str, Any], tiebreak: float = 0.0
-    ) -> None:
-        """Record one finding from one report (`tiebreak` orders findings of the same report)."""
-        key = (report.host, unit, kind)
-        rank = (report.ended_at, report.run_id, tiebreak)
-        prior = self._best.get(key)
-        if prior is None:
-            self._best[key] = (rank, {"run": report.run_id, **evidence}, 1)
-        elif rank > prior[0]:
-            self._best[key] = (rank, {"run": report.run_id, **evidence}, prior[2] + 1)
-        else:
-            self._best[key] = (prior[0], prior[1], prior[2] + 1)
-
-    def add_host(self, host: str, unit: str | None, kind: str, evidence: dict[str, Any]) -> None:
-        """Record a finding that no report carries (coverage)."""
-        self._best[(host, unit, kind)] = ((), evidence, 0)
-
-    def findings(self) -> tuple[Finding, ...]:
-        """All findings, by kind (most severe first), host, unit."""
-        out = []
-        for (host, unit, kind), (_, evidence, n) in self._best.items():
-            out.append(Finding(host, unit, kind, {**evidence, "reports": n} if n else evidence))
-        out.sort(key=lambda f: (KINDS.index(f.kind), f.host, f.unit or ""))
-        return tuple(out)
-
-
-Members = dict[Signature, list[tuple[HostReport, UnitRecord]]]
 
 
 def summarize(
@@ -205,6 +155,9 @@ def _options_record(opts: Options) -> dict[str, Any]:
     }
 
 
+Members = dict[Signature, list[tuple[HostReport, UnitRecord]]]
+
+
 def _comparison_groups(reports: list[HostReport]) -> dict[tuple[Plan, str], Members]:
     """(plan, cohort) -> signature -> the (report, unit) pairs that produced it."""
     out: dict[tuple[Plan, str], Members] = {}
@@ -251,7 +204,7 @@ def _consensus(
             "digest": d,
             "majority_digest": t.majority[i],
             "voters": t.voters[i],
-            "workloads": sorted({_workload_of(u0, j) for j, _ in bad}),
+            "workloads": sorted({w for j, _ in bad if (w := _workload_of(u0, j)) is not None}),
             "group": group_of.get(sig),
         }
         for r, u in holders:
@@ -327,7 +280,8 @@ def _golden_invariant(unit: UnitRecord, entry: Any) -> tuple[int, Invariant | No
     """(cases judged, disagreements as an invariant failure of check `golden`) of one unit."""
     if entry is None:
         return 0, None
-    judged, bad = judge_unit(unit, entry)
+    check = check_unit(unit, entry)
+    judged, bad = check.cases_judged, check.disagreements
     if not bad:
         return judged, None
     return judged, Invariant(len(bad), bad[0].index, tuple(sorted({d.workload for d in bad})), ("golden",))

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from sdcscan.fleet.model import UnitRecord
+from sdcscan.verdict import strict_majority
 
 Signature = tuple[tuple[int, ...], tuple["str | None", ...]]  # (case indices, digests)
 
@@ -56,14 +57,12 @@ def tally(weights: Iterable[tuple[Signature, int]]) -> Tally:
             ((d, n),) = c.items()
             majority[i], voters[i] = d, n
             continue
-        total = sum(c.values())
-        voters[i] = total
-        # Ties between digests are broken by the digest text so the result never depends on input order.
-        best, n = max(c.items(), key=lambda kv: (kv[1], kv[0]))
-        if 2 * n > total:
+        voters[i] = sum(c.values())
+        best = strict_majority(c)
+        if best is not None:
             majority[i] = best
         else:
-            undecided[i] = (total, len(c))
+            undecided[i] = (voters[i], len(c))
     return Tally(majority, undecided, voters)
 
 

@@ -1,63 +1,31 @@
 """Goldens: the fleet's consensus digest per (plan, cohort, case), so one host can be judged with no peers.
 
 `record` keeps only cases with a clear (strict) majority and lists the rest as refused; `judge`
-compares a report's units with the golden of the same plan and cohort; `apply_golden` folds that
-judgement into a report before it is written (`sdcscan run --golden`). No I/O except `load_golden`.
+compares a report's units with the golden of the same plan and cohort (`sdcscan.verdict.check_golden`,
+the comparison `sdcscan run --golden` weighs as evidence). No I/O except `load_golden`.
 """
 
 from __future__ import annotations
 
-import copy
-import json
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from sdcscan import __version__
-from sdcscan.errors import UsageError
+from sdcscan.errors import ReportError, UsageError
+from sdcscan.files import read_json
 from sdcscan.fleet.consensus import signature, tally
-from sdcscan.fleet.golden_apply import fold_judgements
 from sdcscan.fleet.model import Extractor, HostReport, Plan, UnitRecord, dedupe
+from sdcscan.verdict import GoldenCheck, GoldenEntry, check_golden
 
 GOLDEN_VERSION = 1
 MAX_GOLDEN_BYTES = 256 << 20
 
-GoldenEntry = dict[int, tuple[str, str]]  # case index -> (digest, workload)
 GoldenIndex = dict[tuple[Plan, str], GoldenEntry]  # (plan, cohort) -> entry
 
 
 class GoldenError(UsageError):
     """A golden file is unreadable or not a golden: exit 2, the message says why."""
-
-
-@dataclass(frozen=True, slots=True)
-class Disagreement:
-    """One case where a unit's digest is not the golden one."""
-
-    index: int
-    workload: str
-    expected: str
-    actual: str
-
-
-@dataclass(frozen=True, slots=True)
-class UnitJudgement:
-    """How one unit of a report compares with a golden."""
-
-    unit: str
-    cohort: str
-    judged: bool  # False: the golden has no entry for this plan and cohort
-    cases_judged: int
-    disagreements: tuple[Disagreement, ...]
-
-    @property
-    def verdict(self) -> str:
-        """`pass`, `fail`, or `unjudged` when the golden cannot say."""
-        if not self.judged:
-            return "unjudged"
-        return "fail" if self.disagreements else "pass"
 
 
 def record(reports: Iterable[dict[str, Any]], *, min_votes: int = 1) -> dict[str, Any]:
@@ -161,8 +129,9 @@ def validate_golden(data: Any, *, label: str = "golden") -> dict[str, Any]:
         ok = isinstance(e, dict) and isinstance(e.get("profile_sha256"), str)
         ok = ok and isinstance(e.get("seed"), int) and isinstance(e.get("cohort"), str)
         cols = e.get("cases") if ok else None
-        ok = ok and isinstance(cols, dict)
-        if not ok or any(not isinstance(cols.get(c), list) for c in ("index", "workload", "digest")):
+        if not isinstance(cols, dict) or any(
+            not isinstance(cols.get(c), list) for c in ("index", "workload", "digest")
+        ):
             raise GoldenError(f"{label}: malformed golden entry")
         if not len(cols["index"]) == len(cols["workload"]) == len(cols["digest"]):
             raise GoldenError(f"{label}: golden entry with case columns of different lengths")
@@ -173,18 +142,13 @@ def load_golden(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read and validate a golden file.
 
     Raises:
-        GoldenError: unreadable, not JSON, or not a golden; the message names the file.
+        GoldenError: unreadable, too large, not JSON, or not a golden; the message names the file.
     """
-    p = Path(path)
     try:
-        if p.stat().st_size > MAX_GOLDEN_BYTES:
-            raise GoldenError(f"{p}: too large for a golden file")
-        data = json.loads(p.read_bytes().decode("utf-8"))
-    except OSError as err:
-        raise GoldenError(f"{p}: cannot read golden: {err.strerror or err}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-        raise GoldenError(f"{p}: golden is truncated or not JSON") from None
-    return validate_golden(data, label=str(p))
+        data = read_json(path, what="golden", max_bytes=MAX_GOLDEN_BYTES)
+    except ReportError as err:
+        raise GoldenError(str(err)) from None  # a bad --golden is a usage error (exit 2)
+    return validate_golden(data, label=str(path))
 
 
 def index_golden(golden: dict[str, Any]) -> GoldenIndex:
@@ -198,20 +162,7 @@ def index_golden(golden: dict[str, Any]) -> GoldenIndex:
     return out
 
 
-def judge_unit(unit: UnitRecord, entry: GoldenEntry) -> tuple[int, tuple[Disagreement, ...]]:
-    """(cases judged, disagreements) of one unit against the golden entry of its plan and cohort."""
-    judged, bad = 0, []
-    for i, d, w in zip(unit.indices, unit.digests, unit.workloads, strict=True):
-        g = entry.get(i) if d is not None else None
-        if g is None:
-            continue
-        judged += 1
-        if g[0] != d:
-            bad.append(Disagreement(i, w, g[0], d))
-    return judged, tuple(bad)
-
-
-def judge(report: dict[str, Any], golden: dict[str, Any]) -> list[UnitJudgement]:
+def judge(report: dict[str, Any], golden: dict[str, Any]) -> list[GoldenCheck]:
     """Compare every unit of a report with the golden of the same plan and cohort.
 
     Args:
@@ -226,30 +177,10 @@ def judge(report: dict[str, Any], golden: dict[str, Any]) -> list[UnitJudgement]
     """
     slim = Extractor().extract(report, source="report")
     index = index_golden(golden)
-    out = []
-    for u in slim.units:
-        entry = index.get((slim.plan, u.cohort))
-        if entry is None:
-            out.append(UnitJudgement(u.unit, u.cohort, False, 0, ()))
-            continue
-        judged, bad = judge_unit(u, entry)
-        out.append(UnitJudgement(u.unit, u.cohort, True, judged, bad))
-    return out
+    return [check_unit(u, index.get((slim.plan, u.cohort))) for u in slim.units]
 
 
-def apply_golden(report: dict[str, Any], golden: dict[str, Any]) -> dict[str, Any]:
-    """Return a copy of `report` judged against `golden`.
-
-    Units whose digest differs from the golden on any case fail (reason: the first such case); those
-    cases get status `mismatch` and a `golden` record in the report's `mismatches`; a finding per
-    failing unit says what to do next; the run verdict and exit code become the worst. Where the
-    golden has no entry for a unit's plan and cohort, a finding says it could not judge (no failure).
-
-    Args:
-        report: a complete report document, before it is written.
-        golden: a golden document (`load_golden`).
-
-    Raises:
-        ReportError: the report is not usable. GoldenError: the golden is malformed.
-    """
-    return fold_judgements(copy.deepcopy(report), judge(report, golden))
+def check_unit(unit: UnitRecord, entry: GoldenEntry | None) -> GoldenCheck:
+    """One unit of a report against the golden entry of its plan and cohort (None: the golden has none)."""
+    cases = zip(unit.indices, unit.digests, unit.workloads, strict=True)
+    return check_golden(unit.unit, unit.cohort, entry, cases)

@@ -9,11 +9,11 @@ Pure: no I/O.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any
 
 from sdcscan.errors import ReportError
 from sdcscan.report import validate_report
+from sdcscan.timefmt import parse_iso_utc
 
 Plan = tuple[str, int]  # (run.profile.sha256, run.seed): two units ran the same case i only within a plan
 
@@ -171,7 +171,11 @@ class Extractor:
 def _first_occurrences(*cols: list[Any]) -> tuple[list[Any], ...]:
     """Keep the first record of each case index (a repeated index would vote twice)."""
     seen: set[int] = set()
-    keep = [i for i, idx in enumerate(cols[0]) if not (idx in seen or seen.add(idx))]
+    keep = []
+    for i, idx in enumerate(cols[0]):
+        if idx not in seen:
+            seen.add(idx)
+            keep.append(i)
     return tuple([c[i] for i in keep] for c in cols)
 
 
@@ -193,8 +197,8 @@ def _invariant(
 ) -> Invariant | None:
     """Summarise a unit's invariant failures, from its count, its case statuses and the mismatch records."""
     bad = [i for i, s in enumerate(statuses) if s == "mismatch"] if "mismatch" in statuses else []
-    count = unit.get("mismatches") if isinstance(unit.get("mismatches"), int) else 0
-    count = max(count, len(bad), len(records))
+    claimed = unit.get("mismatches")
+    count = max(claimed if isinstance(claimed, int) else 0, len(bad), len(records))
     if count <= 0:
         return None
     cases = [indices[i] for i in bad] + [r["index"] for r in records if isinstance(r.get("index"), int)]
@@ -204,20 +208,17 @@ def _invariant(
 
 
 def parse_time(text: Any) -> float:
-    """ISO-8601 time -> POSIX seconds (UTC assumed when no zone is given).
+    """A report's `run.ended_at` -> POSIX seconds (`timefmt.parse_iso_utc`, with a report's error).
 
     Raises:
-        ReportError: not an ISO-8601 time.
+        ReportError: missing or not an ISO-8601 time.
     """
     if not isinstance(text, str):
         raise ReportError("report: run.ended_at is missing")
     try:
-        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        return parse_iso_utc(text)
     except ValueError:
         raise ReportError(f"report: run.ended_at {text!r} is not an ISO-8601 time") from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
-    return when.timestamp()
 
 
 def dedupe(reports: list[HostReport]) -> tuple[list[HostReport], list[Skipped]]:

@@ -7,14 +7,12 @@ DCGM's fixed thresholds missed a GPU running three times slower (DCGM #122). Pur
 from __future__ import annotations
 
 import math
-from datetime import datetime, timezone
 from statistics import median
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from sdcscan.fleet.findings import Collector
 from sdcscan.fleet.model import HostReport
-
-if TYPE_CHECKING:
-    from sdcscan.fleet.compare import Collector
+from sdcscan.timefmt import iso_utc
 
 MAD_TO_SIGMA = 0.6745  # robust z = 0.6745 (x - median) / MAD (Iglewicz and Hoaglin)
 
@@ -123,9 +121,7 @@ def coverage_findings(
                 None,
                 "stale",
                 {
-                    "newest_report_at": datetime.fromtimestamp(when, timezone.utc)
-                    .isoformat()
-                    .replace("+00:00", "Z"),
+                    "newest_report_at": iso_utc(when),
                     "age_days": round((now - when) / 86400, 1),
                     "stale_after_days": round(stale_s / 86400, 3),
                 },

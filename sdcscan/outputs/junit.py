@@ -107,13 +107,17 @@ def _testcase(report: dict[str, Any], unit: dict[str, Any], wl: str) -> tuple[ET
 
 
 def _blamed_by_consensus(unit: dict[str, Any], wl: str, report: dict[str, Any]) -> bool:
-    """A failed unit with no invariant evidence: blame the workloads its reason names, else all it ran."""
+    """A failed unit with no invariant evidence: blame the workloads of the disputes it lost, else all it ran."""
     uid, cols = unit["id"], unit["cases"]
     invariant = any(m["unit"] == uid for m in report.get("mismatches", []))
     if invariant or "mismatch" in cols["status"]:
         return False  # its failure is explained by invariant evidence in some other workload
-    named = [w for w in set(cols["workload"]) if f"({w})" in (unit.get("reason") or "")]
-    return wl in named if named else wl in cols["workload"]
+    lost = {
+        d["workload"]
+        for d in report.get("disputes", [])
+        if uid in d["digests"] and d["digests"][uid] != d.get("majority")
+    }
+    return wl in lost if lost else wl in cols["workload"]
 
 
 def _mismatch_text(unit: dict[str, Any], mism: list[dict[str, Any]]) -> str:

@@ -11,12 +11,12 @@ from __future__ import annotations
 import math
 import os
 import time
-from datetime import datetime, timezone
 from typing import Any
 
 from sdcscan.files import write_text_atomic
+from sdcscan.outcomes import VERDICTS
+from sdcscan.timefmt import parse_iso_utc
 
-VERDICTS = ("pass", "fail", "invalid", "interrupted")
 Sample = tuple[dict[str, str], float]
 
 
@@ -114,10 +114,9 @@ def _counter_deltas(telemetry: dict[str, Any]) -> list[Sample]:
 def _epoch(iso: str | None) -> float:
     """ISO-8601 UTC -> Unix time; the write time if the report has none (an interrupted run may not)."""
     try:
-        dt = datetime.fromisoformat(str(iso).replace("Z", "+00:00"))
+        return parse_iso_utc(str(iso))
     except ValueError:
         return time.time()
-    return (dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)).timestamp()
 
 
 def _labels(labels: dict[str, str]) -> str:

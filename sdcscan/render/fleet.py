@@ -7,8 +7,10 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from sdcscan.fleet.compare import Finding, FleetSummary
+from sdcscan.fleet.compare import FleetSummary
+from sdcscan.fleet.findings import FleetFinding
 from sdcscan.fleet.model import Skipped
+from sdcscan.render.console import stderr_console
 
 MAX_ROWS = 200  # beyond this a table is not read by people; --json has everything
 MAX_SKIPPED_SHOWN = 10
@@ -23,12 +25,7 @@ STYLE = {
 }
 
 
-def stderr_console() -> Console:
-    """A console on stderr: people read stderr, machines read stdout."""
-    return Console(stderr=True, highlight=False)
-
-
-def describe(f: Finding) -> str:
+def describe(f: FleetFinding) -> str:
     """One sentence of evidence for a finding."""
     e = f.evidence
     if f.kind == "divergent":
@@ -86,7 +83,7 @@ def render_compare(summary: FleetSummary, console: Console | None = None) -> Non
     out.print(_next_step(summary))
 
 
-def _table(findings: tuple[Finding, ...]) -> Table:
+def _table(findings: tuple[FleetFinding, ...]) -> Table:
     """The findings, most severe first, at most MAX_ROWS rows."""
     table = Table(show_header=True, header_style="bold", expand=False)
     for name in ("host", "unit", "kind", "evidence"):

@@ -46,15 +46,9 @@ class NvmlSource(Source):
     def _init(self) -> dict[int, Any]:
         if self._handles is not None:
             return self._handles
+        if self._nvml is None:
+            self._nvml = _import_pynvml()
         nv = self._nvml
-        if nv is None:
-            try:
-                import pynvml as nv  # provided by nvidia-ml-py
-            except ImportError:
-                raise SourceUnavailable(
-                    "NVML bindings missing: pip install 'sdcscan[gpu]' (nvidia-ml-py)"
-                ) from None
-            self._nvml = nv
         try:
             nv.nvmlInit()
             self._handles = {g: _handle(nv, g) for g in self.gpus}
@@ -84,7 +78,7 @@ def _handle(nv: Any, gpu: int) -> Any:
 
 
 def _gpu_metrics(nv: Any, h: Any) -> dict[str, float | None]:
-    remapped = _try(lambda: nv.nvmlDeviceGetRemappedRows(h))  # (correctable, uncorrectable, pending, failed)
+    remapped = _call(lambda: nv.nvmlDeviceGetRemappedRows(h))  # (correctable, uncorrectable, pending, failed)
     return {
         "temp_c": _try(lambda: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)),
         "clock_sm_mhz": _try(lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)),
@@ -123,10 +117,23 @@ def _throttle(nv: Any, h: Any) -> Any:
     return fn(h)
 
 
+def _import_pynvml() -> Any:
+    try:
+        import pynvml  # provided by nvidia-ml-py
+    except ImportError:
+        raise SourceUnavailable("NVML bindings missing: pip install 'sdcscan[gpu]' (nvidia-ml-py)") from None
+    return pynvml
+
+
 def _try(fn: Callable[[], Any]) -> float | None:
     """NVMLError_NotSupported and friends -> None: the metric does not exist on this GPU."""
+    return _num(_call(fn))
+
+
+def _call(fn: Callable[[], Any]) -> Any:
+    """An NVML query's raw answer, or None where this GPU does not support it."""
     try:
-        return _num(fn())
+        return fn()
     except Exception:
         return None
 

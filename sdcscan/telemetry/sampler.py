@@ -25,6 +25,7 @@ from sdcscan.telemetry.sources import (
     Source,
     SourceUnavailable,
 )
+from sdcscan.timefmt import iso_utc
 
 DEFAULT_INTERVAL_S = 5.0
 HOST = "host"
@@ -77,7 +78,8 @@ class _Acc:
         out["value"] = round(self.value, 3) if isinstance(self.value, float) else self.value
         out["reduce"] = self.how
         if self.how == "last":
-            out["delta"] = None if self.before is None or not after_seen else self.last - self.before
+            before, last = self.before, self.last
+            out["delta"] = last - before if after_seen and before is not None and last is not None else None
         return out
 
 
@@ -258,4 +260,4 @@ def _finding(
 
 
 def _utc_now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return iso_utc(time.time())

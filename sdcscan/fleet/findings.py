@@ -1,0 +1,57 @@
+"""The findings of a fleet comparison, and the collector that keeps one per (host, unit, kind)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sdcscan.fleet.model import HostReport
+
+KINDS = ("divergent", "invariant", "slow", "undecided", "invalid", "stale", "missing")  # most severe first
+
+
+@dataclass(frozen=True, slots=True)
+class FleetFinding:
+    """One record per (host, unit, kind); `unit` is None for host-level findings."""
+
+    host: str
+    unit: str | None
+    kind: str
+    evidence: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form: host, unit, kind, evidence."""
+        return {"host": self.host, "unit": self.unit, "kind": self.kind, "evidence": self.evidence}
+
+
+class Collector:
+    """Gathers findings; several reports of one (host, unit, kind) merge into the newest one's evidence."""
+
+    def __init__(self) -> None:
+        self._best: dict[tuple[str, str | None, str], tuple[tuple[Any, ...], dict[str, Any], int]] = {}
+
+    def add(
+        self, report: HostReport, unit: str | None, kind: str, evidence: dict[str, Any], tiebreak: float = 0.0
+    ) -> None:
+        """Record one finding from one report (`tiebreak` orders findings of the same report)."""
+        key = (report.host, unit, kind)
+        rank = (report.ended_at, report.run_id, tiebreak)
+        prior = self._best.get(key)
+        if prior is None:
+            self._best[key] = (rank, {"run": report.run_id, **evidence}, 1)
+        elif rank > prior[0]:
+            self._best[key] = (rank, {"run": report.run_id, **evidence}, prior[2] + 1)
+        else:
+            self._best[key] = (prior[0], prior[1], prior[2] + 1)
+
+    def add_host(self, host: str, unit: str | None, kind: str, evidence: dict[str, Any]) -> None:
+        """Record a finding that no report carries (coverage)."""
+        self._best[(host, unit, kind)] = ((), evidence, 0)
+
+    def findings(self) -> tuple[FleetFinding, ...]:
+        """All findings, by kind (most severe first), host, unit."""
+        out = []
+        for (host, unit, kind), (_, evidence, n) in self._best.items():
+            out.append(FleetFinding(host, unit, kind, {**evidence, "reports": n} if n else evidence))
+        out.sort(key=lambda f: (KINDS.index(f.kind), f.host, f.unit or ""))
+        return tuple(out)

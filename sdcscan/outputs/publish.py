@@ -1,0 +1,95 @@
+"""Publish a judged report: the report file, JUnit XML, the Prometheus textfile, the run history.
+
+Used by `sdcscan run` (through `sdcscan.scan`) and `sdcscan export`. The report file comes first, so a
+failure later loses nothing; every other output is attempted even if an earlier one fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sdcscan.errors import ReportError, RunError, SdcscanError
+from sdcscan.outputs import history
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """Where a run's results go, beside the report on stdout/stderr."""
+
+    report: Path | None = None  # --out
+    junit: str | os.PathLike[str] | None = None
+    prom: str | os.PathLike[str] | None = None
+    history: str | os.PathLike[str] | None = None  # the database; None: the default in the state directory
+    record_history: bool = True  # False: --no-history
+
+
+def history_path(path: str | os.PathLike[str] | None) -> Path:
+    """The history database: the given path, else the default in the user's state directory."""
+    return Path(path) if path else history.default_history_path()
+
+
+@contextlib.contextmanager
+def run_lock(outputs: Outputs) -> Iterator[str | None]:
+    """Hold the host's run lock (beside the history database) around a run.
+
+    Yields:
+        None, or with --no-history when the state directory is not writable (a read-only container),
+        a note saying the run goes on unlocked.
+
+    Raises:
+        RunActiveError: another run is active on this host (exit 3).
+        RunError: the lock could not be created and history is on.
+    """
+    with contextlib.ExitStack() as stack:
+        note = None
+        try:
+            stack.enter_context(history.run_lock(history_path(outputs.history).parent))
+        except history.RunActiveError:
+            raise
+        except RunError as err:
+            if outputs.record_history:
+                raise
+            note = f"running without the run lock: {err}"
+        yield note
+
+
+def publish(report: dict[str, Any], outputs: Outputs) -> None:
+    """Write the report file, then JUnit, Prometheus and the history, as `outputs` asks.
+
+    Raises:
+        ReportError: an output could not be written; the message names each (and, when the report
+            file itself failed, where the journal still holds every finished case).
+    """
+    from sdcscan.files import write_json_atomic  # imported here: `sdcscan --help` stays fast
+    from sdcscan.outputs.junit import write_junit
+    from sdcscan.outputs.prom import write_prom
+
+    if outputs.report is not None:
+        try:
+            write_json_atomic(outputs.report, report)
+        except ReportError as err:  # full disk, directory gone: say where the results still are
+            journal = report["run"].get("journal")
+            raise ReportError(
+                f"{err}; every finished case is in {journal}: sdcscan report --from-journal {journal}"
+            ) from None
+    steps: list[tuple[Callable[..., None], tuple[Any, ...]]] = []
+    if outputs.junit:
+        steps.append((write_junit, (report, outputs.junit)))
+    if outputs.prom:
+        steps.append((write_prom, (report, outputs.prom)))
+    if outputs.record_history:
+        path = str(outputs.report) if outputs.report else None
+        steps.append((history.record_run, (history_path(outputs.history), report, path)))
+    problems = []
+    for write, args in steps:
+        try:
+            write(*args)
+        except SdcscanError as err:
+            problems.append(str(err))
+    if problems:
+        raise ReportError("; ".join(problems))

@@ -1,0 +1,62 @@
+"""The architecture, checked at run time: what must stay torch-free, and that every package ships.
+
+The static rules (layers, rich only in render, no cycles) are import-linter contracts in
+pyproject.toml, run by `.ci/run`; these tests check what a static graph cannot.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pytest itself needs tomli there
+    import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _modules_loaded_by(code: str) -> set[str]:
+    """Run `code` in a fresh interpreter (this one has torch loaded already) and list its modules."""
+    probe = f"{code}\nimport sys\nprint('\\n'.join(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT)
+    return set(out.stdout.split())
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import sdcscan.cli, sdcscan.fleet, sdcscan.report, sdcscan.outcomes",
+        # The parent process of `sdcscan run`: options, profile validation, the run core, outputs.
+        "import sdcscan.scan, sdcscan.cli.run, sdcscan.profile; sdcscan.profile.load_profile('burnin')",
+        "import sdcscan.fleet.compare, sdcscan.fleet.golden, sdcscan.rebuild, sdcscan.outputs.publish",
+        "from sdcscan.cli import cli; from click.testing import CliRunner; CliRunner().invoke(cli, ['workloads'])",
+    ],
+)
+def test_parent_side_never_imports_torch(code: str) -> None:
+    """Importing the command line, fleet, report and the run's parent costs no torch import."""
+    assert "torch" not in _modules_loaded_by(code)
+
+
+def test_the_probe_sees_torch_when_it_is_imported() -> None:
+    """The probe above can fail: a module that imports torch is seen."""
+    assert "torch" in _modules_loaded_by("import sdcscan.workloads.base")
+
+
+def test_every_subpackage_is_shipped() -> None:
+    """pyproject lists its packages by hand (profiles/ lives outside sdcscan/): none may be missing."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    listed = set(config["tool"]["setuptools"]["packages"])
+    on_disk = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "sdcscan").rglob("__init__.py")}
+    assert on_disk | {"sdcscan.profiles"} == listed
+    assert config["tool"]["setuptools"]["package-dir"] == {"sdcscan.profiles": "profiles"}
+    assert sorted(p.stem for p in (ROOT / "profiles").glob("*.yaml")) == [
+        "burnin",
+        "qualify",
+        "quick",
+        "ripple",
+    ]
