@@ -6,13 +6,15 @@ If the parent is killed outright, the journal still holds every finished case, a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
 from pathlib import Path
 from typing import Any
 
-from sdcscan.errors import RunError
+from sdcscan.errors import ReportError, RunError
+from sdcscan.files import parse_json
 
 
 class Journal:
@@ -35,7 +37,9 @@ class Journal:
             self._f.flush()
         except OSError:
             # A full disk must not kill the run: the results are still in memory for the report.
-            self._f = None
+            f, self._f = self._f, None
+            with contextlib.suppress(OSError):  # close flushes the same unwritable buffer again
+                f.close()
 
     def close(self) -> None:
         if self._f is not None:
@@ -44,13 +48,20 @@ class Journal:
 
 
 def read_journal(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """Records of a journal; a torn last line (the writer was killed mid-write) is ignored."""
+    """Records of a journal, read line by line (a burn-in's journal can be large).
+
+    A line that is not a JSON object is skipped: a torn last line (the writer was killed
+    mid-write), or a line nested too deeply for the shared parser.
+
+    Raises:
+        OSError: the file cannot be opened or read.
+    """
     records = []
     with open(path, encoding="utf-8", errors="replace") as f:
         for line in f:
             try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
+                rec = parse_json(line, what="journal record")
+            except ReportError:
                 continue
             if isinstance(rec, dict):
                 records.append(rec)

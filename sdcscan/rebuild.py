@@ -11,9 +11,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from sdcscan.assemble import iso, judge_and_build
+from sdcscan.assemble import judge_and_build
 from sdcscan.errors import ReportError
 from sdcscan.journal import read_journal
+from sdcscan.timefmt import iso_utc
 
 _RUN_KEYS = ("id", "profile", "seed", "budget_s", "started_at", "units", "hostname")
 _STATUSES = ("ok", "mismatch", "error")
@@ -64,7 +65,7 @@ def _build(run: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, Any]
     last_t = max([float(r.get("t", 0.0)) for r in records] + [float(run.get("t", 0.0))])
     run_doc = {k: v for k, v in run.items() if k not in ("type", "t", "hostname", "host", "units")}
     run_doc.update(
-        ended_at=iso(last_t),
+        ended_at=iso_utc(last_t),
         duration_s=round(max(0.0, last_t - float(run.get("t", last_t))), 3),
         interrupted_by="journal",  # rebuilt: the run never wrote its own report
     )

@@ -2,7 +2,7 @@
 
 Per-case records are stored column-wise per unit (`units[].cases` holds parallel lists `index`,
 `workload`, `digest`, `status`, `seconds`) so a 10,000 s burn-in on a 128-core host stays compact.
-Reports are written atomically by `sdcscan.files.write_json_atomic` (re-exported here) and read by
+Reports are written atomically by `sdcscan.files.write_json_atomic` and read by
 `load_report` through the bounded reader `sdcscan.files.read_json`.
 """
 
@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from sdcscan.errors import ReportError
-from sdcscan.files import read_json, write_json_atomic
+from sdcscan.files import read_json
 from sdcscan.outcomes import VERDICTS
 
 __all__ = [
     "CASE_COLUMNS", "MAX_REPORT_BYTES", "REQUIRED_TOP", "REQUIRED_UNIT", "SCHEMA_PATH", "SCHEMA_VERSION",
-    "VERDICTS", "case_records", "load_report", "validate_report", "write_json_atomic",
+    "VERDICTS", "case_records", "load_report", "validate_report",
 ]  # fmt: skip
 
 SCHEMA_VERSION = 1

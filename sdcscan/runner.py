@@ -1,8 +1,9 @@
-"""The parent of a run: starts one worker per unit, owns the deadline, watchdog, journal and re-runs.
+"""The parent of a run: starts one worker per unit, handles their messages, writes the journal.
 
 Workers stream outcomes; the parent appends each to the journal as it arrives, so a crash or a
 signal loses nothing that finished. A worker that dies or stops answering makes its unit invalid;
-the other units go on.
+the other units go on. When a worker counts as stuck is `watchdog.Watchdog`'s decision, and which
+re-run goes where and when is `rerun_schedule.RerunSchedule`'s; this module applies both.
 """
 
 from __future__ import annotations
@@ -11,28 +12,22 @@ import contextlib
 import multiprocessing as mp
 import queue
 import signal
-import statistics
 import time
-from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from sdcscan.events import CaseFinished, CaseStarted, EventSink, PhaseChanged, UnitProblem, UnitReady
 from sdcscan.journal import Journal
+from sdcscan.rerun_schedule import MAX_RETEST_CASES, RerunSchedule, retest_window
 from sdcscan.units import Unit, cohort_key
 from sdcscan.verdict import CaseResult, retest_plan
+from sdcscan.watchdog import CaseInFlight, Watchdog
 from sdcscan.worker import WorkerConfig, worker_main
 
-CASE_TIME_WINDOW = 512  # case times per workload the watchdog's median looks at
-READY_TIMEOUT_S = 180.0  # importing torch and preparing workloads on a loaded host
-WATCHDOG_FLOOR_S = 5.0  # never call a case hung sooner than this
-WATCHDOG_FACTOR = 10.0  # ... or sooner than this many times the workload's median case time
-WATCHDOG_FIRST_S = 60.0  # before any case of a workload has finished anywhere
-# Shutdown bound: budget + OVERRUN_S (a unit still busy or not started then is stopped as hung) +
-# the re-run window + STOP_S. The CLI's --help states it; keep the two in step.
-OVERRUN_S = 10.0
-RETEST_MIN_S, RETEST_MAX_S, RETEST_SHARE = 5.0, 30.0, 0.05  # re-run window: 5% of the budget, 5..30 s
-MAX_RETEST_CASES = 3  # failing cases re-run per unit: enough to classify, bounded in time
+# Shutdown bound: budget + watchdog.OVERRUN_S (a unit still busy or not started then is stopped as
+# hung) + the re-run window (rerun_schedule.retest_window) + STOP_S. The CLI's --help states it;
+# keep the two in step.
 STOP_S = 3.0
 POLL_S = 0.1
 
@@ -61,9 +56,6 @@ class Terminated(BaseException):
     """Raised in the parent by the SIGTERM handler, like KeyboardInterrupt is for SIGINT."""
 
 
-Event = Callable[..., None]
-
-
 @dataclass
 class UnitState:
     unit: Unit
@@ -74,7 +66,7 @@ class UnitState:
     ready: bool = False
     busy: bool = False
     notes: list[str] = field(default_factory=list)
-    current: tuple[int, str, float] | None = None  # (case index, workload, started at)
+    current: CaseInFlight | None = None
     problem: str | None = None
     late: str | None = None  # why a unit that started after the deadline ran no case
     results: list[CaseResult] = field(default_factory=list)
@@ -98,7 +90,9 @@ class RunResult:
 class Runner:
     """Run `configs` (one per unit) until `deadline`, then settle disputes with re-runs."""
 
-    def __init__(self, configs: list[WorkerConfig], journal: Journal, on_event: Event, *, retest: int = 3):
+    def __init__(
+        self, configs: list[WorkerConfig], journal: Journal, on_event: EventSink, *, retest: int = 3
+    ) -> None:
         self.ctx = worker_context()
         self.outbox = self.ctx.Queue()
         self.configs = {c.unit.id: c for c in configs}
@@ -107,13 +101,8 @@ class Runner:
         self.journal, self.emit = journal, on_event
         self.outcomes: list[dict[str, Any]] = []
         self.retests: dict[tuple[str, int], list[str | None]] = {}
-        # Recent case times per workload, for the watchdog: a bounded window, because the watchdog runs
-        # on every message and a 10,000 s burn-in on 128 units records over a million cases.
-        self.case_times: dict[str, deque[float]] = defaultdict(lambda: deque(maxlen=CASE_TIME_WINDOW))
+        self.watchdog = Watchdog()
         self.retest_count = retest
-        self.overrun_at: float | None = (
-            None  # main pass only: a unit still busy after this is stopped as hung
-        )
 
     def run(self, deadline: float, command_started: float | None = None) -> RunResult:
         started = time.time()
@@ -121,12 +110,12 @@ class Runner:
         self.deadline = deadline
         interrupted = None
         try:
-            self.overrun_at = deadline + OVERRUN_S
             self._start_workers(deadline)
+            self.watchdog.main_pass_started(spawned_at=self.spawned_at, deadline=deadline)
             self._pump(
                 until=lambda: not any(s.busy or (s.alive and not s.ready) for s in self.states.values())
             )
-            self.overrun_at = None
+            self.watchdog.main_pass_ended()
             self._retest(time.time() + retest_window(deadline - started))
         except KeyboardInterrupt:
             interrupted = "SIGINT"
@@ -165,28 +154,26 @@ class Runner:
         """Re-run failing cases on their units and on peers (see verdict.retest_plan), all units at once."""
         results = [r for st in self.states.values() for r in st.results]
         cohorts = {uid: st.cohort for uid, st in self.states.items() if st.alive}
-        todo: dict[str, deque[int]] = defaultdict(deque)
-        for uid, index in retest_plan(cohorts, results, reruns=self.retest_count, max_cases=MAX_RETEST_CASES):
-            todo[uid].append(index)
-        if not todo:
+        jobs = retest_plan(cohorts, results, reruns=self.retest_count, max_cases=MAX_RETEST_CASES)
+        schedule = RerunSchedule(jobs, until=until)
+        if not schedule.cases:
             return
-        self.emit("phase", name="retest", cases=sorted({i for q in todo.values() for i in q}))
-        attempts: dict[tuple[str, int], int] = defaultdict(int)
-        while time.time() < until:
-            for uid, jobs in todo.items():
-                state = self.states[uid]
-                if state.alive and not state.busy and jobs:
-                    index = jobs.popleft()
-                    attempts[(uid, index)] += 1  # a new attempt number: injections are drawn afresh
-                    state.inbox.put(("case", index, attempts[(uid, index)]))
-                    state.busy = True
-            pending = [u for u, q in todo.items() if self.states[u].alive and (q or self.states[u].busy)]
+        self.emit(PhaseChanged("retest", schedule.cases))
+        while schedule.is_open(time.time()):
+            free = {uid for uid, st in self.states.items() if st.alive and not st.busy}
+            for job in schedule.assign(free):
+                state = self.states[job.unit]
+                state.inbox.put(("case", job.index, job.attempt))
+                state.busy = True
+            alive = {uid for uid, st in self.states.items() if st.alive}
+            pending = schedule.waiting_on(alive, busy={uid for uid, st in self.states.items() if st.busy})
             if not pending:
                 return
-            self._pump(
-                until=lambda p=pending: any(not self.states[u].busy for u in p),  # a unit freed (or died)
-                hard_stop=until,
-            )
+            self._pump(until=self._any_freed(pending), hard_stop=schedule.until)
+
+    def _any_freed(self, units: list[str]) -> Callable[[], bool]:
+        """A condition that holds once one of `units` is no longer busy (it finished its job, or died)."""
+        return lambda: any(not self.states[u].busy for u in units)
 
     def _pump(self, until: Callable[[], bool], hard_stop: float | None = None) -> None:
         """Handle worker messages and the watchdog until `until()` holds."""
@@ -210,8 +197,8 @@ class Runner:
             self._on_ready(state, *msg[2:])
         elif kind == "start":
             _, _, index, workload, _attempt = msg
-            state.current = (index, workload, time.time())
-            self.emit("case_start", unit=uid, index=index, workload=workload)
+            state.current = CaseInFlight(index, workload, time.time())
+            self.emit(CaseStarted(uid, index, workload))
         elif kind == "outcome":
             self._record(state, *msg[2:])
         elif kind == "idle":
@@ -233,7 +220,7 @@ class Runner:
         # Cohort, notes and software go to the journal too: `report --from-journal` needs them.
         record = {"type": "unit", "unit": state.unit.id, "cohort": state.cohort, "notes": state.notes}
         self.journal.write({**record, "cohort_fields": cohort_fields, "software": software})
-        self.emit("ready", unit=state.unit.id)
+        self.emit(UnitReady(state.unit.id))
 
     def _record(self, state: UnitState, index: int, attempt: int, workload: str, out: dict[str, Any]) -> None:
         uid = state.unit.id
@@ -253,12 +240,13 @@ class Runner:
                 uid, index, workload, out["status"], out["digest"], out["seconds"], out.get("error")
             )
             state.results.append(result)
-            self.case_times[workload].append(result.seconds)
+            self.watchdog.case_finished(workload, result.seconds)
         else:
             self.retests.setdefault((uid, index), []).append(out["digest"] if out["status"] == "ok" else None)
-        self.emit("case", unit=uid, index=index, workload=workload, attempt=attempt, outcome=out)
+        self.emit(CaseFinished(uid, index, workload, attempt, out))
 
     def _watchdog(self) -> None:
+        """Stop every live worker whose process died or that the watchdog policy says is stuck."""
         now = time.time()
         for state in self.states.values():
             if not state.alive:
@@ -269,35 +257,14 @@ class Runner:
                 self._fail(
                     state, f"worker process died (exit code {code}) during case {self._case_of(state)}"
                 )
-            elif not state.ready and (now - self.spawned_at > READY_TIMEOUT_S or self._overrun(now)):
-                why = " and the budget ended" if self._overrun(now) else ""
-                self._fail(state, f"worker did not start within {now - self.spawned_at:.0f} s{why}")
-            elif state.current is not None:
-                index, workload, since = state.current
-                limit = self._case_limit(workload)
-                if now - since > limit or self._overrun(now):
-                    self._fail(
-                        state,
-                        f"case {index} ({workload}) hung: no result after {now - since:.0f} s; worker killed",
-                    )
-            elif state.busy and self._overrun(now):  # stuck outside any case, e.g. sending its results
-                self._fail(
-                    state, f"worker did not finish its plan {OVERRUN_S:.0f} s after the budget ended; killed"
-                )
-
-    def _overrun(self, now: float) -> bool:
-        """The main pass runs past the budget by more than OVERRUN_S: whoever is still busy is stuck."""
-        return self.overrun_at is not None and now > self.overrun_at
-
-    def _case_limit(self, workload: str) -> float:
-        times = self.case_times.get(workload)
-        if not times:
-            return WATCHDOG_FIRST_S
-        return max(WATCHDOG_FLOOR_S, WATCHDOG_FACTOR * statistics.median(times))
+                continue
+            reason = self.watchdog.check(now, ready=state.ready, busy=state.busy, current=state.current)
+            if reason is not None:
+                self._fail(state, reason)
 
     def _case_of(self, state: UnitState) -> str:
         if state.current:
-            return f"{state.current[0]} ({state.current[1]})"
+            return f"{state.current.index} ({state.current.workload})"
         return (
             "none (between cases)"
             if state.ready
@@ -309,7 +276,7 @@ class Runner:
         if state.proc is not None and state.proc.is_alive():
             state.proc.kill()
         self.journal.write({"type": "problem", "unit": state.unit.id, "reason": reason, "detail": detail})
-        self.emit("problem", unit=state.unit.id, reason=reason)
+        self.emit(UnitProblem(state.unit.id, reason))
 
     def _stop_workers(self) -> None:
         for state in self.states.values():
@@ -334,8 +301,3 @@ class Runner:
                 break
             if only is None or msg[0] == only:
                 self._handle(msg)
-
-
-def retest_window(budget_s: float) -> float:
-    """Seconds allowed for re-runs after the main pass: a share of the budget, within bounds."""
-    return min(RETEST_MAX_S, max(RETEST_MIN_S, RETEST_SHARE * budget_s))

@@ -1,7 +1,7 @@
 """Units (logical CPUs and GPUs), host inventory and cohort keys.
 
 A cohort is the set of units whose digests must agree bit for bit: same device model and the same
-software stack, thread count and ISA pins (research/abft_recipe.md §6). Digests are only ever
+software stack, thread count and ISA pins (docs/abft.md §4). Digests are only ever
 compared inside a cohort.
 """
 
@@ -14,11 +14,12 @@ import platform
 import socket
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 from sdcscan.errors import UsageError
 
-# Environment variables that change which kernels run, and so the bits (abft_recipe.md §6.3).
+# Environment variables that change which kernels run, and so the bits (docs/abft.md §4.2).
 ISA_PINS = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA", "FBGEMM_ENABLE_INSTRUCTIONS")
 
 
@@ -40,7 +41,7 @@ def _cpuinfo() -> dict[int, dict[str, str]]:
     """Per logical CPU, the fields of /proc/cpuinfo (empty where the file does not exist)."""
     cpus: dict[int, dict[str, str]] = {}
     try:
-        text = open("/proc/cpuinfo", encoding="utf-8", errors="replace").read()  # noqa: SIM115
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
     except OSError:
         return cpus
     for block in text.strip().split("\n\n"):

@@ -1,7 +1,11 @@
 """The worker process of one unit: pin, configure torch for determinism, prepare workloads, run cases.
 
-Workers only compute. They stream every outcome to the parent, which owns the clock, the deadline,
-the watchdog and the journal. Messages are plain tuples of builtins so they pickle cheaply.
+Workers compute, time their own cases and stream every outcome to the parent, which writes the
+journal and runs the watchdog. The parent sets the deadline and sends it with the plan; the worker
+compares its own clock with it before each case and starts no case it expects to end after it (from
+a running average of that workload's case times). A worker still busy well after the deadline is
+stopped by the parent's watchdog (`watchdog.OVERRUN_S`). Messages are plain tuples of builtins so
+they pickle cheaply.
 """
 
 from __future__ import annotations
@@ -63,7 +67,7 @@ class _Engine:
         self.cfg, self.outbox = cfg, outbox
         torch = _configure_torch(cfg.unit, cfg.threads)
         from sdcscan.plan import Plan
-        from sdcscan.workloads import get
+        from sdcscan.workloads import load
         from sdcscan.workloads.base import Context
 
         device = torch.device(cfg.unit.id if cfg.unit.kind == "cuda" else "cpu")
@@ -72,7 +76,7 @@ class _Engine:
         for spec in cfg.profile.workloads:
             params = {**spec.params_for(cfg.unit.kind), **cfg.param_overrides.get(spec.name, {})}
             ctx = Context(unit=cfg.unit.id, device=device, run_seed=cfg.seed, params=params)
-            workload = get(spec.name)(params)
+            workload = load(spec.name)(params)
             workload.prepare(ctx)
             self.workloads[spec.name], self.contexts[spec.name] = workload, ctx
             self.notes.extend(ctx.notes)
@@ -84,7 +88,7 @@ class _Engine:
         self.software = software_versions()
 
     def run_plan(self, deadline: float) -> None:
-        """Cases 0, 1, 2, … until the next one would likely end after the deadline."""
+        """Cases 0, 1, 2, … until the next one would likely end after `deadline` (by this process's clock)."""
         index = 0
         while True:
             workload = self.plan.workload_of(index)
@@ -128,7 +132,7 @@ class _Engine:
                 self.outbox.close()
                 self.outbox.join_thread()
                 os.kill(os.getpid(), signal.SIGKILL)
-            armed = faults.FaultSpec(inj.kind, workload.fault_sites[0], seed=case.seed ^ (attempt + 1))
+            armed = faults.FaultSpec(inj.kind, workload.spec.fault_sites[0], seed=case.seed ^ (attempt + 1))
         return armed
 
 

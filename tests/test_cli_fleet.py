@@ -10,13 +10,14 @@ from typing import Any
 import click
 import pytest
 from click.testing import CliRunner
-from fleet_factory import extract, report, unit
 from rich.console import Console
 
 from sdcscan.cli.fleet import compare, golden, parse_age
-from sdcscan.errors import UsageError
+from sdcscan.errors import ReportError, UsageError
 from sdcscan.fleet.compare import summarize
 from sdcscan.render.fleet import render_compare
+from sdcscan.report import load_report
+from tests.helpers.fleet import extract, report, unit
 
 
 def write(tmp: Path, reports: list[dict[str, Any]]) -> Path:
@@ -115,6 +116,38 @@ def test_usage_errors_exit_2_with_one_clear_line(tmp_path: Path, args: list[str]
     assert message in result.stderr and "Traceback" not in result.stderr
     if message.startswith("Error:"):
         assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        (b"[" * 100000 + b"]" * 100000, "nested too deeply to be a report"),
+        (b"\x89PNG\r\n\x1a\n\x00\x00\xff\xfe", "not UTF-8 JSON text"),
+        (b'{"schema_version": 1, "units": [', "truncated or not JSON"),
+    ],
+    ids=["deep", "binary", "truncated"],
+)
+def test_compare_skips_bad_files_with_the_readers_own_reason(tmp_path: Path, content: bytes, reason: str):
+    """compare lists a bad file with the same reason `load_report` gives (one reader for every command)."""
+    root = write(tmp_path, healthy(2))
+    bad = root / "bad.json"
+    bad.write_bytes(content)
+    result = run(compare, [str(root), "--json"])
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["skipped"] == [{"path": str(bad), "reason": reason}]
+    with pytest.raises(ReportError) as err:
+        load_report(bad)
+    assert str(err.value) == f"{bad}: {reason}"
+
+
+def test_a_deeply_nested_golden_is_one_line_exit_2(tmp_path: Path):
+    """--golden naming a deeply nested file: exit 2 and the reader's reason, not a RecursionError."""
+    root = write(tmp_path, healthy(2))
+    deep = tmp_path / "deep.json"
+    deep.write_bytes(b"[" * 100000 + b"]" * 100000)
+    result = run(compare, [str(root), "--golden", str(deep)])
+    assert result.exit_code == 2
+    assert result.stderr == f"Error: {deep}: nested too deeply to be a golden\n"
 
 
 def test_parse_age():

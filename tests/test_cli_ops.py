@@ -9,24 +9,16 @@ from typing import Any
 
 import click
 import pytest
-from _ops_report import make_report
 from click.testing import CliRunner
 from junitparser import JUnitXml
 from prometheus_client.parser import text_string_to_metric_families
 
-from sdcscan.cli.ops import (
-    COMMANDS,
-    after_run,
-    clear_cmd,
-    export_cmd,
-    history_cmd,
-    output_options,
-    run_guard,
-    status_cmd,
-)
+from sdcscan.cli.ops import COMMANDS, clear_cmd, export_cmd, history_cmd, output_options, status_cmd
 from sdcscan.errors import ReportError
+from sdcscan.files import write_json_atomic
 from sdcscan.outputs.history import RunActiveError, runs
-from sdcscan.report import write_json_atomic
+from sdcscan.outputs.publish import Outputs, publish, run_lock
+from tests.helpers.reports import make_report
 
 
 def _invoke(cmd: click.Command, *args: str, env: dict[str, str] | None = None) -> Any:
@@ -65,17 +57,14 @@ def test_export_errors_are_one_line(tmp_path: Path) -> None:
 def test_failed_unit_flagged_until_cleared_then_history_lists_both_runs(tmp_path: Path) -> None:
     """Acceptance: cpu:1 fails -> status exits 1 naming it; clear -> exit 0; history lists both runs."""
     db = str(tmp_path / "h.sqlite3")
-    after_run(make_report(fail_unit="cpu:1", run_id="r1"), "r1.json", junit=None, prom=None, history=db,
-              no_history=False)  # fmt: skip
+    publish(make_report(fail_unit="cpu:1", run_id="r1"), Outputs(report=tmp_path / "r1.json", history=db))
     status = _invoke(status_cmd, "--history", db)
     assert status.exit_code == 1
     assert "flagged: cpu:1" in status.stderr
     status_json = _invoke(status_cmd, "--json", "--history", db)
     assert status_json.exit_code == 1
     assert [f["unit"] for f in json.loads(status_json.stdout)["flagged"]] == ["cpu:1"]
-    after_run(
-        make_report(fail_unit=None, run_id="r2"), None, junit=None, prom=None, history=db, no_history=False
-    )
+    publish(make_report(fail_unit=None, run_id="r2"), Outputs(history=db))
     assert _invoke(status_cmd, "--history", db).exit_code == 1  # sticky: a later pass does not clear it
     cleared = _invoke(clear_cmd, "cpu:1", "--reason", "replaced", "--history", db)
     assert cleared.exit_code == 0, cleared.stderr
@@ -90,7 +79,7 @@ def test_failed_unit_flagged_until_cleared_then_history_lists_both_runs(tmp_path
 def test_history_path_from_environment(tmp_path: Path) -> None:
     """SDCSCAN_HISTORY sets the database for every command, like --history."""
     db = str(tmp_path / "env.sqlite3")
-    after_run(make_report(run_id="r1"), None, junit=None, prom=None, history=db, no_history=False)
+    publish(make_report(run_id="r1"), Outputs(history=db))
     result = _invoke(history_cmd, "--json", "--unit", "cpu:1", env={"SDCSCAN_HISTORY": db})
     assert [u["unit"] for u in json.loads(result.stdout)[0]["units"]] == ["cpu:1"]
 
@@ -112,20 +101,31 @@ def test_empty_history_and_status_exit_0(tmp_path: Path) -> None:
     assert _invoke(status_cmd, "--history", db).exit_code == 0
 
 
-def test_after_run_tries_every_output_and_names_each_failure(tmp_path: Path) -> None:
+def test_publish_tries_every_output_and_names_each_failure(tmp_path: Path) -> None:
     """An unwritable JUnit path is reported, and the history is recorded anyway."""
     db = tmp_path / "h.sqlite3"
     with pytest.raises(ReportError, match=r"cannot write .*nope"):
-        after_run(make_report(run_id="r1"), None, junit=str(tmp_path / "nope/x.xml"), prom=None,
-                  history=str(db), no_history=False)  # fmt: skip
+        publish(make_report(run_id="r1"), Outputs(junit=tmp_path / "nope/x.xml", history=db))
     assert [r["run_id"] for r in runs(db)] == ["r1"]
 
 
 def test_no_history_records_nothing(tmp_path: Path) -> None:
     """--no-history leaves no database behind."""
     db = tmp_path / "h.sqlite3"
-    after_run(make_report(), None, junit=None, prom=None, history=str(db), no_history=True)
+    publish(make_report(), Outputs(history=db, record_history=False))
     assert not db.exists()
+
+
+def test_publish_writes_the_report_first_and_says_where_the_journal_is(tmp_path: Path) -> None:
+    """The report file is written (0644); when it cannot be, the error names the journal to rebuild from."""
+    report = make_report(run_id="r1")
+    publish(report, Outputs(report=tmp_path / "r.json", record_history=False))
+    assert json.loads((tmp_path / "r.json").read_text())["run"]["id"] == "r1"
+    assert (tmp_path / "r.json").stat().st_mode & 0o777 == 0o644
+    report["run"]["journal"] = "r.journal.jsonl"
+    with pytest.raises(ReportError, match=r"sdcscan report --from-journal r\.journal\.jsonl"):
+        publish(report, Outputs(report=tmp_path / "gone" / "r.json", junit=tmp_path / "j.xml"))
+    assert not (tmp_path / "j.xml").exists()  # nothing after a lost report: the run's own file comes first
 
 
 def test_output_options_decorate_run(tmp_path: Path) -> None:
@@ -142,14 +142,15 @@ def test_output_options_decorate_run(tmp_path: Path) -> None:
     assert seen == {"junit": "a.xml", "prom": "b.prom", "history": "h.db", "no_history": True}
 
 
-def test_run_guard_refuses_a_second_run_and_tolerates_readonly_state(tmp_path: Path) -> None:
-    """A second guarded run is refused; with --no-history an unusable state dir only yields a note."""
+def test_run_lock_refuses_a_second_run_and_tolerates_readonly_state(tmp_path: Path) -> None:
+    """A second locked run is refused; with --no-history an unusable state dir only yields a note."""
     db = str(tmp_path / "state" / "h.sqlite3")
-    with run_guard(db, False) as note, pytest.raises(RunActiveError), run_guard(db, True):
+    second = Outputs(history=db, record_history=False)
+    with run_lock(Outputs(history=db)) as note, pytest.raises(RunActiveError), run_lock(second):
         assert note is None
     blocker = tmp_path / "file"
     blocker.write_text("")
-    with run_guard(str(blocker / "sub" / "h.sqlite3"), True) as note:
+    with run_lock(Outputs(history=str(blocker / "sub" / "h.sqlite3"), record_history=False)) as note:
         assert note and "without the run lock" in note
 
 

@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from _ops_report import make_report
 
 from sdcscan.errors import RunError, UsageError
 from sdcscan.outputs.history import (
@@ -21,6 +20,7 @@ from sdcscan.outputs.history import (
     runs,
     status,
 )
+from tests.helpers.reports import make_report
 
 
 def _record(db: Path, n: int, *, fail_unit: str | None) -> None:

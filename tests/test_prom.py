@@ -9,12 +9,12 @@ from typing import Any
 
 import jsonschema
 import pytest
-from _ops_report import make_report
 from prometheus_client.parser import text_string_to_metric_families
 
 from sdcscan.errors import ReportError
 from sdcscan.outputs.prom import write_prom
 from sdcscan.report import SCHEMA_PATH
+from tests.helpers.reports import make_report
 
 
 @pytest.fixture

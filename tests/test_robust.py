@@ -18,7 +18,9 @@ from click.testing import CliRunner, Result
 
 from sdcscan.cli import cli
 from sdcscan.journal import read_journal
-from tests.conftest import child_env, sdcscan_cmd
+from tests.helpers.cli import child_env, one_error_line, sdcscan_cmd
+from tests.helpers.profiles import HOSTILE_PROFILES
+from tests.helpers.reports import make_report
 
 BUDGET = "20s"
 BOUND_S = 20 + 10 + 5 + 3 + 5  # budget + overrun + re-run window + stop + slack for interpreter start
@@ -191,27 +193,35 @@ def test_budget_too_short_for_one_case_is_invalid_not_pass(run_cli, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "args",
+    ("args", "code"),
     [
-        ["run", "--inject", "cpu:1"],
-        ["run", "--inject", "cpu:1:melt"],
-        ["run", "--inject", "cpu:1:bitflip@2"],
-        ["run", "--inject", "gpu:0:bitflip"],
-        ["run", "--inject", "cpu:999:bitflip"],
-        ["run", "--units", "cpu:999"],
-        ["run", "--units", "bogus"],
-        ["run", "--retest", "-1"],
-        ["run", "--budget", "1e999s"],
-        ["report"],
-        ["report", "nosuch.json"],
-        ["report", "--from-journal", "nosuch.jsonl"],
+        (["run", "--inject", "cpu:1"], 2),
+        (["run", "--inject", "cpu:1:melt"], 2),
+        (["run", "--inject", "cpu:1:bitflip@2"], 2),
+        (["run", "--inject", "gpu:0:bitflip"], 2),
+        (["run", "--inject", "cpu:999:bitflip"], 2),
+        (["run", "--units", "cpu:999"], 2),
+        (["run", "--units", "bogus"], 2),
+        (["run", "--budget", "1e999s"], 2),
+        (["report"], 2),
+        (["report", "nosuch.json"], 3),
+        (["report", "--from-journal", "nosuch.jsonl"], 3),
     ],
 )
-def test_bad_input_is_one_clear_line_and_exit_2_or_3(args):
-    """Malformed specs, unknown units and missing files: exit 2 or 3, an error line, no exception escapes."""
+def test_bad_input_is_one_clear_line_and_exit_2_or_3(args, code):
+    """Malformed specs, unknown units: exit 2; missing files: exit 3; one `Error:` line, no exception escapes."""
     r = invoke(*args)
-    assert r.exit_code in (2, 3), r.stderr
-    assert "Error" in r.stderr and (r.exception is None or isinstance(r.exception, SystemExit))
+    assert r.exit_code == code, r.stderr
+    one_error_line(r.stderr)
+    assert isinstance(r.exception, SystemExit)
+
+
+def test_option_out_of_range_is_clicks_usage_error_ending_in_one_error_line():
+    """`--retest -1` is refused by click itself: exit 2, its usage lines, then one `Error:` line."""
+    r = invoke("run", "--retest", "-1")
+    assert r.exit_code == 2, r.stderr
+    assert "--retest" in one_error_line(r.stderr, after_usage=True)
+    assert isinstance(r.exception, SystemExit)
 
 
 @pytest.mark.parametrize(
@@ -229,7 +239,7 @@ def test_bad_report_and_journal_files_are_clear_errors(tmp_path, content, needle
     bad.write_bytes(content)
     flag = ["--from-journal"] if needle.startswith("not an") else []
     r = invoke("report", *flag, str(bad))
-    assert r.exit_code == 3 and needle in r.stderr and isinstance(r.exception, SystemExit)
+    assert r.exit_code == 3 and needle in one_error_line(r.stderr) and isinstance(r.exception, SystemExit)
 
 
 def test_report_shows_a_saved_report_and_exits_with_its_code(tmp_path):
@@ -256,12 +266,14 @@ def test_report_shows_a_saved_report_and_exits_with_its_code(tmp_path):
 
 def test_report_that_passes_loading_but_cannot_be_shown_is_a_clear_error(tmp_path):
     """A structurally valid but thin report (missing cases_run): exit 3, one line, no traceback."""
-    from tests.test_fuzz import _good_report
-
+    thin = make_report()
+    for unit in thin["units"]:
+        del unit["cases_run"]  # load_report does not need it; the summary table does
     path = tmp_path / "r.json"
-    path.write_text(json.dumps(_good_report()))
+    path.write_text(json.dumps(thin))
     r = invoke("report", str(path))
-    assert r.exit_code == 3 and "malformed report" in r.stderr and isinstance(r.exception, SystemExit)
+    assert r.exit_code == 3 and "malformed report" in one_error_line(r.stderr)
+    assert isinstance(r.exception, SystemExit)
 
 
 def test_write_json_atomic_on_a_full_disk_is_a_report_error_and_leaves_no_debris(tmp_path, monkeypatch):
@@ -269,7 +281,7 @@ def test_write_json_atomic_on_a_full_disk_is_a_report_error_and_leaves_no_debris
     import errno
 
     from sdcscan.errors import ReportError
-    from sdcscan.report import write_json_atomic
+    from sdcscan.files import write_json_atomic
 
     target = tmp_path / "r.json"
     target.write_text("old")
@@ -296,11 +308,8 @@ def test_journal_on_a_full_disk_does_not_stop_the_run(tmp_path):
 @pytest.mark.parametrize("name", ["anchor bomb", "deep nesting", "huge seed", "python tag", "unknown key"])
 def test_hostile_profile_on_the_command_line_is_exit_2(tmp_path, name):
     """`run --profile hostile.yaml`: exit 2 with one `Error:` line naming the file."""
-    from tests.test_fuzz import HOSTILE_PROFILES
-
     path = tmp_path / "hostile.yaml"
     path.write_text(HOSTILE_PROFILES[name])
     r = invoke("run", "--profile", str(path))
     assert r.exit_code == 2 and isinstance(r.exception, SystemExit)
-    (line,) = [ln for ln in r.stderr.splitlines() if ln.strip()]
-    assert line.startswith("Error:") and "hostile.yaml" in line
+    assert "hostile.yaml" in one_error_line(r.stderr)

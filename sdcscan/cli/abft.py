@@ -7,30 +7,11 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
-from typing import Any
 
 import click
 
-from sdcscan.errors import EXIT_FAIL, EXIT_PASS, SdcscanError, UsageError
-
-
-@contextmanager
-def _errors(ctx: click.Context) -> Iterator[None]:
-    """Library errors become `Error: ...` on stderr and their exit code, so the commands work standalone."""
-    try:
-        yield
-    except SdcscanError as err:
-        click.echo(f"Error: {err}", err=True)
-        ctx.exit(err.exit_code)
-
-
-def _console() -> Any:
-    from rich.console import Console
-
-    return Console(stderr=True)
+from sdcscan.cli.common import reports_errors
+from sdcscan.errors import EXIT_FAIL, EXIT_PASS, UsageError
 
 
 def _split(values: tuple[str, ...]) -> list[str]:
@@ -48,9 +29,8 @@ def _split(values: tuple[str, ...]) -> list[str]:
     "-o", "--output", type=click.Path(dir_okay=False), help="Write (merge into) this calibration file."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the calibration table as JSON on stdout.")
-@click.pass_context
+@reports_errors
 def calibrate(
-    ctx: click.Context,
     device: str,
     dtypes: str,
     rows: int,
@@ -66,58 +46,25 @@ def calibrate(
     |D|/T(e_max=1) over all rows, and multiplies it by a safety margin. CPU measurements use one
     thread, as per-core units do. Entries in an existing output file for other devices are kept.
 
+    \b
     Example:
         sdcscan calibrate --device cpu -o calibration.json
         sdcscan run --calibration calibration.json
     """
-    with _errors(ctx):
-        import torch
-
-        from sdcscan.render.selftest import render_calibration
-        from sdcscan.units import device_model
-        from sdcscan.workloads import calibration as lib
-
-        dev = _parse_device(device)
-        try:
-            ks = tuple(int(k) for k in k_values.split(","))
-        except ValueError:
-            raise UsageError(f"--k {k_values!r}: expected integers such as 256,1024,4096") from None
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)  # e_max depends on the blocking, which depends on the thread count
-        try:
-            table = lib.calibrate(
-                device=dev, model=device_model(dev), dtypes=_split((dtypes,)), rows=rows, k_values=ks,
-                margin=margin, seed=seed,
-            )  # fmt: skip
-        finally:
-            torch.set_num_threads(threads)
-        if output:
-            _write_table(Path(output), table)
-        render_calibration(table, _console())
-        if as_json:
-            click.echo(json.dumps(table, indent=2))
-
-
-def _parse_device(text: str) -> Any:
-    import torch
-
-    if text != "cpu" and not (text.startswith("cuda:") and text[5:].isdigit()):
-        raise UsageError(f"--device {text!r}: expected cpu or cuda:N")
-    if text.startswith("cuda") and not (
-        torch.cuda.is_available() and int(text[5:]) < torch.cuda.device_count()
-    ):
-        raise UsageError(f"--device {text}: no such CUDA device here")
-    return torch.device(text)
-
-
-def _write_table(path: Path, table: dict[str, Any]) -> None:
-    """Merge into an existing table (other devices' entries are kept) and write atomically."""
+    from sdcscan.render.console import stderr_console
+    from sdcscan.render.selftest import render_calibration
     from sdcscan.workloads import calibration as lib
 
-    old = lib.load_table(str(path)) if path.exists() else None
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(lib.merge(old, table), indent=2) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    try:
+        ks = tuple(int(k) for k in k_values.split(","))
+    except ValueError:
+        raise UsageError(f"--k {k_values!r}: expected integers such as 256,1024,4096") from None
+    table = lib.measure_on(device, dtypes=_split((dtypes,)), rows=rows, k_values=ks, margin=margin, seed=seed)
+    if output:
+        lib.save_table(output, table)
+    render_calibration(table, stderr_console())
+    if as_json:
+        click.echo(json.dumps(table, indent=2))
 
 
 @click.command()
@@ -130,9 +77,8 @@ def _write_table(path: Path, table: dict[str, Any]) -> None:
 @click.option(
     "--calibration", type=click.Path(dir_okay=False), help="gemm_fp calibration file (`sdcscan calibrate`)."
 )
-@click.pass_context
+@reports_errors
 def selftest(
-    ctx: click.Context,
     workloads: tuple[str, ...],
     trials: int,
     seed: int,
@@ -150,21 +96,21 @@ def selftest(
     Example:
         sdcscan selftest --workloads gemm_fp --trials 200 --json > selftest.json
     """
-    with _errors(ctx):
-        from sdcscan.render.selftest import render_selftest
-        from sdcscan.workloads.selftest import run_selftest
+    from sdcscan.render.console import stderr_console
+    from sdcscan.render.selftest import render_selftest
+    from sdcscan.workloads.selftest import run_selftest
 
-        console = _console()
-        result = run_selftest(
-            _split(workloads) or None,
-            trials=trials,
-            seed=seed,
-            on_variant=lambda w, v: console.print(f"selftest {w} {v} …") if sys.stderr.isatty() else None,
-            calibration=calibration,
-        )
-        render_selftest(result, console)
-        for note in result["notes"]:
-            console.print(f"note: {note}")
-        if as_json:
-            click.echo(json.dumps(result, indent=2))
-        ctx.exit(EXIT_PASS if result["passed"] else EXIT_FAIL)
+    console = stderr_console()
+    result = run_selftest(
+        _split(workloads) or None,
+        trials=trials,
+        seed=seed,
+        on_variant=lambda w, v: console.print(f"selftest {w} {v} …") if sys.stderr.isatty() else None,
+        calibration=calibration,
+    )
+    render_selftest(result, console)
+    for note in result["notes"]:
+        console.print(f"note: {note}")
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+    sys.exit(EXIT_PASS if result["passed"] else EXIT_FAIL)

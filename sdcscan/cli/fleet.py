@@ -5,38 +5,28 @@ Registered on the main group by `cli.add_command(compare)` and `cli.add_command(
 
 from __future__ import annotations
 
-import re
 import sys
 import time
 
 import click
 
 from sdcscan.cli.common import emit_json, reports_errors
-from sdcscan.errors import ReportError, UsageError
+from sdcscan.errors import UsageError
+from sdcscan.files import write_json_atomic
 from sdcscan.fleet.compare import DEFAULT_SLOW_DROP, DEFAULT_SLOW_Z, Options, summarize
 from sdcscan.fleet.golden import index_golden, load_golden, record_extracted
-from sdcscan.fleet.model import dedupe, parse_time
+from sdcscan.fleet.model import dedupe
 from sdcscan.fleet.reading import read_hosts, read_reports
-from sdcscan.report import write_json_atomic
-
-_AGE = re.compile(r"(\d+(?:\.\d+)?)(s|m|h|d|w)", re.IGNORECASE)
-_AGE_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+from sdcscan.timefmt import parse_duration, parse_iso_utc
 
 
 def parse_age(text: str) -> float:
     """`60d`, `8w`, `36h`, `1d12h` -> seconds (durations longer than a run budget are fine here).
 
     Raises:
-        UsageError: not a positive duration.
+        UsageError: not a positive duration with units (a bare `10` is refused: seconds are never meant).
     """
-    s = text.strip().replace(" ", "")
-    parts = list(_AGE.finditer(s))
-    if not s or "".join(m.group(0) for m in parts) != s:
-        raise UsageError(f"invalid duration {text!r}: expected e.g. 60d, 8w, 36h")
-    seconds = sum(float(m.group(1)) * _AGE_S[m.group(2).lower()] for m in parts)
-    if seconds <= 0:
-        raise UsageError(f"invalid duration {text!r}: must be more than 0")
-    return seconds
+    return parse_duration(text, require_unit=True, examples="60d, 8w, 36h")
 
 
 def _now(text: str | None) -> float:
@@ -44,8 +34,8 @@ def _now(text: str | None) -> float:
     if text is None:
         return time.time()
     try:
-        return parse_time(text)
-    except ReportError:
+        return parse_iso_utc(text)
+    except ValueError:
         raise UsageError(
             f"invalid --now {text!r}: expected an ISO-8601 time, e.g. 2025-06-02T12:00:00Z"
         ) from None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -35,7 +36,7 @@ def profiles(as_json: bool) -> None:
                 "sha256": p.sha256,
             }
         )
-    _show(rows, as_json, "print_profiles")
+    _show(rows, as_json, lambda render: render.print_profiles)
 
 
 @click.command()
@@ -48,20 +49,20 @@ def workloads(as_json: bool) -> None:
     Example:
         sdcscan workloads
     """
-    from sdcscan.workloads import REGISTRY
+    from sdcscan.workloads import SPECS  # the torch-free catalogue: listing needs no workload module
 
     rows = [
         {
             "name": name,
-            "description": cls.description,
-            "evidence": list(cls.evidence),
-            "quality": cls.quality.value,
-            "defaults": dict(cls.defaults),
-            "fault_sites": list(cls.fault_sites),
+            "description": s.description,
+            "evidence": list(s.evidence),
+            "quality": s.quality.value,
+            "defaults": dict(s.defaults),
+            "fault_sites": list(s.fault_sites),
         }
-        for name, cls in sorted(REGISTRY.items())
+        for name, s in sorted(SPECS.items())
     ]
-    _show(rows, as_json, "print_workloads")
+    _show(rows, as_json, lambda render: render.print_workloads)
 
 
 @click.command()
@@ -87,13 +88,15 @@ def info(as_json: bool, threads: int) -> None:
             for f in [units.cohort_fields(u, threads)]
         ],
     }
-    _show(data, as_json, "print_info")
+    _show(data, as_json, lambda render: render.print_info)
 
 
-def _show(data: Any, as_json: bool, renderer: str) -> None:
+def _show(data: Any, as_json: bool, pick: Callable[[Any], Callable[[Any, Any], None]]) -> None:
+    """JSON on stdout, or the table `pick` chooses from the render module (imported only then: rich is slow)."""
     if as_json:
         emit_json(data)
         return
     from sdcscan.render import run as render
+    from sdcscan.render.console import stderr_console
 
-    getattr(render, renderer)(data, render.stderr_console())
+    pick(render)(data, stderr_console())

@@ -41,9 +41,11 @@ def report_cmd(report_path: Path | None, journal: Path | None, out: Path | None,
         sdcscan report report.json
         sdcscan report --from-journal report.journal.jsonl -o report.json
     """
+    from sdcscan.files import write_json_atomic
     from sdcscan.rebuild import report_from_journal
-    from sdcscan.render.run import render_summary, stderr_console
-    from sdcscan.report import load_report, write_json_atomic
+    from sdcscan.render.console import stderr_console
+    from sdcscan.render.run import render_summary
+    from sdcscan.report import load_report
 
     if (report_path is None) == (journal is None):
         raise UsageError("give either a REPORT file or --from-journal PATH")

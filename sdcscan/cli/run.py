@@ -83,10 +83,11 @@ def run_cmd(**kw: Any) -> None:
     started = time.time()
     from sdcscan import scan as library
     from sdcscan.render import run as render
+    from sdcscan.render.console import stderr_console
 
     library.warm_up()  # the workers' torch import overlaps parsing the options
     opts = _options(kw, started)
-    console = render.stderr_console()
+    console = stderr_console()
     try:
         with render.Progress(console) as progress:
             report = library.scan(opts, on_event=progress)

@@ -23,7 +23,7 @@ from sdcscan.fleet.consensus import (
 )
 from sdcscan.fleet.findings import KINDS, Collector, FleetFinding
 from sdcscan.fleet.golden import GoldenIndex, check_unit
-from sdcscan.fleet.model import HostReport, Invariant, Plan, Skipped, UnitRecord, dedupe
+from sdcscan.fleet.model import HostReport, Invariant, PlanKey, Skipped, UnitRecord, dedupe
 from sdcscan.fleet.perf import coverage_findings, slow_findings
 
 COMPARE_VERSION = 1
@@ -158,9 +158,9 @@ def _options_record(opts: Options) -> dict[str, Any]:
 Members = dict[Signature, list[tuple[HostReport, UnitRecord]]]
 
 
-def _comparison_groups(reports: list[HostReport]) -> dict[tuple[Plan, str], Members]:
+def _comparison_groups(reports: list[HostReport]) -> dict[tuple[PlanKey, str], Members]:
     """(plan, cohort) -> signature -> the (report, unit) pairs that produced it."""
-    out: dict[tuple[Plan, str], Members] = {}
+    out: dict[tuple[PlanKey, str], Members] = {}
     for r in reports:
         for u in r.units:
             out.setdefault((r.plan, u.cohort), {}).setdefault(signature(u), []).append((r, u))
@@ -168,7 +168,7 @@ def _comparison_groups(reports: list[HostReport]) -> dict[tuple[Plan, str], Memb
 
 
 def _consensus(
-    plan: Plan, cohort: str, members: Members, t: Tally, col: Collector, first_id: int
+    plan: PlanKey, cohort: str, members: Members, t: Tally, col: Collector, first_id: int
 ) -> list[dict[str, Any]]:
     """Add divergent and undecided findings of one comparison group; return its partition groups."""
     where = {"profile_sha256": plan[0], "seed": plan[1], "cohort": cohort}

@@ -1,6 +1,6 @@
 """Goldens: the fleet's consensus digest per (plan, cohort, case), so one host can be judged with no peers.
 
-`record` keeps only cases with a clear (strict) majority and lists the rest as refused; `judge`
+`record` keeps only cases with a clear (strict) majority and lists the rest as refused; `check_report`
 compares a report's units with the golden of the same plan and cohort (`sdcscan.verdict.check_golden`,
 the comparison `sdcscan run --golden` weighs as evidence). No I/O except `load_golden`.
 """
@@ -15,13 +15,13 @@ from sdcscan import __version__
 from sdcscan.errors import ReportError, UsageError
 from sdcscan.files import read_json
 from sdcscan.fleet.consensus import signature, tally
-from sdcscan.fleet.model import Extractor, HostReport, Plan, UnitRecord, dedupe
+from sdcscan.fleet.model import Extractor, HostReport, PlanKey, UnitRecord, dedupe
 from sdcscan.verdict import GoldenCheck, GoldenEntry, check_golden
 
 GOLDEN_VERSION = 1
 MAX_GOLDEN_BYTES = 256 << 20
 
-GoldenIndex = dict[tuple[Plan, str], GoldenEntry]  # (plan, cohort) -> entry
+GoldenIndex = dict[tuple[PlanKey, str], GoldenEntry]  # (plan, cohort) -> entry
 
 
 class GoldenError(UsageError):
@@ -45,7 +45,7 @@ def record(reports: Iterable[dict[str, Any]], *, min_votes: int = 1) -> dict[str
 
 def record_extracted(reports: list[HostReport], *, min_votes: int = 1) -> dict[str, Any]:
     """Like `record`, from extracted, de-duplicated reports (what `sdcscan golden record` reads)."""
-    groups: dict[tuple[Plan, str], dict[Any, list[UnitRecord]]] = {}
+    groups: dict[tuple[PlanKey, str], dict[Any, list[UnitRecord]]] = {}
     for r in reports:
         for u in r.units:
             groups.setdefault((r.plan, u.cohort), {}).setdefault(signature(u), []).append(u)
@@ -162,7 +162,7 @@ def index_golden(golden: dict[str, Any]) -> GoldenIndex:
     return out
 
 
-def judge(report: dict[str, Any], golden: dict[str, Any]) -> list[GoldenCheck]:
+def check_report(report: dict[str, Any], golden: dict[str, Any]) -> list[GoldenCheck]:
     """Compare every unit of a report with the golden of the same plan and cohort.
 
     Args:

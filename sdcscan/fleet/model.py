@@ -15,7 +15,7 @@ from sdcscan.errors import ReportError
 from sdcscan.report import validate_report
 from sdcscan.timefmt import parse_iso_utc
 
-Plan = tuple[str, int]  # (run.profile.sha256, run.seed): two units ran the same case i only within a plan
+PlanKey = tuple[str, int]  # (run.profile.sha256, run.seed): two units ran the same case i only within a plan
 
 
 class Interner:
@@ -64,7 +64,7 @@ class HostReport:
     sha256: str
     host: str
     run_id: str
-    plan: Plan
+    plan: PlanKey
     ended_at: float  # POSIX seconds, UTC
     verdict: str
     units: tuple[UnitRecord, ...]

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import glob
 import hashlib
-import json
 import os
 from collections.abc import Iterable
 from pathlib import Path
 
 from sdcscan.errors import ReportError, UsageError
+from sdcscan.files import JSONFileError, parse_json, read_json_bytes
 from sdcscan.fleet.model import Extractor, HostReport, Skipped
 from sdcscan.report import MAX_REPORT_BYTES
 
@@ -61,18 +61,10 @@ def read_report(path: str, extractor: Extractor) -> HostReport:
         ReportError: the file is not a usable report; the message is the reason, without the path.
     """
     try:
-        if os.path.getsize(path) > MAX_REPORT_BYTES:
-            raise ReportError("too large for a report")
-        with open(path, "rb") as f:
-            raw = f.read()
-    except OSError as err:
-        raise ReportError(f"cannot read: {err.strerror or err}") from None
-    try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
-        raise ReportError(
-            "truncated or not JSON" if isinstance(err, json.JSONDecodeError) else "not UTF-8 JSON text"
-        ) from None
+        raw = read_json_bytes(path, what="report", max_bytes=MAX_REPORT_BYTES)
+        data = parse_json(raw, what="report")
+    except JSONFileError as err:
+        raise ReportError(err.reason) from None
     if isinstance(data, dict) and "golden_version" in data:
         raise ReportError("a golden file, not a report")
     sha = hashlib.sha256(raw).hexdigest()

@@ -14,12 +14,13 @@ import fcntl
 import getpass
 import os
 import sqlite3
+import time
 from collections.abc import Iterator
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from sdcscan.errors import RunError, UsageError
+from sdcscan.timefmt import iso_utc
 
 __all__ = [
     "RunActiveError", "clear", "default_history_path", "default_state_dir", "flagged", "record_run",
@@ -218,7 +219,7 @@ def _row(row: sqlite3.Row) -> dict[str, Any]:
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+    return iso_utc(time.time())
 
 
 def _user() -> str:
@@ -262,8 +263,7 @@ def run_lock(state_dir: str | os.PathLike[str]) -> Iterator[Path]:
         except BlockingIOError:
             raise RunActiveError(_holder_message(fd, path)) from None
         os.ftruncate(fd, 0)
-        stamp = datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
-        os.pwrite(fd, f"{os.getpid()} {stamp}\n".encode(), 0)
+        os.pwrite(fd, f"{os.getpid()} {_now()}\n".encode(), 0)
         try:
             yield path
         finally:

@@ -1,6 +1,6 @@
 """Human output of the operations commands (history, status, clear, export) on stderr, with rich.
 
-Only `render*.py` modules import rich; everything here takes plain dicts from `sdcscan.outputs.history`.
+Only the `sdcscan.render` package imports rich; everything here takes plain dicts from `sdcscan.outputs.history`.
 """
 
 from __future__ import annotations
@@ -8,16 +8,12 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from sdcscan.render.console import stderr_console
+
 MAX_NAMED_UNITS = 6  # a 128-core host lists "cpu:3, cpu:17, … (+4)" instead of 128 names
-
-
-def _console() -> Console:
-    # Created per call so the current sys.stderr is used (click's test runner swaps it).
-    return Console(stderr=True, highlight=False)
 
 
 def units_summary(units: list[dict[str, Any]]) -> str:
@@ -33,7 +29,7 @@ def units_summary(units: list[dict[str, Any]]) -> str:
 
 def print_history(runs: list[dict[str, Any]], history: str) -> None:
     """A table of runs, newest first."""
-    console = _console()
+    console = stderr_console()
     if not runs:
         console.print(f"No runs recorded in {history}.")
         return
@@ -51,7 +47,7 @@ def print_history(runs: list[dict[str, Any]], history: str) -> None:
 
 def print_status(status: dict[str, Any]) -> None:
     """Flagged units with what to do about them, then the last run."""
-    console = _console()
+    console = stderr_console()
     last = status["last_run"]
     if last:
         console.print(f"Last run {last['run_id']} ended {last['ended_at']}: {last['verdict']} "
@@ -83,7 +79,7 @@ def print_status(status: dict[str, Any]) -> None:
 
 def print_cleared(cleared: list[dict[str, Any]]) -> None:
     """One line per cleared flag."""
-    console = _console()
+    console = stderr_console()
     for f in cleared:
         console.print(f"Cleared {f['unit']} (flagged {f['flagged_at']} by run {f['run_id']}, "
                       f"{f['failures']} failing run(s)): {escape(f['clear_reason'])}")  # fmt: skip
@@ -91,6 +87,6 @@ def print_cleared(cleared: list[dict[str, Any]]) -> None:
 
 def print_written(paths: list[str]) -> None:
     """Which files export wrote."""
-    console = _console()
+    console = stderr_console()
     for p in paths:
         console.print(f"Wrote {p}")

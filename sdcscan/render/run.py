@@ -10,20 +10,24 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from sdcscan.events import (
+    CaseFinished,
+    CaseStarted,
+    Event,
+    PhaseChanged,
+    RunNote,
+    RunStarted,
+    UnitProblem,
+    UnitReady,
+)
+
 PLAIN_PROGRESS_EVERY_S = 15.0
 LIVE_REDRAW_S = 0.25
 _STYLE = {"pass": "green", "fail": "bold red", "invalid": "yellow", "interrupted": "magenta"}
 
 
-def stderr_console() -> Console:
-    console = Console(stderr=True, highlight=False)
-    if not console.is_terminal:
-        console.width = max(console.width, 120)  # logs and pipes: don't wrap sentences at 80 columns
-    return console
-
-
 class Progress:
-    """The runner's on_event callback: a live table on a terminal, a few plain lines otherwise."""
+    """The run's event sink (`events.EventSink`): a live table on a terminal, a few plain lines otherwise."""
 
     def __init__(self, console: Console) -> None:
         self.console = console
@@ -51,8 +55,8 @@ class Progress:
             self.live.__exit__(None, None, None)
             self.live = None
 
-    def __call__(self, kind: str, **data: Any) -> None:
-        getattr(self, f"_on_{kind}", lambda **_: None)(**data)
+    def __call__(self, event: Event) -> None:
+        self._apply(event)
         if self.live is not None:
             # Rebuild the table at most 4 times a second: 128 units finishing cases must not make
             # the parent spend its time drawing.
@@ -64,40 +68,45 @@ class Progress:
             done = sum(self.cases.values())
             self.console.print(f"[{self._elapsed()}] {done} cases done on {len(self.units)} units")
 
-    def _on_start(self, run: dict[str, Any], units: list[str], deadline: float) -> None:
-        self.units, self.deadline = units, deadline
-        self.state = {u: "starting" for u in units}
+    def _apply(self, event: Event) -> None:
+        """Update the counters (and print what plain output shows) for one event."""
+        if isinstance(event, RunNote):
+            self.console.print(event.text)  # before the run: shown above a live table too
+        elif isinstance(event, RunStarted):
+            self._on_run_started(event)
+        elif isinstance(event, UnitReady):
+            self.state[event.unit] = "running"
+        elif isinstance(event, CaseStarted):
+            self.current[event.unit] = event.workload
+        elif isinstance(event, CaseFinished):
+            self._on_case_finished(event)
+        elif isinstance(event, UnitProblem):
+            self.state[event.unit] = "invalid"
+            if self.live is None:
+                self.console.print(f"{event.unit}: {event.reason}")
+        elif isinstance(event, PhaseChanged) and self.live is None:
+            self.console.print(
+                f"re-running disputed cases {', '.join(map(str, event.cases))} on the units involved"
+            )
+
+    def _on_run_started(self, event: RunStarted) -> None:
+        self.units, self.deadline = list(event.units), event.deadline
+        self.state = {u: "starting" for u in event.units}
         self.console.print(
-            f"sdcscan run: profile {run['profile']['name']}, seed {run['seed']} ({run['seed_source']}), "
-            f"budget {run['budget_s']:g} s, {len(units)} units"
+            f"sdcscan run: profile {event.profile}, seed {event.seed} ({event.seed_source}), "
+            f"budget {event.budget_s:g} s, {len(event.units)} units"
         )
-        self.console.print(f"journal: {run['journal']}")
+        self.console.print(f"journal: {event.journal}")
 
-    def _on_ready(self, unit: str) -> None:
-        self.state[unit] = "running"
-
-    def _on_case_start(self, unit: str, index: int, workload: str) -> None:
-        self.current[unit] = workload
-
-    def _on_case(self, unit: str, index: int, workload: str, attempt: int, outcome: dict[str, Any]) -> None:
-        if attempt:
+    def _on_case_finished(self, event: CaseFinished) -> None:
+        if event.attempt:  # re-runs are not progress through the plan
             return
+        unit, outcome = event.unit, event.outcome
         self.cases[unit] += 1
         self.ops[unit] += outcome.get("ops") or 0.0
         self.busy_s[unit] += outcome.get("seconds") or 0.0
         if outcome["status"] != "ok":
             self.bad[unit] += 1
-
-    def _on_problem(self, unit: str, reason: str) -> None:
-        self.state[unit] = "invalid"
-        if self.live is None:
-            self.console.print(f"{unit}: {reason}")
-
-    def _on_phase(self, name: str, cases: list[int]) -> None:
-        if self.live is None:
-            self.console.print(
-                f"re-running disputed cases {', '.join(map(str, cases))} on the units involved"
-            )
 
     def _elapsed(self) -> str:
         return f"{time.time() - self.start:.0f}/{self.deadline - self.start:.0f} s"

@@ -1,0 +1,92 @@
+"""When a unit's worker counts as stuck: the watchdog's policy, pure.
+
+The runner asks `Watchdog.check` about each live worker on every poll and stops the ones it names.
+The caller passes the time in (`now`, seconds since the epoch), so the policy reads no clock, owns
+no process and is tested with plain floats. A worker whose process died is the runner's business.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from dataclasses import dataclass
+
+CASE_TIME_WINDOW = 512  # case times per workload the median looks at
+READY_TIMEOUT_S = 180.0  # importing torch and preparing workloads on a loaded host
+WATCHDOG_FLOOR_S = 5.0  # never call a case hung sooner than this
+WATCHDOG_FACTOR = 10.0  # ... or sooner than this many times the workload's median case time
+WATCHDOG_FIRST_S = 60.0  # before any case of a workload has finished anywhere
+OVERRUN_S = 10.0  # after the budget, the main pass's last cases get this long; then whoever is busy is stuck
+
+
+@dataclass(frozen=True, slots=True)
+class CaseInFlight:
+    """The case a worker said it started and has not reported yet."""
+
+    index: int
+    workload: str
+    since: float  # when its start message arrived, seconds since the epoch
+
+
+class Watchdog:
+    """Decides when a worker is hung, never started, or runs on past the budget.
+
+    It learns the case times of the main pass (`case_finished`) per workload, in a bounded window:
+    the check runs on every message, and a 10,000 s burn-in on 128 units records over a million cases.
+    """
+
+    def __init__(self, window: int = CASE_TIME_WINDOW) -> None:
+        self._window = window
+        self._case_times: dict[str, deque[float]] = {}
+        self.spawned_at = 0.0
+        self.overrun_at: float | None = None  # main pass only: a unit still busy after this is stuck
+
+    def main_pass_started(self, *, spawned_at: float, deadline: float) -> None:
+        """The workers were started at `spawned_at` and told to stop starting cases at `deadline`."""
+        self.spawned_at = spawned_at
+        self.overrun_at = deadline + OVERRUN_S
+
+    def main_pass_ended(self) -> None:
+        """Re-runs follow: they have their own time window, so overrunning the budget no longer counts."""
+        self.overrun_at = None
+
+    def case_finished(self, workload: str, seconds: float) -> None:
+        """Record how long a main-pass case of `workload` took."""
+        times = self._case_times.setdefault(workload, deque(maxlen=self._window))
+        times.append(seconds)
+
+    def case_limit(self, workload: str) -> float:
+        """Seconds a case of `workload` may run before it counts as hung."""
+        times = self._case_times.get(workload)
+        if not times:
+            return WATCHDOG_FIRST_S
+        return max(WATCHDOG_FLOOR_S, WATCHDOG_FACTOR * statistics.median(times))
+
+    def overrun(self, now: float) -> bool:
+        """The main pass runs past the budget by more than OVERRUN_S: whoever is still busy is stuck."""
+        return self.overrun_at is not None and now > self.overrun_at
+
+    def check(self, now: float, *, ready: bool, busy: bool, current: CaseInFlight | None) -> str | None:
+        """Why a live worker must be stopped at `now`, or None while it may go on.
+
+        Args:
+            now: the time, seconds since the epoch.
+            ready: the worker said it has prepared its workloads.
+            busy: the worker has work it has not said it finished (the plan, or a re-run).
+            current: the case it is running, if any.
+        Returns:
+            The reason, as the report states it, or None.
+        """
+        overrun = self.overrun(now)
+        waited = now - self.spawned_at
+        if not ready and (waited > READY_TIMEOUT_S or overrun):
+            why = " and the budget ended" if overrun else ""
+            return f"worker did not start within {waited:.0f} s{why}"
+        if current is not None:
+            running = now - current.since
+            if running > self.case_limit(current.workload) or overrun:
+                return f"case {current.index} ({current.workload}) hung: no result after {running:.0f} s; worker killed"
+            return None
+        if busy and overrun:  # stuck outside any case, e.g. sending its results
+            return f"worker did not finish its plan {OVERRUN_S:.0f} s after the budget ended; killed"
+        return None
