@@ -1,26 +1,16 @@
-"""Shared fixtures: run the sdcscan CLI in a subprocess from this checkout, exactly as a user would."""
+"""Shared fixtures: run the sdcscan CLI in a subprocess from this checkout, exactly as a user would.
+
+Plain helper functions live in tests/helpers/; this file holds only fixtures.
+"""
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def sdcscan_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "sdcscan", *args]
-
-
-def child_env() -> dict[str, str]:
-    """This checkout first on the path, and no state left in the user's home."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    return env
+from tests.helpers.cli import child_env, sdcscan_cmd
 
 
 @pytest.fixture

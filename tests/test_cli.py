@@ -10,8 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from sdcscan.cli import cli
-from sdcscan.workloads import REGISTRY
-from tests.conftest import ROOT, child_env
+from sdcscan.workloads import SPECS
+from tests.helpers.cli import ROOT, child_env
 
 
 def test_importing_the_cli_does_not_import_torch():
@@ -38,7 +38,7 @@ def test_every_command_has_help_with_an_example(name):
 
 def test_every_workload_has_a_readme_row():
     readme = (ROOT / "README.md").read_text()
-    for name in REGISTRY:
+    for name in SPECS:
         assert f"| `{name}` |" in readme, f"README lacks a row for workload {name}"
 
 
@@ -48,7 +48,7 @@ def test_profiles_and_workloads_list_as_json():
     assert {p["name"] for p in profiles} >= {"quick", "burnin", "qualify", "ripple"}
     workloads = json.loads(runner.invoke(cli, ["workloads", "--json"]).stdout)
     by_name = {w["name"]: w for w in workloads}
-    assert set(by_name) == set(REGISTRY)
+    assert set(by_name) == set(SPECS)
     assert "consensus" in by_name["train"]["evidence"]
 
 

@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 import yaml
-from _ops_report import make_report
+
+from tests.helpers.reports import make_report
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
 SLURM = DEPLOY / "slurm" / "sdcscan-healthcheck.sh"

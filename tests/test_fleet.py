@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fleet_factory import PLAN_SHA, extract, good, report, unit
 
 from sdcscan.errors import UsageError
 from sdcscan.fleet.compare import Options, summarize
 from sdcscan.fleet.model import parse_time
 from sdcscan.fleet.perf import robust_z
 from sdcscan.fleet.reading import expand_paths, read_hosts, read_reports
+from tests.helpers.fleet import PLAN_SHA, extract, good, report, unit
 
 NOW = parse_time("2025-06-02T00:00:00Z")
 

@@ -12,8 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sdcscan.errors import ProfileError, ReportError
-from sdcscan.profile import MAX_PROFILE_BYTES, Profile, load_profile, profile_from_data
+from sdcscan.profile import Profile, load_profile, profile_from_data
 from sdcscan.report import load_report, validate_report
+from tests.helpers.profiles import HOSTILE_PROFILES
+from tests.helpers.reports import make_report as _good_report
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
@@ -87,25 +89,6 @@ def test_profile_validation_survives_one_bad_value_in_a_good_profile(key, value,
         assert "fuzz.yaml" in str(err)
 
 
-HOSTILE_PROFILES = {
-    "anchor bomb": "a: &a [x, x]\nb: &b [*a, *a]\nc: &c [*b, *b]\nd: [*c, *c]\n",
-    "deep nesting": "version: 1\nworkloads: " + "[" * 5000 + "]" * 5000 + "\n",
-    "deep mapping": "version: 1\nx: " + "{a: " * 3000 + "1" + "}" * 3000 + "\n",
-    "huge budget": "version: 1\nbudget: 1e400\nworkloads: [{name: train}]\n",
-    "huge seed": "version: 1\nseed: " + "9" * 5000 + "\nworkloads: [{name: train}]\n",
-    "huge param": "version: 1\nworkloads: [{name: train, params: {steps: 99999999999999999999}}]\n",
-    "nan param": "version: 1\nworkloads: [{name: train, params: {lr: .nan}}]\n",
-    "python tag": "version: 1\nworkloads: !!python/object/apply:os.system ['true']\n",
-    "binary": "version: 1\nname: !!binary aGVsbG8=\nworkloads: [{name: train}]\n",
-    "duplicate key": "version: 1\nversion: 1\nworkloads: [{name: train}]\n",
-    "unknown key": "version: 1\nworkload: [{name: train}]\n",
-    "wrong type": "version: 1\nthreads_per_unit: many\nworkloads: [{name: train}]\n",
-    "not a mapping": "- 1\n- 2\n",
-    "empty": "",
-    "too big": "version: 1\n" + "#" * (MAX_PROFILE_BYTES + 1),
-}
-
-
 @pytest.mark.parametrize("name", sorted(HOSTILE_PROFILES))
 def test_hostile_profiles_are_refused_with_one_clear_line(tmp_path, name):
     """Classic attacks on YAML loaders end in a one-line ProfileError naming the file."""
@@ -114,20 +97,6 @@ def test_hostile_profiles_are_refused_with_one_clear_line(tmp_path, name):
     with pytest.raises(ProfileError) as info:
         load_profile(str(path))
     assert "hostile.yaml" in str(info.value) and "\n" not in str(info.value)
-
-
-def _good_report() -> dict:
-    unit = {"id": "cpu:0", "verdict": "pass", "cohort": "c",
-            "cases": {"index": [0], "workload": ["train"], "digest": ["d"], "status": ["ok"], "seconds": [0.1]}}  # fmt: skip
-    return {
-        "schema_version": 1,
-        "tool": {},
-        "verdict": "pass",
-        "run": {},
-        "host": {},
-        "units": [unit],
-        "findings": [],
-    }
 
 
 @FUZZ

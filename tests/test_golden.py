@@ -11,7 +11,7 @@ import pytest
 
 from sdcscan.assemble import judge_and_build
 from sdcscan.fleet.compare import Options, summarize
-from sdcscan.fleet.golden import GoldenError, index_golden, judge, load_golden, record
+from sdcscan.fleet.golden import GoldenError, check_report, index_golden, load_golden, record
 from sdcscan.report import SCHEMA_PATH, case_records
 from tests.helpers.fleet import PLAN_SHA, extract, good, report, unit
 
@@ -56,7 +56,7 @@ def test_judge_pass_fail_and_unjudged():
     g = record(fleet())
     bad = unit("cpu:1", digests={3: "f" * 16, 1: "e" * 16})
     other = unit("cpu:2", cohort="c9")
-    j = {x.unit: x for x in judge(report("q", [unit("cpu:0"), bad, other]), g)}
+    j = {x.unit: x for x in check_report(report("q", [unit("cpu:0"), bad, other]), g)}
     assert j["cpu:0"].verdict == "pass" and j["cpu:0"].cases_judged == 4
     assert j["cpu:1"].verdict == "fail" and [d.index for d in j["cpu:1"].disagreements] == [1, 3]
     assert (

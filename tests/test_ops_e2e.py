@@ -8,7 +8,7 @@ import pytest
 from junitparser import JUnitXml
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.test_run import CPUS, TWO, needs_two_cpus
+from tests.helpers.cli import CPUS, TWO, needs_two_cpus
 
 pytestmark = pytest.mark.slow
 

@@ -13,8 +13,7 @@ from click.testing import CliRunner
 
 from sdcscan.cli.fleet import compare
 from sdcscan.report import SCHEMA_PATH
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers.cli import ROOT
 
 
 def load_simulator() -> Any:

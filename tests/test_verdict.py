@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sdcscan.retest import classify, unit_classification
-from sdcscan.verdict import CaseResult, find_disputes, judge, retest_plan
+from sdcscan.verdict import BLAME_UNDECIDED, CaseResult, find_disputes, judge, retest_plan
 from sdcscan.wording import findings, reason
 
 RUN = {"profile": {"name": "quick", "sha256": "0" * 64}, "seed": 9}
@@ -19,102 +19,136 @@ TWO = {"cpu:0": "c", "cpu:1": "c"}
 THREE = {"cpu:0": "c", "cpu:1": "c", "cpu:2": "c"}
 
 
-@pytest.mark.parametrize(
-    ("name", "cohorts", "results", "retests", "problems", "expected", "overall"),
-    [
-        ("all agree", THREE, [r(u, i) for u in THREE for i in range(3)], {}, {}, ["pass"] * 3, "pass"),
-        (
-            "invariant fails its unit only",
-            TWO,
-            [r("cpu:0", 0), r("cpu:1", 0, "x", "mismatch")],
-            {},
-            {},
-            ["pass", "fail"],
-            "fail",
-        ),
-        (
-            "majority names the minority",
-            THREE,
-            [r("cpu:0", 0), r("cpu:1", 0), r("cpu:2", 0, "bad")],
-            {},
-            {},
-            ["pass", "pass", "fail"],
-            "fail",
-        ),
-        (
-            "two-unit tie: the unit whose result does not reproduce is blamed",
-            TWO,
-            [r("cpu:0", 0, "a"), r("cpu:1", 0, "b")],
-            {("cpu:0", 0): ["a"], ("cpu:1", 0): ["a"]},
-            {},
-            ["pass", "fail"],
-            "fail",
-        ),
-        (
-            "two-unit tie that reproduces on both stays undecided: both suspects",
-            TWO,
-            [r("cpu:0", 0, "a"), r("cpu:1", 0, "b")],
-            {("cpu:0", 0): ["a"], ("cpu:1", 0): ["b"]},
-            {},
-            ["fail", "fail"],
-            "fail",
-        ),
-        (
-            "two-unit tie without re-runs is undecided",
-            TWO,
-            [r("cpu:0", 0, "a"), r("cpu:1", 0, "b")],
-            {},
-            {},
-            ["fail", "fail"],
-            "fail",
-        ),
-        (
-            "a unit that ran no case is invalid",
-            TWO,
-            [r("cpu:0", 0)],
-            {},
-            {},
-            ["pass", "invalid"],
-            "invalid",
-        ),
-        (
-            "a crashed unit is invalid, the other passes",
-            TWO,
-            [r("cpu:0", 0), r("cpu:1", 0)],
-            {},
-            {"cpu:1": "worker process died"},
-            ["pass", "invalid"],
-            "invalid",
-        ),
-        (
-            "an error case makes nobody fail by itself",
-            TWO,
-            [r("cpu:0", 0), r("cpu:1", 0, status="error")],
-            {},
-            {"cpu:1": "workload raised"},
-            ["pass", "invalid"],
-            "invalid",
-        ),
-        (
-            "different cohorts are never compared",
-            {"cpu:0": "a", "cpu:1": "b"},
-            [r("cpu:0", 0, "x"), r("cpu:1", 0, "y")],
-            {},
-            {},
-            ["pass", "pass"],
-            "pass",
-        ),
-    ],
+JUDGE_COLUMNS = ("name", "cohorts", "results", "retests", "problems", "expected", "overall")
+JUDGE_TABLE = [
+    ("all agree", THREE, [r(u, i) for u in THREE for i in range(3)], {}, {}, ["pass"] * 3, "pass"),
+    (
+        "invariant fails its unit only",
+        TWO,
+        [r("cpu:0", 0), r("cpu:1", 0, "x", "mismatch")],
+        {},
+        {},
+        ["pass", "fail"],
+        "fail",
+    ),
+    (
+        "majority names the minority",
+        THREE,
+        [r("cpu:0", 0), r("cpu:1", 0), r("cpu:2", 0, "bad")],
+        {},
+        {},
+        ["pass", "pass", "fail"],
+        "fail",
+    ),
+    (
+        "two-unit tie: the unit whose result does not reproduce is blamed",
+        TWO,
+        [r("cpu:0", 0, "a"), r("cpu:1", 0, "b")],
+        {("cpu:0", 0): ["a"], ("cpu:1", 0): ["a"]},
+        {},
+        ["pass", "fail"],
+        "fail",
+    ),
+    (
+        "two-unit tie that reproduces on both stays undecided: both suspects",
+        TWO,
+        [r("cpu:0", 0, "a"), r("cpu:1", 0, "b")],
+        {("cpu:0", 0): ["a"], ("cpu:1", 0): ["b"]},
+        {},
+        ["fail", "fail"],
+        "fail",
+    ),
+    (
+        "two-unit tie without re-runs is undecided",
+        TWO,
+        [r("cpu:0", 0, "a"), r("cpu:1", 0, "b")],
+        {},
+        {},
+        ["fail", "fail"],
+        "fail",
+    ),
+    (
+        "a unit that ran no case is invalid",
+        TWO,
+        [r("cpu:0", 0)],
+        {},
+        {},
+        ["pass", "invalid"],
+        "invalid",
+    ),
+    (
+        "a crashed unit is invalid, the other passes",
+        TWO,
+        [r("cpu:0", 0), r("cpu:1", 0)],
+        {},
+        {"cpu:1": "worker process died"},
+        ["pass", "invalid"],
+        "invalid",
+    ),
+    (
+        "an error case makes nobody fail by itself",
+        TWO,
+        [r("cpu:0", 0), r("cpu:1", 0, status="error")],
+        {},
+        {"cpu:1": "workload raised"},
+        ["pass", "invalid"],
+        "invalid",
+    ),
+    (
+        "different cohorts are never compared",
+        {"cpu:0": "a", "cpu:1": "b"},
+        [r("cpu:0", 0, "x"), r("cpu:1", 0, "y")],
+        {},
+        {},
+        ["pass", "pass"],
+        "pass",
+    ),
+]
+# The rows whose dispute re-runs cannot settle: every unit of the tie is a suspect and fails.
+UNDECIDED = (
+    "two-unit tie that reproduces on both stays undecided: both suspects",
+    "two-unit tie without re-runs is undecided",
 )
+
+
+def judge_rows(*, undecided: bool) -> list:
+    """The rows of JUDGE_TABLE whose tie stays undecided (or not), each with its name as the test id."""
+    assert set(UNDECIDED) <= {row[0] for row in JUDGE_TABLE}  # a renamed row must not drop out silently
+    return [pytest.param(*row, id=row[0]) for row in JUDGE_TABLE if (row[0] in UNDECIDED) == undecided]
+
+
+@pytest.mark.parametrize(JUDGE_COLUMNS, [pytest.param(*row, id=row[0]) for row in JUDGE_TABLE])
 def test_judge(name, cohorts, results, retests, problems, expected, overall):
+    """Each unit's verdict and the run's, for every row of the table."""
     j = judge(cohorts, results, retests=retests, problems=problems)
     assert [j.unit_verdicts[u] for u in sorted(cohorts)] == expected, name
     assert j.verdict == overall, name
+
+
+@pytest.mark.parametrize(JUDGE_COLUMNS, judge_rows(undecided=False))
+def test_every_failing_unit_is_named_by_a_finding_of_its_own(
+    name, cohorts, results, retests, problems, expected, overall
+):
+    """Where the evidence settles who is bad, each failing unit has a finding naming it, and none is undecided."""
+    j = judge(cohorts, results, retests=retests, problems=problems)
     failing = {u for u, v in j.unit_verdicts.items() if v == "fail"}
     found = findings(j, RUN)
-    assert failing == {f["unit"] for f in found if f["unit"] in failing} or any(
-        f["kind"] == "undecided" for f in found
-    )
+    assert failing <= {f["unit"] for f in found}, name
+    assert not [f for f in found if f["kind"] == "undecided"], name
+
+
+@pytest.mark.parametrize(JUDGE_COLUMNS, judge_rows(undecided=True))
+def test_an_unsettled_tie_fails_every_suspect_under_one_undecided_finding(
+    name, cohorts, results, retests, problems, expected, overall
+):
+    """A tie that re-runs cannot settle fails all its units; one finding, naming no single unit, lists them all."""
+    j = judge(cohorts, results, retests=retests, problems=problems)
+    failing = sorted(u for u, v in j.unit_verdicts.items() if v == "fail")
+    assert failing == sorted(cohorts), name
+    assert {u: [b.kind for b in j.blame[u]] for u in failing} == {u: [BLAME_UNDECIDED] for u in failing}
+    (f,) = findings(j, RUN)
+    assert f["kind"] == "undecided" and f["unit"] is None, name
+    assert all(u in f["message"] for u in failing), f["message"]
 
 
 def test_interrupted_run_is_interrupted_but_keeps_failures():
