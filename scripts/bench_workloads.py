@@ -30,7 +30,7 @@ def main() -> None:
     torch.set_num_threads(1)
     from sdcscan.plan import Plan
     from sdcscan.profile import load_profile
-    from sdcscan.workloads import get
+    from sdcscan.workloads import load
     from sdcscan.workloads.base import Context
 
     profile = load_profile(args.profile)
@@ -39,7 +39,7 @@ def main() -> None:
     for spec in profile.workloads:
         params = spec.params_for("cpu")
         ctx = Context(unit=f"cpu:{args.cpu}", device=torch.device("cpu"), run_seed=1234, params=params)
-        workload = get(spec.name)(params)
+        workload = load(spec.name)(params)
         workload.prepare(ctx)
         indices = [i for i in range(10 * args.cases) if plan.workload_of(i) == spec.name][: args.cases + 1]
         ctx.begin_case(None)

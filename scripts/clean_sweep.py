@@ -25,11 +25,11 @@ def main() -> None:
 
     torch.set_num_threads(1)
     from sdcscan.outcomes import Case
-    from sdcscan.workloads import get
+    from sdcscan.workloads import load
     from sdcscan.workloads.base import Context
 
-    cls = get(args.workload)
-    params = dict(cls.defaults)
+    cls = load(args.workload)
+    params = dict(cls.spec.defaults)
     for item in args.param:
         key, _, value = item.partition("=")
         try:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +18,8 @@ from typing import Any
 import yaml
 
 from sdcscan.errors import ProfileError, UsageError
+from sdcscan.timefmt import parse_duration
+from sdcscan.workloads import spec as workload_spec
 
 PROFILE_VERSION = 1
 
@@ -37,39 +38,19 @@ MAX_PROFILE_BYTES = 256 * 1024
 MAX_BUDGET_S = 30 * 24 * 3600.0
 MAX_RETEST = 128
 
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?", re.IGNORECASE)
-_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
-
-def parse_duration(text: str | float | int) -> float:
-    """Parse `90s`, `15m`, `2h`, `1h30m` or a plain number of seconds into seconds.
+def parse_budget(text: str | float | int) -> float:
+    """A run budget (`90s`, `15m`, `2h`, `1h30m` or plain seconds) in seconds, at most MAX_BUDGET_S.
 
     Raises:
         UsageError: the text is not a positive duration of at most 30 days.
     """
-    if isinstance(text, bool):
-        raise UsageError(f"invalid duration {text!r}: expected e.g. 90s, 15m, 2h")
-    if isinstance(text, int | float):
-        seconds = float(text)
-    else:
-        s = str(text).strip().replace(" ", "")
-        pos, seconds = 0, 0.0
-        while pos < len(s):
-            m = _DURATION_PART.match(s, pos)
-            if not m or m.end() == pos:
-                raise UsageError(f"invalid duration {text!r}: expected e.g. 90s, 15m, 2h")
-            seconds += float(m.group(1)) * _UNIT_S[(m.group(2) or "s").lower()]
-            pos = m.end()
-        if not s:
-            raise UsageError("invalid duration '': expected e.g. 90s, 15m, 2h")
-    if not (0 < seconds <= MAX_BUDGET_S):
-        raise UsageError(f"invalid duration {text!r}: must be more than 0 s and at most 30 days")
-    return seconds
+    return parse_duration(text, max_s=MAX_BUDGET_S)
 
 
 @dataclass(frozen=True)
-class WorkloadSpec:
-    """One workload entry of a profile: its name, share of cases, and parameters."""
+class WorkloadEntry:
+    """One entry of a profile's `workloads` list: a workload's name, its share of cases, its parameters."""
 
     name: str
     weight: int = 1
@@ -96,16 +77,14 @@ class Profile:
     threads_per_unit: int
     units: str
     retest: int
-    workloads: tuple[WorkloadSpec, ...]
+    workloads: tuple[WorkloadEntry, ...]
     sha256: str
 
     def select(self, names: list[str]) -> Profile:
         """This profile restricted to `names` (in profile order); unknown names raise UsageError."""
         known = {w.name for w in self.workloads}
-        from sdcscan.workloads import get
-
         for n in names:
-            get(n)  # raises with a did-you-mean for names no workload has
+            workload_spec(n)  # raises with a did-you-mean for names no workload has
             if n not in known:
                 raise UsageError(
                     f"workload {n!r} is not in profile {self.name!r} (it has: {', '.join(sorted(known))})"
@@ -210,7 +189,7 @@ def profile_from_data(data: Any, *, label: str, default_name: str) -> Profile:
     name = _get(label, data, "name", str, default_name)
     description = _get(label, data, "description", str, "")
     try:
-        budget_s = parse_duration(data.get("budget", "60s"))
+        budget_s = parse_budget(data.get("budget", "60s"))
     except UsageError as err:
         raise ProfileError(f"{label}: budget: {err}") from None
     seed = data.get("seed")
@@ -228,7 +207,7 @@ def profile_from_data(data: Any, *, label: str, default_name: str) -> Profile:
     return _with_workloads(probe, workloads)
 
 
-def _with_workloads(profile: Profile, workloads: tuple[WorkloadSpec, ...]) -> Profile:
+def _with_workloads(profile: Profile, workloads: tuple[WorkloadEntry, ...]) -> Profile:
     plan_content = [
         {"name": w.name, "weight": w.weight, "params": dict(w.params), "cuda_params": dict(w.cuda_params)}
         for w in workloads
@@ -250,12 +229,10 @@ def _with_workloads(profile: Profile, workloads: tuple[WorkloadSpec, ...]) -> Pr
     )
 
 
-def _workloads(label: str, entries: Any) -> tuple[WorkloadSpec, ...]:
-    from sdcscan.workloads import REGISTRY, get
-
+def _workloads(label: str, entries: Any) -> tuple[WorkloadEntry, ...]:
     if not isinstance(entries, list) or not entries:
         raise ProfileError(f"{label}: workloads: expected a non-empty list, got {_type(entries)}")
-    specs, seen = [], set()
+    found, seen = [], set()
     for i, entry in enumerate(entries):
         where = f"workloads[{i}]"
         if not isinstance(entry, dict):
@@ -265,7 +242,7 @@ def _workloads(label: str, entries: Any) -> tuple[WorkloadSpec, ...]:
         if not isinstance(name, str):
             raise ProfileError(f"{label}: {where}.name: expected a workload name, got {name!r}")
         try:
-            cls = get(name)
+            defaults = workload_spec(name).defaults
         except UsageError as err:
             raise ProfileError(f"{label}: {where}.name: {err}") from None
         if name in seen:
@@ -274,11 +251,10 @@ def _workloads(label: str, entries: Any) -> tuple[WorkloadSpec, ...]:
         weight = _get(label, entry, "weight", int, 1, where=f"{where}.")
         if not 1 <= weight <= 1000:
             raise ProfileError(f"{label}: {where}.weight: expected 1..1000, got {weight}")
-        defaults = REGISTRY[cls.name].defaults
         params = _params(label, f"{where}.params", entry.get("params", {}), defaults)
         cuda_params = _params(label, f"{where}.cuda_params", entry.get("cuda_params", {}), defaults)
-        specs.append(WorkloadSpec(name, weight, params, cuda_params))
-    return tuple(specs)
+        found.append(WorkloadEntry(name, weight, params, cuda_params))
+    return tuple(found)
 
 
 def _params(label: str, where: str, given: Any, defaults: Mapping[str, Any]) -> dict[str, Any]:

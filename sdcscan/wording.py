@@ -84,7 +84,9 @@ def _finding(notice: Notice, run: Mapping[str, Any]) -> Finding:
             f"sdcscan run {replay} --units {notice.suspects[0]} --budget 10m, then the same for each suspect",
         )
     if isinstance(notice, Retest):
-        next_step = f"report it with the journal; replay: sdcscan run {replay} --units {notice.unit} --budget 1m"
+        next_step = (
+            f"report it with the journal; replay: sdcscan run {replay} --units {notice.unit} --budget 1m"
+        )
         return finding("case", notice.unit, case_message(notice), next_step)
     if isinstance(notice, RetestSummary):
         return finding("retest", notice.unit, retest_message(notice.unit, notice.summary, notice.records))
@@ -95,9 +97,7 @@ def _blame_finding(b: Blame, run: Mapping[str, Any]) -> Finding:
     unit, where = b.unit, f"case {b.index} ({b.workload})"
     next_fail = f"sdcscan run {replay_args(run)} --units {unit} --budget 15m (reproduce; then take {unit} out of service)"
     if b.kind == BLAME_INVARIANT:
-        message = (
-            f"{unit} computed wrong results: {b.workload} check failed in {b.cases} case(s), first at case {b.index}."
-        )
+        message = f"{unit} computed wrong results: {b.workload} check failed in {b.cases} case(s), first at case {b.index}."
         return finding("invariant", unit, message, next_fail)
     if b.kind == BLAME_DIVERGENT:
         message = f"{unit} disagreed with the other {b.out_of - 1} units of its cohort at {where}."

@@ -13,7 +13,7 @@ from sdcscan.cli.abft import calibrate as calibrate_cmd
 from sdcscan.errors import UsageError
 from sdcscan.units import device_model
 from sdcscan.workloads import calibration as calibrate
-from sdcscan.workloads import get
+from sdcscan.workloads import load
 from sdcscan.workloads.base import Context
 
 TINY = ["--rows", "64", "--k", "32,64"]
@@ -31,8 +31,13 @@ def test_calibrate_writes_a_table_that_gemm_fp_loads(tmp_path: Path):
     for e in table["entries"]:
         assert e["device_model"] == device_model(torch.device("cpu")) and e["torch"] == torch.__version__
         assert e["e_max"] >= 3 * e["needed"] * 0.999 and e["rows"] >= 64 and e["k_max"] == 64
-    cls = get("gemm_fp")
-    params = {**cls.defaults, "dtypes": ["float32", "float16"], "shapes": [[8, 64, 8]] * 2, "repeats": [1, 1]}
+    cls = load("gemm_fp")
+    params = {
+        **cls.spec.defaults,
+        "dtypes": ["float32", "float16"],
+        "shapes": [[8, 64, 8]] * 2,
+        "repeats": [1, 1],
+    }
     params |= {"checkers": ["float32", "float32"], "calibration": str(out)}
     ctx = Context(unit="cpu:0", device=torch.device("cpu"), run_seed=0, params=params)
     workload = cls(params)

@@ -99,7 +99,7 @@ def test_rigorous_threshold_worked_by_hand():
 
 
 def test_clean_random_gemm_stays_below_a_calibrated_threshold():
-    """fp32 with an fp64 checker: a clean 64×512×64 product is well inside T at e_max = 4e-7 (recipe §5.2)."""
+    """fp32 with an fp64 checker: a clean 64×512×64 product is well inside T at e_max = 4e-7 (docs/abft.md §3.2)."""
     g = torch.Generator().manual_seed(1)
     a, b = torch.randn(64, 512, generator=g), torch.randn(512, 64, generator=g)
     r = vabft.row_check(a, a @ b, vabft.encode(b, torch.float64), 4e-7)

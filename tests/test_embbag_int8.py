@@ -9,13 +9,13 @@ import torch
 
 from sdcscan.faults import FaultSpec
 from sdcscan.outcomes import Case
-from sdcscan.workloads import embbag_int8, get
-from sdcscan.workloads.base import Context
+from sdcscan.workloads import embbag_int8, load
+from sdcscan.workloads.base import Context, has_selftest
 from sdcscan.workloads.embbag_int8 import EmbbagInt8, fit_rows
 
 
 def _ready(params: dict[str, Any], seed: int = 1) -> tuple[EmbbagInt8, Context]:
-    workload = EmbbagInt8({**EmbbagInt8.tiny, **params})
+    workload = EmbbagInt8({**EmbbagInt8.spec.tiny, **params})
     ctx = Context(unit="cpu:0", device=torch.device("cpu"), run_seed=seed, params={})
     workload.prepare(ctx)
     return workload, ctx
@@ -28,7 +28,7 @@ def _run(workload: EmbbagInt8, ctx: Context, seed: int, fault: FaultSpec | None 
 
 def test_registered_with_the_selftest_protocol() -> None:
     """Registry entry, variants, bits and floors are what sdcscan selftest reads."""
-    assert get("embbag_int8") is EmbbagInt8
+    assert load("embbag_int8") is EmbbagInt8 and has_selftest(EmbbagInt8)
     assert set(EmbbagInt8.selftest_variants) == {"exact", "realistic"}
     assert EmbbagInt8.negative_sites == ("indices",)
     assert EmbbagInt8.selftest_bits("exact", "table") == list(range(8))
@@ -36,7 +36,7 @@ def test_registered_with_the_selftest_protocol() -> None:
     assert EmbbagInt8.selftest_floor("exact", "table", 0) == 0.999
     assert EmbbagInt8.selftest_floor("realistic", "table", 7) is None
     assert EmbbagInt8.selftest_floor("exact", "indices", 3) is None
-    assert EmbbagInt8.defaults["rows"] >= 1_000_000
+    assert EmbbagInt8.spec.defaults["rows"] >= 1_000_000
 
 
 @pytest.mark.parametrize("mode", ["exact", "realistic"])

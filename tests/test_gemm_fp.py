@@ -11,8 +11,8 @@ import torch
 from sdcscan.faults import FaultSpec
 from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case
 from sdcscan.units import device_model
+from sdcscan.workloads import SPECS, load
 from sdcscan.workloads import calibration as calibrate
-from sdcscan.workloads import get
 from sdcscan.workloads.base import Context
 
 SHAPES = {
@@ -33,10 +33,10 @@ def table_path(calibration_here: str) -> str:
     return calibration_here
 
 
-def make(dtype: str, table: str, **overrides):
-    cls = get("gemm_fp")
+def make(dtype: str, table: str, *, selftest: bool = False, **overrides):
+    cls = load("gemm_fp")
     params = {
-        **cls.defaults,
+        **cls.spec.defaults,
         "dtypes": [dtype],
         "shapes": [SHAPES[dtype]],
         "repeats": [1],
@@ -45,7 +45,7 @@ def make(dtype: str, table: str, **overrides):
         **overrides,
     }
     ctx = Context(unit="cpu:0", device=torch.device("cpu"), run_seed=7, params=params)
-    workload = cls(params)
+    workload = cls.for_selftest(params) if selftest else cls(params)
     workload.prepare(ctx)
     return workload, ctx
 
@@ -139,8 +139,8 @@ def test_digest_and_ops_are_deterministic(table_path):
 
 
 def test_dtypes_cycle_by_occurrence(table_path):
-    cls = get("gemm_fp")
-    params = {**cls.defaults, **cls.tiny, "calibration": table_path}
+    cls = load("gemm_fp")
+    params = {**cls.spec.defaults, **cls.spec.tiny, "calibration": table_path}
     ctx = Context(unit="cpu:0", device=torch.device("cpu"), run_seed=1, params=params)
     workload = cls(params)
     workload.prepare(ctx)
@@ -154,7 +154,7 @@ def test_dtypes_cycle_by_occurrence(table_path):
 
 
 def test_bad_parameters_are_rejected():
-    cls = get("gemm_fp")
+    cls = load("gemm_fp")
     with pytest.raises(ValueError, match="dtypes"):
         cls({"dtypes": ["int8"]})
     with pytest.raises(ValueError, match="one entry per dtype"):
@@ -163,9 +163,17 @@ def test_bad_parameters_are_rejected():
         cls({"inputs": "cauchy"})
 
 
+def test_reuse_product_is_a_selftest_switch_not_a_parameter():
+    """Profiles cannot turn on product reuse: only `for_selftest` does, and a run recomputes every product."""
+    cls = load("gemm_fp")
+    assert "reuse_product" not in SPECS["gemm_fp"].defaults
+    assert not cls(SPECS["gemm_fp"].tiny).reuse_product
+    assert cls.for_selftest(SPECS["gemm_fp"].tiny).reuse_product
+
+
 def test_reuse_product_recomputes_when_an_operand_changed(table_path):
     """Self-test mode must not hide an operand fault behind the remembered product."""
-    workload, ctx = make("float32", table_path, reuse_product=True)
+    workload, ctx = make("float32", table_path, selftest=True)
     assert run(workload, ctx, 2).status == STATUS_OK
     hit = run(workload, ctx, 2, FaultSpec("bitflip", "operand_b_encoded", 5, bit=31))
     assert hit.status == STATUS_MISMATCH

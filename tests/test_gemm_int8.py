@@ -9,13 +9,13 @@ import torch
 
 from sdcscan.faults import FaultSpec
 from sdcscan.outcomes import Case
-from sdcscan.workloads import get
-from sdcscan.workloads.base import Context
+from sdcscan.workloads import load
+from sdcscan.workloads.base import Context, has_selftest
 from sdcscan.workloads.gemm_int8 import GemmInt8, _probe
 
 
 def _ready(params: dict[str, Any], seed: int = 1) -> tuple[GemmInt8, Context]:
-    workload = GemmInt8({**GemmInt8.tiny, **params})
+    workload = GemmInt8({**GemmInt8.spec.tiny, **params})
     ctx = Context(unit="cpu:0", device=torch.device("cpu"), run_seed=seed, params={})
     workload.prepare(ctx)
     return workload, ctx
@@ -30,10 +30,10 @@ def _run(
 
 def test_registered_with_the_selftest_protocol() -> None:
     """Registry entry, variants, bits and floors are what sdcscan selftest reads."""
-    assert get("gemm_int8") is GemmInt8
+    assert load("gemm_int8") is GemmInt8 and has_selftest(GemmInt8)
     assert set(GemmInt8.selftest_variants) == {"mod2_32", "mod127"}
     assert GemmInt8.negative_sites == ("operand",) and set(GemmInt8.negative_sites) <= set(
-        GemmInt8.fault_sites
+        GemmInt8.spec.fault_sites
     )
     assert GemmInt8.selftest_bits("mod2_32", "output") == list(range(32))
     assert GemmInt8.selftest_bits("mod127", "encoded") == list(range(8))
@@ -103,7 +103,7 @@ def test_saturating_kernel_restricts_activations_and_is_not_a_fault(monkeypatch:
 
 def test_defaults_have_profile_friendly_types() -> None:
     """Profiles validate against defaults: shapes is a non-empty list of [m, k, n] integer lists."""
-    shapes = GemmInt8.defaults["shapes"]
+    shapes = GemmInt8.spec.defaults["shapes"]
     assert shapes and all(
         isinstance(s, list) and len(s) == 3 and all(isinstance(x, int) for x in s) for s in shapes
     )

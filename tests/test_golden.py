@@ -70,7 +70,9 @@ def run_with_golden(rep: dict[str, Any], golden: dict[str, Any], **kw: Any) -> d
     """Judge a report's cases as `sdcscan run --golden` does: through the one judge, golden as evidence."""
     index = index_golden(golden)
     plan = (rep["run"]["profile"]["sha256"], rep["run"]["seed"])
-    units = [{"id": u["id"], "kind": u["kind"], "model": u["model"], "cohort": u["cohort"]} for u in rep["units"]]
+    units = [
+        {"id": u["id"], "kind": u["kind"], "model": u["model"], "cohort": u["cohort"]} for u in rep["units"]
+    ]
     outcomes = [{**row, "attempt": 0} for row in case_records(rep)]
     return judge_and_build(
         run=rep["run"],
@@ -148,7 +150,9 @@ def test_run_with_golden_with_no_overlapping_case_cannot_judge():
         ({"interrupted": "SIGINT"}, "interrupted", "interrupted", 130),
     ],
 )
-def test_run_with_golden_keeps_the_worst_verdict(kw: dict[str, Any], unit_verdict: str, verdict: str, code: int):
+def test_run_with_golden_keeps_the_worst_verdict(
+    kw: dict[str, Any], unit_verdict: str, verdict: str, code: int
+):
     """pass < fail < invalid < interrupted: a golden failure never hides a worse verdict."""
     r = report("q", [unit("cpu:0", digests={0: "f" * 16})])
     out = run_with_golden(r, record(fleet()), **kw)

@@ -52,7 +52,9 @@ def test_consensus_failure_names_the_workload_of_the_dispute(tmp_path: Path) -> 
     unit["verdict"], report["verdict"] = "fail", "fail"
     unit["reason"] = "digest disagreed with the cohort majority at case 4 (train)"
     digests = {"cpu:0": "a" * 16, "cpu:1": "b" * 16, "cpu:2": "a" * 16}
-    report["disputes"] = [{"index": 4, "workload": "train", "cohort": "c", "digests": digests, "majority": "a" * 16}]
+    report["disputes"] = [
+        {"index": 4, "workload": "train", "cohort": "c", "digests": digests, "majority": "a" * 16}
+    ]
     suites = _parse(report, tmp_path)
     assert _kinds(suites["cpu:1"]["train"]) == [Failure]
     assert suites["cpu:1"]["train"].result[0].type == "consensus"

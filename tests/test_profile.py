@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from sdcscan.errors import ProfileError, UsageError
-from sdcscan.profile import builtin_profile_names, load_profile, parse_duration
+from sdcscan.profile import builtin_profile_names, load_profile, parse_budget
 
 
 @pytest.mark.parametrize(
@@ -23,16 +23,16 @@ from sdcscan.profile import builtin_profile_names, load_profile, parse_duration
         ("2d", 172800),
     ],
 )
-def test_parse_duration_accepts_common_forms(text, seconds):
-    """Durations like 90s, 15m, 2h and combinations parse to seconds."""
-    assert parse_duration(text) == seconds
+def test_parse_budget_accepts_common_forms(text, seconds):
+    """Budgets like 90s, 15m, 2h and combinations parse to seconds."""
+    assert parse_budget(text) == seconds
 
 
 @pytest.mark.parametrize("text", ["abc", "", "10x", "-5s", "0s", "99d", "s", True])
-def test_parse_duration_rejects_garbage(text):
-    """Bad durations raise UsageError (exit 2) with the offending text."""
+def test_parse_budget_rejects_garbage(text):
+    """Bad budgets (and budgets over 30 days) raise UsageError (exit 2) with the offending text."""
     with pytest.raises(UsageError, match="duration"):
-        parse_duration(text)
+        parse_budget(text)
 
 
 @pytest.mark.parametrize("name", builtin_profile_names())

@@ -10,8 +10,9 @@ import pytest
 from click.testing import CliRunner
 
 from sdcscan.cli.abft import selftest
-from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case, Outcome
-from sdcscan.workloads.base import REGISTRY, Context
+from sdcscan.outcomes import INVARIANT, STATUS_MISMATCH, STATUS_OK, Case, Outcome
+from sdcscan.workloads import SPECS, Quality, WorkloadSpec
+from sdcscan.workloads.base import REGISTRY, Context, has_selftest
 
 SITE_KEYS = {"workload", "variant", "site", "bit", "trials", "detected"}
 CLEAN_KEYS = {"workload", "variant", "site", "trials", "false_positives"}
@@ -54,8 +55,14 @@ class _Fake:
     """A minimal ABFT-protocol workload whose behaviour each test sets through class attributes."""
 
     name: ClassVar[str] = "fake_abft"
-    defaults: ClassVar[dict[str, Any]] = {"size": 4}
-    fault_sites: ClassVar[tuple[str, ...]] = ("output", "input")
+    spec: ClassVar[WorkloadSpec] = WorkloadSpec(
+        name="fake_abft",
+        description="a fake ABFT workload",
+        evidence=(INVARIANT,),
+        quality=Quality.BETA,
+        defaults={"size": 4},
+        fault_sites=("output", "input"),
+    )
     negative_sites: ClassVar[tuple[str, ...]] = ("input",)
     selftest_variants: ClassVar[dict[str, dict[str, Any]]] = {"only": {}}
     detects = True
@@ -64,6 +71,10 @@ class _Fake:
 
     def __init__(self, params: dict[str, Any]) -> None:
         self.p = params
+
+    @classmethod
+    def for_selftest(cls, params: dict[str, Any]) -> _Fake:
+        return cls(params)
 
     def prepare(self, ctx: Context) -> None:
         pass
@@ -94,6 +105,8 @@ class _Fake:
 )
 def test_exit_code_follows_floors_false_positives_and_negative_controls(monkeypatch, attrs, expected_exit):
     fake = type("FakeAbft", (_Fake,), attrs)
+    assert has_selftest(fake)
+    monkeypatch.setitem(SPECS, "fake_abft", fake.spec)
     monkeypatch.setitem(REGISTRY, "fake_abft", fake)
     r = CliRunner().invoke(selftest, ["-w", "fake_abft", "--trials", "3", "--json"])
     assert r.exit_code == expected_exit, r.stderr

@@ -14,9 +14,9 @@ from sdcscan.faults import FaultSpec
 from sdcscan.outcomes import STATUS_MISMATCH, Case
 from sdcscan.workloads.base import Context
 from sdcscan.workloads.train import Train
-from tests.conftest import child_env
+from tests.helpers.cli import child_env
 
-PARAMS = {**Train.defaults, "hidden": 32, "batch": 16, "steps": 12}
+PARAMS = {**Train.spec.defaults, "hidden": 32, "batch": 16, "steps": 12}
 
 
 def _run(fault=None, seed=77):

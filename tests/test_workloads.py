@@ -6,16 +6,16 @@ import pytest
 import torch
 
 from sdcscan.faults import FaultSpec
-from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case
-from sdcscan.workloads import REGISTRY, get
+from sdcscan.outcomes import EVIDENCE, STATUS_MISMATCH, STATUS_OK, Case
+from sdcscan.workloads import SPECS, load
 from sdcscan.workloads.base import Context
 
-NAMES = sorted(REGISTRY)
+NAMES = sorted(SPECS)
 
 
 def make(name: str, **overrides):
-    cls = get(name)
-    params = {**cls.defaults, **cls.tiny, **overrides}
+    cls = load(name)
+    params = {**cls.spec.defaults, **cls.spec.tiny, **overrides}
     ctx = Context(unit="cpu:0", device=torch.device("cpu"), run_seed=4242, params=params)
     workload = cls(params)
     workload.prepare(ctx)
@@ -44,7 +44,7 @@ def test_clean_cases_pass_and_repeat_bit_identically(name):
 def test_injection_at_the_default_site_is_detected(name, kind):
     """A fault at the site `--inject` uses is caught: by an invariant, or by a changed digest."""
     workload, ctx = make(name)
-    site = type(workload).fault_sites[0]
+    site = type(workload).spec.fault_sites[0]
     detected = 0
     for index in range(6):
         clean = run_case(workload, ctx, index)
@@ -57,7 +57,10 @@ def test_injection_at_the_default_site_is_detected(name, kind):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_workload_declares_its_contract(name):
-    cls = REGISTRY[name]
-    assert cls.name == name and cls.description and cls.fault_sites
-    assert set(cls.evidence) <= {"invariant", "consensus", "repeat"}
-    assert set(cls.tiny) <= set(cls.defaults)
+    """Its module registers a class of that name whose spec is the catalogue entry, and the entry is complete."""
+    cls = load(name)
+    spec = SPECS[name]
+    assert cls.name == name and cls.spec is spec and cls.__module__ == f"sdcscan.workloads.{name}"
+    assert spec.name == name and spec.description and spec.fault_sites and spec.evidence
+    assert set(spec.evidence) <= set(EVIDENCE)
+    assert set(spec.tiny) <= set(spec.defaults)

@@ -1,8 +1,9 @@
 """Checksums for 8-bit rowwise-quantized EmbeddingBag (FBGEMM `embedding_bag_byte_rowwise_offsets`).
 
 A packed row is D bytes q, then fp32 scale and fp32 bias; an element is scale·q + bias. FBGEMM sums a
-bag in fp32 as buf_j = fma(w·scale, q_j, buf_j + w·bias) (research/abft_recipe.md §4.1). With row sums
-C_T[r] = Σ_j q_rj precomputed from the intended table, the bag checksum identity (Li et al.) is
+bag in fp32 as buf_j = fma(w·scale, q_j, buf_j + w·bias) (its EmbeddingSpMDM_ref; docs/abft.md §2.1).
+With row sums C_T[r] = Σ_j q_rj precomputed from the intended table, the bag checksum identity
+(Li et al. §V-B, eq. 5; docs/abft.md §2.2) is
 
     S_out(b) = Σ_j out[b, j]  =  S_exp(b) = Σ_{i in b} w_i (scale_i·C_T[i] + D·bias_i)
 
@@ -11,8 +12,8 @@ where S_exp gathers the row sums of the INTENDED indices, so a fetch of the wron
 Two tolerance models:
     exact: scale = 2^-7 and bias = k·2^-7 (k integer) are written into the table and weights are small
         integers, so every fp32 step is exact; the identity is checked for equality in integers
-        (units of 2^-7), plus an integrality check on every output element (recipe §4.3).
-    realistic: any FBGEMM-quantized table; |S_out − S_exp| <= T, a rigorous bound (recipe §4.2) built
+        (units of 2^-7), plus an integrality check on every output element (docs/abft.md §2.4).
+    realistic: any FBGEMM-quantized table; |S_out − S_exp| <= T, a rigorous bound (docs/abft.md §2.3) built
         from γ_n = n·u/(1 − n·u) and A(b) = Σ|w_i|(scale_i·C_T[i] + D·|bias_i|).
 """
 

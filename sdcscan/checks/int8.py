@@ -1,14 +1,14 @@
 """Exact ABFT for int8 GEMM (u8 activations × s8 weights → s32): checksum rows, row verification, CUDA shapes.
 
 The weight W (n, k) gets extra rows so that every row of C_ext = A @ W_ext.T satisfies an identity
-(Li et al.; research/abft_recipe.md §3). Everything here is integer arithmetic: no tolerance, no false
+(Li et al. §IV; docs/abft.md §1.1). Everything here is integer arithmetic: no tolerance, no false
 positives. Functions take tensors on any device and never choose one.
 
 Schemes:
     mod2_32: three checksum rows hold the column sums r = Σ_j W[j, :] as balanced base-255 digits
         d0 + 255·d1 + 255²·d2 (each digit in [-127, 127], so it fits int8). Then, for every row i,
             Σ_{j<n} C[i, j] ≡ C[i, n] + 255·C[i, n+1] + 255²·C[i, n+2]   (mod 2^32),
-        and the left side is a cheap int32 sum that wraps. Base 255 rather than the recipe's 256: the
+        and the left side is a cheap int32 sum that wraps. Base 255 rather than 256 (bytes): the
         digit weights are odd, so a flip of bit b of a checksum word moves the identity by odd·2^b,
         never 0 mod 2^32 (with 256, bits ≥ 24 of C[:, n+1] and ≥ 16 of C[:, n+2] were invisible).
     mod127: the paper's single row chk = (−r) mod 127, so Σ_{j≤n} C[i, j] ≡ 0 (mod 127), summed in int64.

@@ -3,9 +3,9 @@
 For `C = A @ B` with A (M, K) and B (K, N), the row identity is `Σ_j C_ij = A_i · (B · 1_N)`. In floating
 point the two sides differ by rounding; V-ABFT (Gao, Hua, Chen) bounds that difference per row with a
 threshold built from the mean and a variance bound of A's row and of B's rows, scaled by a per-platform
-`e_max` (research/abft_recipe.md §5.1, with N and "k" mapped as in the authors' artifact). The column
-check is the same identity with the roles of A and B swapped, `Σ_i C_ij = (1_Mᵀ A) · B_j`; a row and a
-column that both fail name the corrupted element (the two-sided localisation of §5.4).
+`e_max` (V-ABFT §3.4-3.5, with N and "k" mapped as in the authors' artifact: docs/abft.md §3.1). The
+column check is the same identity with the roles of A and B swapped, `Σ_i C_ij = (1_Mᵀ A) · B_j`; a row
+and a column that both fail name the corrupted element (two-sided localisation, docs/abft.md §3.5).
 
 Pure maths: tensors in, tensors out. No device choice, no I/O, no clock.
 """
@@ -89,7 +89,7 @@ def summarize(b: torch.Tensor) -> OperandSummary:
 def vabft_threshold(
     mu_a: torch.Tensor, var_a: torch.Tensor, summary: OperandSummary, e_max: float, c: float = SIGMA_C
 ) -> torch.Tensor:
-    """V-ABFT threshold per row (research/abft_recipe.md §5.1)::
+    """V-ABFT threshold per row (V-ABFT §3.4; docs/abft.md §3.1)::
 
         T_i = e_max·( N·|μA_i|·S1 + c·sqrt(N·μA_i²·S2 + N²·σA_i²·S3) + c·sqrt(N)·σA_i·sqrt(S2) )
 
@@ -171,7 +171,7 @@ def column_check(
 def rigorous_threshold(
     a: torch.Tensor, c_out: torch.Tensor, enc: Encoding, *, u_acc: float, u_chk: float, u_out: float
 ) -> torch.Tensor:
-    """A worst-case bound on |D_i| valid for any summation order (research/abft_recipe.md §5.2)::
+    """A worst-case bound on |D_i| valid for any summation order (docs/abft.md §3.3)::
 
         T_i = (γ_{K+2}(u_acc) + γ_{N+K+2}(u_chk))·|A_i|·(|B|·1) + (u_out + γ_{N}(u_chk))·Σ_j|C_ij|
 

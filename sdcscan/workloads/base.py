@@ -2,26 +2,22 @@
 
 A workload builds its inputs deterministically from the case seed, computes, checks itself and
 returns an Outcome. It never reads the clock, prints, sleeps or seeds global RNG state: the runner
-owns time, and `Context.phase` times compute versus checking on the workload's behalf.
+owns time, and `Context.phase` times compute versus checking on the workload's behalf. What a workload
+is (description, evidence, parameters) lives in the torch-free catalogue, `sdcscan.workloads.SPECS`.
 """
 
 from __future__ import annotations
 
-import enum
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, ClassVar, Protocol, TypeVar
+from typing import Any, ClassVar, Protocol, TypeGuard, TypeVar, runtime_checkable
 
 import torch
 
 from sdcscan import faults
 from sdcscan.outcomes import Case, Outcome
-
-
-class Quality(enum.Enum):
-    BETA = "beta"
-    PROD = "prod"
+from sdcscan.workloads import SPECS, WorkloadSpec
 
 
 class Context:
@@ -77,29 +73,68 @@ class Context:
 
 
 class Workload(Protocol):
-    name: ClassVar[str]  # stable id, lower_snake; never renamed once merged
-    description: ClassVar[str]  # one line, shown by `sdcscan workloads`
-    evidence: ClassVar[tuple[str, ...]]  # subset of (INVARIANT, CONSENSUS, REPEAT)
-    quality: ClassVar[Quality]
-    defaults: ClassVar[Mapping[str, Any]]  # parameters and their defaults; profiles may override these only
-    fault_sites: ClassVar[tuple[str, ...]]  # sites passed through ctx.fault; the first is used by --inject
-    tiny: ClassVar[Mapping[str, Any]]  # parameter overrides that make a case take milliseconds (tests, CI)
-    # Optional, for ABFT workloads that `sdcscan selftest` sweeps (see sdcscan/selftest.py):
-    #   negative_sites: ClassVar[tuple[str, ...]]   sites the check cannot see by design (must stay silent)
-    #   selftest_variants: ClassVar[dict[str, dict[str, Any]]]   variant name -> parameter overrides
+    """One registered kind of test; `load(name)` returns its class."""
 
-    def prepare(self, ctx: Context) -> None: ...
+    name: ClassVar[str]  # stable id, lower_snake; never renamed once merged; the module's name
+    spec: ClassVar[WorkloadSpec]  # its catalogue entry, SPECS[name]
 
-    def run(self, ctx: Context, case: Case) -> Outcome: ...
+    def __init__(self, params: Mapping[str, Any]) -> None:
+        """Validate `params` (defaults merged with the profile's) and keep them; raises ValueError."""
 
+    def prepare(self, ctx: Context) -> None:
+        """Build what every case shares (tables, references, calibration), once per unit."""
 
-W = TypeVar("W")
-REGISTRY: dict[str, Any] = {}
+    def run(self, ctx: Context, case: Case) -> Outcome:
+        """One case: compute, check, digest."""
 
 
-def register(cls: W) -> W:
-    """Class decorator adding a workload to REGISTRY; a duplicate name fails at import."""
-    name = cls.name  # type: ignore[attr-defined]
+@runtime_checkable
+class SelftestWorkload(Workload, Protocol):
+    """An ABFT workload that `sdcscan selftest` sweeps (see sdcscan/workloads/selftest.py).
+
+    Implementing every member is what makes a workload one: `has_selftest` checks for all of them.
+    """
+
+    negative_sites: ClassVar[tuple[str, ...]]  # fault sites the check cannot see by design: must stay silent
+    selftest_variants: ClassVar[Mapping[str, Mapping[str, Any]]]  # variant name -> parameter overrides
+
+    @classmethod
+    def for_selftest(cls, params: Mapping[str, Any]) -> Workload:
+        """The workload the self-test runs (it may enable shortcuts a run must never take)."""
+
+    @classmethod
+    def selftest_bits(cls, variant: str, site: str) -> Sequence[int | str]:
+        """Bit positions swept at `site` ("any": a random bit per trial)."""
+
+    @classmethod
+    def selftest_floor(cls, variant: str, site: str, bit: int | str) -> float | None:
+        """Minimum detection fraction for (site, bit); None: report only."""
+
+
+def has_selftest(cls: type[Workload]) -> TypeGuard[type[SelftestWorkload]]:
+    """Whether `cls` implements the whole SelftestWorkload protocol."""
+    return isinstance(cls, SelftestWorkload)  # the class object carries the class-level members
+
+
+W = TypeVar("W", bound=Workload)
+REGISTRY: dict[str, type[Workload]] = {}
+
+
+def register(cls: type[W]) -> type[W]:
+    """Class decorator adding a workload to REGISTRY.
+
+    Raises:
+        ValueError: at import, for a name with no catalogue entry, a `spec` that is not its entry, a
+            module other than sdcscan/workloads/<name>.py (`load` imports by name), or a second
+            registration of the name.
+    """
+    name = cls.name
+    if name not in SPECS:
+        raise ValueError(f"workload {name!r} has no entry in sdcscan.workloads.SPECS")
+    if cls.spec is not SPECS[name]:
+        raise ValueError(f"workload {name!r}: its spec must be SPECS[{name!r}]")
+    if cls.__module__ != f"sdcscan.workloads.{name}":
+        raise ValueError(f"workload {name!r} must be defined in sdcscan/workloads/{name}.py")
     if name in REGISTRY:
         raise ValueError(f"workload {name!r} registered twice")
     REGISTRY[name] = cls

@@ -1,16 +1,16 @@
 """Calibration of V-ABFT's e_max: measure it on a device, write it to a table, look it up for `gemm_fp`.
 
 e_max depends on the device's GEMM kernels (blocking, split-K, FMA, accumulation precision), the dtype
-and the checker's precision, so it is measured per platform (research/abft_recipe.md §5.2): many clean
+and the checker's precision, so it is measured per platform (docs/abft.md §3.2): many clean
 rows per inner dimension K over several input distributions, e_max = margin × max_rows |D_i| / T_i(e=1).
 The measurement uses the very functions `gemm_fp` checks with, so the two cannot drift apart.
 """
 
 from __future__ import annotations
 
-import datetime as _dt
-import json
 import math
+import os
+import time
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
@@ -19,7 +19,9 @@ from typing import Any
 import torch
 
 from sdcscan.checks import vabft
-from sdcscan.errors import UsageError
+from sdcscan.errors import ReportError, UsageError
+from sdcscan.files import parse_json, read_json, write_json_atomic
+from sdcscan.timefmt import iso_utc
 
 SCHEMA = "sdcscan-calibration/1"
 DTYPES = {
@@ -28,8 +30,8 @@ DTYPES = {
     "bfloat16": torch.bfloat16,
     "float16": torch.float16,
 }
-# Checker precisions per GEMM dtype (§5.2): fp32 in fp32 (cheap) or fp64; low precision in fp32 from the
-# exact low-precision operands.
+# Checker precisions per GEMM dtype (docs/abft.md §3.2): fp32 in fp32 (cheap) or fp64; low precision in
+# fp32 from the exact low-precision operands.
 CHECKERS = {
     "float32": ["float32", "float64"],
     "float64": ["float64"],
@@ -40,6 +42,7 @@ DEFAULT_K = (256, 1024, 4096)
 DEFAULT_ROWS = 10_000
 DEFAULT_MARGIN = 3.0
 DEFAULT_MN = 256  # rows and columns of each calibration GEMM
+MAX_TABLE_BYTES = 16 << 20  # a table holds a few entries per device model; anything larger is not one
 
 
 def _student_t3(shape: tuple[int, int], g: torch.Generator, dt: torch.dtype) -> torch.Tensor:
@@ -56,8 +59,9 @@ def _llm_like(shape: tuple[int, int], g: torch.Generator, dt: torch.dtype) -> to
     return x
 
 
-Sampler = Callable[[tuple[int, int], torch.Generator, torch.dtype], torch.Tensor]
-DISTRIBUTIONS: dict[str, Sampler] = {
+# (shape, generator, dtype) -> a matrix of GEMM operands; not telemetry's Sampler
+OperandSampler = Callable[[tuple[int, int], torch.Generator, torch.dtype], torch.Tensor]
+DISTRIBUTIONS: dict[str, OperandSampler] = {
     "abs_normal": lambda s, g, dt: (
         torch.randn(s, generator=g, dtype=dt).abs() + 0.5
     ),  # the artifact's default
@@ -174,7 +178,7 @@ def _entry(
         "device_kind": device.type,
         "cpu_capability": torch.backends.cpu.get_cpu_capability() if device.type == "cpu" else None,
         "threads": torch.get_num_threads() if device.type == "cpu" else None,
-        "measured_utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "measured_utc": iso_utc(time.time()),
     }
 
 
@@ -198,12 +202,12 @@ def load_table(path: str = "") -> dict[str, Any]:
     label = path or "the shipped calibration table"
     try:
         if path:
-            text = Path(path).read_text(encoding="utf-8")
+            data = read_json(path, what="calibration table", max_bytes=MAX_TABLE_BYTES)
         else:
             text = resources.files("sdcscan").joinpath("data/calibration.json").read_text(encoding="utf-8")
-        data = json.loads(text)
-    except (OSError, ValueError) as err:
-        raise UsageError(f"calibration {label}: cannot read it ({err})") from None
+            data = parse_json(text, what="calibration table", label=label)
+    except ReportError as err:
+        raise UsageError(str(err)) from None  # a bad --calibration is a usage error (exit 2)
     if (
         not isinstance(data, dict)
         or data.get("schema") != SCHEMA
@@ -211,6 +215,17 @@ def load_table(path: str = "") -> dict[str, Any]:
     ):
         raise UsageError(f"calibration {label}: not an sdcscan calibration table (schema {SCHEMA!r})")
     return data
+
+
+def save_table(path: str | os.PathLike[str], table: dict[str, Any]) -> None:
+    """Merge `table` into the file at `path` (other devices' entries are kept) and write it atomically.
+
+    Raises:
+        UsageError: an existing file is not a calibration table (it is left untouched).
+        ReportError: the file could not be written.
+    """
+    old = load_table(str(path)) if Path(path).exists() else None
+    write_json_atomic(path, merge(old, table), indent=2)  # indented: people read and diff these files
 
 
 def lookup(table: dict[str, Any], model: str, dtype: str, checker: str) -> dict[str, Any] | None:
@@ -222,3 +237,44 @@ def lookup(table: dict[str, Any], model: str, dtype: str, checker: str) -> dict[
     ]
     found.sort(key=lambda e: e.get("torch") != torch.__version__)
     return found[0] if found else None
+
+
+def measure_on(
+    device: str,
+    *,
+    dtypes: list[str],
+    rows: int = DEFAULT_ROWS,
+    k_values: tuple[int, ...] = DEFAULT_K,
+    margin: float = DEFAULT_MARGIN,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """`calibrate` on a device named as on the command line (`cpu`, `cuda:N`), as `sdcscan calibrate` runs it.
+
+    CPU measurements use one thread, as per-core units do: e_max depends on the GEMM's blocking, which
+    depends on the thread count. The caller's thread count is restored afterwards.
+
+    Raises:
+        UsageError: a malformed or absent device, or bad `calibrate` arguments.
+    """
+    from sdcscan.units import device_model
+
+    dev = _parse_device(device)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return calibrate(
+            device=dev, model=device_model(dev), dtypes=dtypes, rows=rows, k_values=k_values,
+            margin=margin, seed=seed,
+        )  # fmt: skip
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _parse_device(text: str) -> torch.device:
+    if text != "cpu" and not (text.startswith("cuda:") and text[5:].isdigit()):
+        raise UsageError(f"--device {text!r}: expected cpu or cuda:N")
+    if text.startswith("cuda") and not (
+        torch.cuda.is_available() and int(text[5:]) < torch.cuda.device_count()
+    ):
+        raise UsageError(f"--device {text}: no such CUDA device here")
+    return torch.device(text)

@@ -11,14 +11,16 @@ rigorous rounding bound. The op's `mode` argument is ignored by torch (always su
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import torch
 
 from sdcscan.checks import embbag
 from sdcscan.checks.digest import Digest
-from sdcscan.outcomes import CONSENSUS, INVARIANT, STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
-from sdcscan.workloads.base import Context, Quality, register
+from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
+from sdcscan.workloads import SPECS, WorkloadSpec
+from sdcscan.workloads.base import Context, register
 
 MODES = ("exact", "realistic")
 MAX_RECORDED = 8
@@ -30,32 +32,15 @@ _SMALL = {"rows": 4096, "dim": 16, "bags": 8, "pooling": [20, 40]}  # selftest: 
 @register
 class EmbbagInt8:
     name: ClassVar[str] = "embbag_int8"
-    description: ClassVar[str] = (
-        "8-bit rowwise-quantized EmbeddingBag (FBGEMM) with per-bag row-sum checksums"
-    )
-    evidence: ClassVar[tuple[str, ...]] = (INVARIANT, CONSENSUS)
-    quality: ClassVar[Quality] = Quality.BETA
-    defaults: ClassVar[dict[str, Any]] = {
-        "mode": "exact",
-        "rows": 1_000_000,  # scaled down when memory is short (see prepare)
-        "dim": 64,  # a multiple of 4: the CUDA kernel needs it
-        "bags": 32768,
-        "pooling": [20, 100],  # lookups per bag, min and max
-        "weighted": False,  # per-sample weights (small integers in exact mode)
-    }
-    tiny: ClassVar[dict[str, Any]] = {"rows": 2048, "dim": 16, "bags": 16, "pooling": [1, 8]}
-    # table: the D quantized bytes of one row the case pools, restored after the case (the table is
-    # shared by all cases). indices: raw sparse ids before `% rows`; both the lookup and the checksum
-    # use the hashed id, so the check cannot see it (negative control).
-    fault_sites: ClassVar[tuple[str, ...]] = ("output", "table", "indices")
-    negative_sites: ClassVar[tuple[str, ...]] = ("indices",)
-    selftest_variants: ClassVar[dict[str, dict[str, Any]]] = {
+    spec: ClassVar[WorkloadSpec] = SPECS[name]
+    negative_sites: ClassVar[tuple[str, ...]] = ("indices",)  # lookup and checksum both use the hashed id
+    selftest_variants: ClassVar[Mapping[str, Mapping[str, Any]]] = {
         "exact": {"mode": "exact", "weighted": True, **_SMALL},
         "realistic": {"mode": "realistic", **_SMALL},
     }
 
-    def __init__(self, params: dict[str, Any]) -> None:
-        self.p = p = {**self.defaults, **params}
+    def __init__(self, params: Mapping[str, Any]) -> None:
+        self.p = p = {**self.spec.defaults, **params}
         lo, hi = p["pooling"] if len(p["pooling"]) == 2 else (-1, -1)
         if p["mode"] not in MODES:
             raise ValueError(f"embbag_int8: mode must be one of {', '.join(MODES)}")
@@ -63,15 +48,20 @@ class EmbbagInt8:
             raise ValueError(
                 "embbag_int8: need 0 <= pooling[0] <= pooling[1] < 21845, dim % 4 == 0, rows, bags > 0"
             )
-        self.packed = self.row_sums = None
+        self.packed: torch.Tensor | None = None  # (rows, D + 8) uint8, built by prepare
+        self.row_sums: torch.Tensor | None = None
 
     @classmethod
-    def selftest_floor(cls, variant: str, site: str, bit: int | None) -> float | None:
+    def for_selftest(cls, params: Mapping[str, Any]) -> EmbbagInt8:
+        return cls(params)  # no shortcut: a trial is about a millisecond
+
+    @classmethod
+    def selftest_floor(cls, variant: str, site: str, bit: int | str) -> float | None:
         """Exact mode sees every value-changing flip of a pooled element or an output; realistic: report."""
         return 0.999 if variant == "exact" and site in ("output", "table") else None
 
     @classmethod
-    def selftest_bits(cls, variant: str, site: str) -> list[int]:
+    def selftest_bits(cls, variant: str, site: str) -> Sequence[int | str]:
         return list(range({"output": 32, "table": 8, "indices": 64}[site]))
 
     def prepare(self, ctx: Context) -> None:

@@ -2,7 +2,7 @@
 
 B is encoded before the GEMM (its row sums and the statistics the threshold needs, "offline" as for a
 weight); after the GEMM each row sum of C is compared with A_i·(B·1) against a variance-based threshold
-scaled by an e_max calibrated for this device, dtype and checker (research/abft_recipe.md §5). A failing
+scaled by an e_max calibrated for this device, dtype and checker (docs/abft.md §3). A failing
 row is paired with a failing column check to name the element. Uncalibrated devices fall back to a
 rigorous worst-case bound, which never fires on correct hardware but detects fewer small errors.
 """
@@ -10,19 +10,20 @@ rigorous worst-case bound, which never fires on correct hardware but detects few
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import torch
 
 from sdcscan.checks import vabft
 from sdcscan.checks.digest import Digest
-from sdcscan.outcomes import CONSENSUS, INVARIANT, REPEAT, STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
+from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
 from sdcscan.units import device_model
-from sdcscan.workloads import calibration as calibrate
-from sdcscan.workloads.base import Context, Quality, register
+from sdcscan.workloads import SPECS, WorkloadSpec, calibration
+from sdcscan.workloads.base import Context, register
 from sdcscan.workloads.gemm_fp_selftest import SelftestMixin
 
-DTYPES = calibrate.DTYPES
+DTYPES = calibration.DTYPES
 UNIT_ROUNDOFF = {name: torch.finfo(dt).eps / 2 for name, dt in DTYPES.items()}
 MAX_RECORDED = 8  # mismatching rows recorded per case; the count is always complete
 
@@ -30,47 +31,41 @@ MAX_RECORDED = 8  # mismatching rows recorded per case; the count is always comp
 @register
 class GemmFp(SelftestMixin):
     name: ClassVar[str] = "gemm_fp"
-    description: ClassVar[str] = (
-        "fp32/fp64/bf16/fp16 matmuls checked per row with V-ABFT thresholds; errors located to an element"
-    )
-    evidence: ClassVar[tuple[str, ...]] = (INVARIANT, CONSENSUS, REPEAT)
-    quality: ClassVar[Quality] = Quality.BETA
-    defaults: ClassVar[dict[str, Any]] = {
-        "dtypes": ["float32", "float64", "bfloat16", "float16"],
-        # (m, k, n) per dtype: about 0.1-0.5 s per case on one AVX2 core (bf16/fp16 have no fast kernel there)
-        "shapes": [[1024, 1024, 1024], [512, 1024, 512], [128, 1024, 256], [128, 1024, 256]],
-        "repeats": [4, 4, 2, 2],
-        "checkers": ["float32", "float64", "float32", "float32"],  # precision of the checksums per dtype
-        "inputs": "abs_normal",  # calibrate.DISTRIBUTIONS name; |N(0,1)|+0.5 as in V-ABFT's detection tables
-        "c": 2.5,
-        "calibration": "",  # path of a calibration table; "" = the one shipped with sdcscan
-        "reuse_product": False,  # self-test only: reuse C when operands are bit-identical to the last case's
-    }
-    tiny: ClassVar[dict[str, Any]] = {"shapes": [[16, 64, 16]] * 4, "repeats": [1, 1, 1, 1]}
-    fault_sites: ClassVar[tuple[str, ...]] = ("output", "operand_b_encoded", "operand_a")
+    spec: ClassVar[WorkloadSpec] = SPECS[name]
     negative_sites: ClassVar[tuple[str, ...]] = ("operand_a",)  # consistent error: a row check cannot see it
 
-    def __init__(self, params: dict[str, Any]) -> None:
-        self.p = p = {**self.defaults, **params}
+    def __init__(self, params: Mapping[str, Any], *, reuse_product: bool = False) -> None:
+        """`reuse_product` is for `sdcscan selftest` only (see `for_selftest`): a run must recompute every
+        product, or a retest of a failing case would reuse the product it is meant to check."""
+        self.p = p = {**self.spec.defaults, **params}
+        self.reuse_product = reuse_product
         n = len(p["dtypes"])
         if any(d not in DTYPES for d in p["dtypes"]) or any(c not in DTYPES for c in p["checkers"]):
             raise ValueError(f"gemm_fp: dtypes and checkers must be from {', '.join(DTYPES)}")
         if not n or not len(p["shapes"]) == len(p["repeats"]) == len(p["checkers"]) == n:
             raise ValueError("gemm_fp: dtypes, shapes, repeats and checkers need one entry per dtype")
-        if any(len(s) != 3 or min(s) < 1 for s in p["shapes"]) or p["inputs"] not in calibrate.DISTRIBUTIONS:
+        if (
+            any(len(s) != 3 or min(s) < 1 for s in p["shapes"])
+            or p["inputs"] not in calibration.DISTRIBUTIONS
+        ):
             raise ValueError(
-                f"gemm_fp: shapes are [m, k, n]; inputs one of {', '.join(calibrate.DISTRIBUTIONS)}"
+                f"gemm_fp: shapes are [m, k, n]; inputs one of {', '.join(calibration.DISTRIBUTIONS)}"
             )
         self.e_max: list[float | None] = [None] * n  # None: no calibration, use the rigorous bound
         self._memo: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None  # reuse_product: A, B, C
         self._setup_memo: tuple[tuple[int, int], torch.Tensor, torch.Tensor, vabft.Encoding] | None = None
 
+    @classmethod
+    def for_selftest(cls, params: Mapping[str, Any]) -> GemmFp:
+        """Trials run seed-major: one clean GEMM per trial seed, injected into copies at the output site."""
+        return cls(params, reuse_product=True)
+
     def prepare(self, ctx: Context) -> None:
         """Look up e_max per (device model, dtype, checker); note any fallback or extrapolation."""
         p, model = self.p, device_model(ctx.device)
-        table = calibrate.load_table(p["calibration"])
+        table = calibration.load_table(p["calibration"])
         for slot, (dtype, chk) in enumerate(zip(p["dtypes"], p["checkers"], strict=True)):
-            entry = calibrate.lookup(table, model, dtype, chk)
+            entry = calibration.lookup(table, model, dtype, chk)
             if entry is None:
                 ctx.note(
                     f"gemm_fp: no calibration for {model} ({dtype}, {chk} checker); using the conservative "
@@ -135,20 +130,20 @@ class GemmFp(SelftestMixin):
         of the same operands and encoding instead of drawing and encoding them again.
         """
         p, key = self.p, (case.seed, slot)
-        if p["reuse_product"] and self._setup_memo is not None and self._setup_memo[0] == key:
+        if self.reuse_product and self._setup_memo is not None and self._setup_memo[0] == key:
             _, a, b, enc = self._setup_memo
             return a.clone(), b.clone(), enc  # copies: the fault sites corrupt operands in place
         (m, k, n), dtype, g = p["shapes"][slot], DTYPES[p["dtypes"][slot]], ctx.generator(case.seed)
-        a = calibrate.sample(p["inputs"], (m, k), g, dtype).to(ctx.device)
-        b = calibrate.sample(p["inputs"], (k, n), g, dtype).to(ctx.device)
+        a = calibration.sample(p["inputs"], (m, k), g, dtype).to(ctx.device)
+        b = calibration.sample(p["inputs"], (k, n), g, dtype).to(ctx.device)
         enc = vabft.encode(b, DTYPES[p["checkers"][slot]], rigorous=self.e_max[slot] is None)
-        if p["reuse_product"]:
+        if self.reuse_product:
             self._setup_memo = (key, a.clone(), b.clone(), enc)
         return a, b, enc
 
     def _product(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         """C = A @ B, or (self-test only) the last C when A and B are bit-identical to the last case's."""
-        if not self.p["reuse_product"]:
+        if not self.reuse_product:
             return a @ b
         memo = self._memo
         if memo is not None and torch.equal(memo[0], a) and torch.equal(memo[1], b):

@@ -5,7 +5,7 @@ is checked row by row before anything else touches it, as in Li et al.'s DLRM in
 integer arithmetic, so a failing row is a wrong product, never rounding. Shapes are DLRM-like and
 include skinny ones (m = 1…64); a case cycles through them by occurrence.
 
-Pre-VNNI int8 kernels may saturate u8·s8 pairs to int16 (research/abft_recipe.md §2.2): `prepare`
+Pre-VNNI int8 kernels may saturate u8·s8 pairs to int16 (docs/abft.md §1.2): `prepare`
 probes exactness and, where the probe fails, restricts activations to [0, 127] and says so, so that
 saturation is never reported as a hardware fault.
 """
@@ -13,14 +13,16 @@ saturation is never reported as a hardware fault.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import torch
 
 from sdcscan.checks import int8
 from sdcscan.checks.digest import Digest
-from sdcscan.outcomes import CONSENSUS, INVARIANT, STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
-from sdcscan.workloads.base import Context, Quality, register
+from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
+from sdcscan.workloads import SPECS, WorkloadSpec
+from sdcscan.workloads.base import Context, register
 
 MAX_RECORDED = 8  # bad rows recorded per case; the count is always complete
 PATHS = ("auto", "unsigned", "signed")  # signed = the CUDA route (int8 only), runnable on CPU for tests
@@ -34,35 +36,15 @@ _SMALL = [[8, 64, 40]]  # selftest shape: m = 8 rows make an all-zero activation
 @register
 class GemmInt8:
     name: ClassVar[str] = "gemm_int8"
-    description: ClassVar[str] = (
-        "u8×s8→s32 GEMMs (torch._int_mm) with exact ABFT row checksums (mod 2^32 or 127)"
-    )
-    evidence: ClassVar[tuple[str, ...]] = (INVARIANT, CONSENSUS)
-    quality: ClassVar[Quality] = Quality.BETA
-    defaults: ClassVar[dict[str, Any]] = {
-        "scheme": "mod2_32",
-        # (m, k, n): DLRM MLP layers, batch rows m from 1 (inference) to 128
-        "shapes": [
-            [1, 3200, 800],
-            [16, 512, 1024],
-            [32, 2048, 1024],
-            [64, 512, 512],
-            [64, 1024, 1024],
-            [128, 1024, 512],
-        ],
-        "ops_per_case": 2.0e8,  # GEMMs repeat (fresh activations) until 2mnk·repeats reaches this
-        "path": "auto",
-    }
-    tiny: ClassVar[dict[str, Any]] = {"shapes": [[1, 64, 40], [20, 32, 24]], "ops_per_case": 1.0e5}
-    fault_sites: ClassVar[tuple[str, ...]] = ("output", "encoded", "operand")
+    spec: ClassVar[WorkloadSpec] = SPECS[name]
     negative_sites: ClassVar[tuple[str, ...]] = ("operand",)  # A before the GEMM: product stays consistent
-    selftest_variants: ClassVar[dict[str, dict[str, Any]]] = {
+    selftest_variants: ClassVar[Mapping[str, Mapping[str, Any]]] = {
         "mod2_32": {"scheme": "mod2_32", "shapes": _SMALL, "ops_per_case": 1.0},
         "mod127": {"scheme": "mod127", "shapes": _SMALL, "ops_per_case": 1.0},
     }
 
-    def __init__(self, params: dict[str, Any]) -> None:
-        self.p = p = {**self.defaults, **params}
+    def __init__(self, params: Mapping[str, Any]) -> None:
+        self.p = p = {**self.spec.defaults, **params}
         int8.checksum_rows(p["scheme"])  # raises on an unknown scheme
         if p["path"] not in PATHS:
             raise ValueError(f"gemm_int8: path must be one of {', '.join(PATHS)}")
@@ -77,14 +59,18 @@ class GemmInt8:
         self.signed = False
 
     @classmethod
-    def selftest_floor(cls, variant: str, site: str, bit: int | None) -> float | None:
+    def for_selftest(cls, params: Mapping[str, Any]) -> GemmInt8:
+        return cls(params)  # no shortcut: a trial is a few small GEMMs
+
+    @classmethod
+    def selftest_floor(cls, variant: str, site: str, bit: int | str) -> float | None:
         """mod2_32 sees every flip in C and in W_ext; mod127 every single-bit flip in C only."""
         if site == "output" or (variant == "mod2_32" and site == "encoded"):
             return 1.0
         return None
 
     @classmethod
-    def selftest_bits(cls, variant: str, site: str) -> list[int]:
+    def selftest_bits(cls, variant: str, site: str) -> Sequence[int | str]:
         return list(range(32 if site == "output" else 8))  # int32 output words, int8/uint8 operands
 
     def prepare(self, ctx: Context) -> None:
@@ -109,7 +95,7 @@ class GemmInt8:
             a = a.to(ctx.device)
             w_ext = ctx.fault("encoded", int8.encode_weight(w, p["scheme"]))
             ctx.fault("operand", a[0])  # negative control: A is not encoded, the product stays consistent
-        digest, mismatches, bad_rows = Digest(), [], 0
+        digest, mismatches, bad_rows = Digest(), list[Mismatch](), 0
         for r in range(repeats):
             with ctx.phase("compute"):
                 c = self._mm(a[r], w_ext)

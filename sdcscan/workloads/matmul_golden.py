@@ -2,7 +2,7 @@
 
 Operands are small integers (|x| <= max_abs) with k * max_abs^2 < 2^24, so every partial sum is exact in
 fp32 and the product is the same in any summation order, blocking or thread count; bf16/fp16 outputs
-are rounded once (RNE) from the exact value (research/abft_recipe.md §6.6). Correct hardware therefore
+are rounded once (RNE) from the exact value (docs/abft.md §4.3). Correct hardware therefore
 matches the golden exactly, anywhere.
 
 The int64 reference is expensive (a generic integer loop), so it is computed once per worker for a
@@ -12,13 +12,15 @@ and flipping signs, whose exact product follows from the reference by the same p
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import torch
 
 from sdcscan.checks.digest import Digest
-from sdcscan.outcomes import CONSENSUS, INVARIANT, REPEAT, STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
-from sdcscan.workloads.base import Context, Quality, register
+from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
+from sdcscan.workloads import SPECS, WorkloadSpec
+from sdcscan.workloads.base import Context, register
 
 DTYPES = {
     "float32": torch.float32,
@@ -33,39 +35,27 @@ MAX_RECORDED = 8  # mismatching elements recorded per case; the count is always 
 @register
 class MatmulGolden:
     name: ClassVar[str] = "matmul_golden"
-    description: ClassVar[str] = (
-        "integer-valued matmuls in fp32/fp64/bf16/fp16 compared bit-exactly with an int64 reference"
-    )
-    evidence: ClassVar[tuple[str, ...]] = (INVARIANT, CONSENSUS, REPEAT)
-    quality: ClassVar[Quality] = Quality.PROD
-    defaults: ClassVar[dict[str, Any]] = {
-        "m": 256,
-        "k": 1024,
-        "n": 256,
-        "max_abs": 8,
-        "dtypes": ["float32", "float64", "bfloat16", "float16"],
-        "repeats": [48, 16, 1, 1],  # per dtype, to give each case about 0.1-0.5 s of compute on one core
-    }
-    tiny: ClassVar[dict[str, Any]] = {"m": 16, "k": 64, "n": 16, "repeats": [2, 2, 1, 1]}
-    fault_sites: ClassVar[tuple[str, ...]] = ("output",)
+    spec: ClassVar[WorkloadSpec] = SPECS[name]
 
-    def __init__(self, params: dict[str, Any]) -> None:
-        self.p = p = {**self.defaults, **params}
+    def __init__(self, params: Mapping[str, Any]) -> None:
+        self.p = p = {**self.spec.defaults, **params}
         if p["k"] * p["max_abs"] ** 2 >= 2**24:
             raise ValueError("matmul_golden: k * max_abs^2 must stay below 2^24 for exact fp32 partial sums")
         if any(d not in DTYPES for d in p["dtypes"]) or len(p["repeats"]) != len(p["dtypes"]):
             raise ValueError(f"matmul_golden: dtypes must be from {', '.join(DTYPES)}, one repeat count each")
-        self.a0 = self.b0 = self.ref0 = None
+        self.a0: torch.Tensor | None = None  # pool operands and their exact product, built by prepare
+        self.b0: torch.Tensor | None = None
+        self.ref0: torch.Tensor | None = None
 
     def prepare(self, ctx: Context) -> None:
         p, g = self.p, ctx.generator(ctx.run_seed ^ 0x5EED)
         lim = p["max_abs"]
         a0 = torch.randint(-lim, lim + 1, (p["m"], p["k"]), generator=g, dtype=torch.int64)
         b0 = torch.randint(-lim, lim + 1, (p["k"], p["n"]), generator=g, dtype=torch.int64)
-        self.ref0 = golden_reference(a0, b0)  # exact, on the CPU, independent of the unit's float units
+        ref0 = golden_reference(a0, b0)  # exact, on the CPU, independent of the unit's float units
         # Kept as fp32 (exact for these small integers): permuting 4-byte words per case is cheap.
         self.a0, self.b0 = a0.to(ctx.device, torch.float32), b0.to(ctx.device, torch.float32)
-        self.ref0 = self.ref0.to(ctx.device, torch.float32)  # |C| < 2^24: exact in fp32
+        self.ref0 = ref0.to(ctx.device, torch.float32)  # |C| < 2^24: exact in fp32
 
     def run(self, ctx: Context, case: Case) -> Outcome:
         p = self.p
@@ -75,7 +65,8 @@ class MatmulGolden:
             a, b, ref = self._case_operands(ctx, case)
             a, b = a.to(dtype), b.to(dtype)
             expected = ref.to(dtype)  # exact in fp32; one RNE rounding to dtype
-        mismatches, bad_total = [], 0
+        mismatches: list[Mismatch] = []
+        bad_total = 0
         for r in range(repeats):
             with ctx.phase("compute"):
                 out = a @ b

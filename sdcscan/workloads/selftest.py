@@ -1,17 +1,13 @@
 """`sdcscan selftest`: show that each ABFT check fires on injected bit flips and stays silent otherwise.
 
-Protocol (every workload that defines `selftest_variants` follows it):
+The workloads swept are those implementing the `SelftestWorkload` protocol (sdcscan/workloads/base.py):
+``negative_sites`` (fault sites the check cannot see by design, e.g. an un-encoded operand before
+encoding: they must stay silent), ``selftest_variants`` (variant name → parameter overrides),
+``selftest_bits`` (bit positions swept per site, "any": a random bit per trial), ``selftest_floor``
+(minimum detection fraction, None: report only) and ``for_selftest`` (builds the workload).
 
-* ``negative_sites: ClassVar[tuple[str, ...]]`` — fault sites the check cannot see by design (a consistent
-  error, e.g. an un-encoded operand before encoding); they must stay silent.
-* ``selftest_variants: ClassVar[dict[str, dict[str, Any]]]`` — variant name → parameter overrides.
-* ``selftest_bits(cls, variant, site) -> list[int | "any"]`` — bit positions swept at a site ("any": a
-  random bit per trial).
-* ``selftest_floor(cls, variant, site, bit) -> float | None`` — minimum detection fraction (None:
-  report only).
-
-Per (workload, variant) the workload is built with ``{**defaults, **overrides}`` and prepared once; then, per
-trial seed, one clean case and one case per (site, bit) with a single bit flip armed through the workload's
+Per (workload, variant) the workload is built by ``for_selftest({**defaults, **overrides})`` and prepared
+once; then, per trial seed, one clean case and one case per (site, bit) with a single bit flip armed through the workload's
 own ``ctx.fault`` site, checked by its own ``run``. A trial whose flip changed no value (+0 → −0) is not
 counted. Trials run seed-major so a workload may reuse work between cases that share a seed.
 """
@@ -28,8 +24,8 @@ import torch
 from sdcscan.errors import UsageError
 from sdcscan.faults import FaultSpec
 from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case
-from sdcscan.workloads import get
-from sdcscan.workloads.base import REGISTRY, Context
+from sdcscan.workloads import SPECS, load
+from sdcscan.workloads.base import Context, SelftestWorkload, Workload, has_selftest
 
 DEFAULT_TRIALS = 100
 DEFAULT_SEED = 0
@@ -80,20 +76,21 @@ class _Clean:
     errors: list[str] = field(default_factory=list)
 
 
-def selftest_workloads(names: list[str] | None = None) -> list[Any]:
-    """The workload classes to sweep: those named (each must define selftest_variants), or all that do.
+def selftest_workloads(names: list[str] | None = None) -> list[type[SelftestWorkload]]:
+    """The workload classes to sweep: those named (each must have a self-test), or all that have one.
 
     Raises:
-        UsageError: an unknown workload, or one without self-test variants.
+        UsageError: an unknown workload, or one without a self-test.
     """
     if not names:
-        return [cls for _, cls in sorted(REGISTRY.items()) if hasattr(cls, "selftest_variants")]
-    classes = [get(n) for n in names]
-    missing = [c.name for c in classes if not hasattr(c, "selftest_variants")]
-    if missing:
-        with_st = sorted(n for n, c in REGISTRY.items() if hasattr(c, "selftest_variants"))
-        raise UsageError(f"workload {missing[0]!r} has no self-test (ones that do: {', '.join(with_st)})")
-    return classes
+        return [cls for cls in map(load, sorted(SPECS)) if has_selftest(cls)]
+    classes = [load(n) for n in names]  # unknown names first, each with a did-you-mean
+    found = [cls for cls in classes if has_selftest(cls)]
+    if len(found) < len(classes):
+        missing = next(cls.name for cls in classes if not has_selftest(cls))
+        with_st = ", ".join(c.name for c in selftest_workloads())
+        raise UsageError(f"workload {missing!r} has no self-test (ones that do: {with_st})")
+    return found
 
 
 def run_selftest(
@@ -133,7 +130,9 @@ def run_selftest(
             for variant in cls.selftest_variants:
                 if on_variant is not None:
                     on_variant(cls.name, variant)
-                extra = {"calibration": calibration} if calibration and "calibration" in cls.defaults else {}
+                extra = (
+                    {"calibration": calibration} if calibration and "calibration" in cls.spec.defaults else {}
+                )
                 rows.extend(_run_variant(cls, variant, trials, seed, extra, notes))
     finally:
         torch.set_num_threads(threads)
@@ -142,16 +141,16 @@ def run_selftest(
 
 
 def _run_variant(
-    cls: Any, variant: str, trials: int, seed: int, extra: dict[str, Any], notes: list[str]
+    cls: type[SelftestWorkload], variant: str, trials: int, seed: int, extra: dict[str, Any], notes: list[str]
 ) -> list[dict[str, Any]]:
     """Clean and injected trials for one variant, seed-major; returns its records."""
-    params = {**cls.defaults, **cls.selftest_variants[variant], **extra}
-    workload = cls(params)
+    params = {**cls.spec.defaults, **cls.selftest_variants[variant], **extra}
+    workload = cls.for_selftest(params)
     ctx = Context(unit="cpu:0", device=torch.device("cpu"), run_seed=seed, params=params)
     workload.prepare(ctx)
     notes.extend(n for n in ctx.notes if n not in notes)
-    negative = tuple(getattr(cls, "negative_sites", ()))
-    sites = list(dict.fromkeys([*cls.fault_sites, *negative]))
+    negative = cls.negative_sites
+    sites = list(dict.fromkeys([*cls.spec.fault_sites, *negative]))
     tallies = [
         _Tally(
             site, bit, None if site in negative else cls.selftest_floor(variant, site, bit), site in negative
@@ -169,7 +168,7 @@ def _run_variant(
     return [_clean_record(cls.name, variant, clean), *(x.record(cls.name, variant) for x in tallies)]
 
 
-def _clean_trial(workload: Any, ctx: Context, case: Case, clean: _Clean) -> None:
+def _clean_trial(workload: Workload, ctx: Context, case: Case, clean: _Clean) -> None:
     ctx.begin_case(None)
     outcome = workload.run(ctx, case)
     clean.trials += 1
@@ -179,7 +178,7 @@ def _clean_trial(workload: Any, ctx: Context, case: Case, clean: _Clean) -> None
         clean.errors.append(outcome.error or "; ".join(m.where for m in outcome.mismatches[:1]))
 
 
-def _fault_trial(workload: Any, ctx: Context, case: Case, tally: _Tally) -> None:
+def _fault_trial(workload: Workload, ctx: Context, case: Case, tally: _Tally) -> None:
     fault_seed = _derive(case.seed, tally.site, str(tally.bit))
     bit = None if tally.bit == "any" else int(tally.bit)
     ctx.begin_case(FaultSpec("bitflip", tally.site, fault_seed, bit=bit))

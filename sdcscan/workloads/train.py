@@ -1,20 +1,22 @@
 """`train`: a deterministic tiny training loop whose digest covers every loss, the weights and AdamW's state.
 
 A unit that computes one wrong bit anywhere in forward, backward or the optimizer changes the digest
-(research/abft_recipe.md §6.7: a bit-0 flip in one weight changed the final hash). Units of a cohort
+(docs/abft.md §4.4: a flip of bit 0 of one weight changed the final digest). Units of a cohort
 (one thread each, same software) must agree bit for bit, so disagreement is evidence.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
 from sdcscan.checks.digest import Digest
-from sdcscan.outcomes import CONSENSUS, INVARIANT, REPEAT, STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
-from sdcscan.workloads.base import Context, Quality, register
+from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
+from sdcscan.workloads import SPECS, WorkloadSpec
+from sdcscan.workloads.base import Context, register
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
 
@@ -34,25 +36,10 @@ def build_model(inputs: int, hidden: int, classes: int) -> nn.Sequential:
 @register
 class Train:
     name: ClassVar[str] = "train"
-    description: ClassVar[str] = (
-        "deterministic tiny MLP training with AdamW; digest of every step's loss, final weights and optimizer state"
-    )
-    evidence: ClassVar[tuple[str, ...]] = (INVARIANT, CONSENSUS, REPEAT)
-    quality: ClassVar[Quality] = Quality.PROD
-    defaults: ClassVar[dict[str, Any]] = {
-        "inputs": 64,
-        "hidden": 128,
-        "classes": 10,
-        "batch": 64,
-        "steps": 60,
-        "lr": 1e-3,
-        "dtype": "float32",
-    }
-    tiny: ClassVar[dict[str, Any]] = {"hidden": 16, "batch": 8, "steps": 6}
-    fault_sites: ClassVar[tuple[str, ...]] = ("weight",)  # hidden-layer weight, half way through the case
+    spec: ClassVar[WorkloadSpec] = SPECS[name]
 
-    def __init__(self, params: dict[str, Any]) -> None:
-        self.p = {**self.defaults, **params}
+    def __init__(self, params: Mapping[str, Any]) -> None:
+        self.p = {**self.spec.defaults, **params}
         if self.p["dtype"] not in _DTYPES:
             raise ValueError(f"train: dtype must be one of {', '.join(_DTYPES)}")
         self.model: nn.Sequential | None = None
@@ -73,7 +60,7 @@ class Train:
             for step in range(steps):
                 if step == steps // 2:
                     with torch.no_grad():
-                        ctx.fault("weight", model[2].weight.data)
+                        ctx.fault("weight", _hidden_weight(model))
                 opt.zero_grad(set_to_none=True)
                 loss = nn.functional.cross_entropy(model(x[step]).float(), y[step])
                 loss.backward()
@@ -115,6 +102,13 @@ class Train:
         teacher = torch.randn(p["inputs"], p["classes"], generator=g)
         y = (x @ teacher).argmax(-1)  # a learnable task, so losses move and every step matters
         return x.to(ctx.device, dtype), y.to(ctx.device)
+
+
+def _hidden_weight(model: nn.Sequential) -> torch.Tensor:
+    """The (hidden, hidden) weight of the second Linear: the fault site `weight`."""
+    layer = model[2]
+    assert isinstance(layer, nn.Linear), "build_model changed: the fault site moved"
+    return layer.weight.data
 
 
 def _nonfinite(losses: torch.Tensor, model: nn.Module) -> list[Mismatch]:
