@@ -23,7 +23,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from sdcscan.checks import vabft
-from sdcscan.workloads import calibration as calibrate
+from sdcscan.workloads import calibration
 
 # (dtype, checker, shapes): fp32 at 512³ and above for the ≤ 10% target; bf16/fp16 small (no fast kernel here)
 CASES = [
@@ -49,11 +49,11 @@ def median_s(fn: Callable[[], Any], repeats: int) -> float:
 def gemm_fp_records(repeats: int) -> list[dict[str, Any]]:
     out = []
     for dtype, checker, shapes in CASES:
-        dt, chk = calibrate.DTYPES[dtype], calibrate.DTYPES[checker]
+        dt, chk = calibration.DTYPES[dtype], calibration.DTYPES[checker]
         for m, k, n in shapes:
             g = torch.Generator().manual_seed(0)
-            a = calibrate.sample("abs_normal", (m, k), g, dt)
-            b = calibrate.sample("abs_normal", (k, n), g, dt)
+            a = calibration.sample("abs_normal", (m, k), g, dt)
+            b = calibration.sample("abs_normal", (k, n), g, dt)
             enc = vabft.encode(b, chk)
             # interleave plain and checked so drift on a shared machine hits both alike
             plain, checked, encode = [], [], []

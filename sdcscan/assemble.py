@@ -11,10 +11,11 @@ from typing import Any
 
 from sdcscan import __version__
 from sdcscan.errors import EXIT_TERMINATED
+from sdcscan.evidence import CaseResult, GoldenCheck, GoldenEntry, check_golden
 from sdcscan.outcomes import STATUS_ERROR, STATUS_MISMATCH, STATUS_OK
 from sdcscan.report import SCHEMA_VERSION
 from sdcscan.retest import CLASSIFICATIONS, Retest, unit_classification
-from sdcscan.verdict import CaseResult, GoldenCheck, GoldenEntry, Judgement, check_golden, judge
+from sdcscan.verdict import Judgement, judge
 from sdcscan.wording import finding, findings, reason
 
 MAX_MISMATCHES_PER_UNIT = 50  # enough to see a pattern; the per-case status column has the full count

@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sdcscan.events import CaseFinished, CaseStarted, EventSink, PhaseChanged, UnitProblem, UnitReady
+from sdcscan.evidence import CaseResult
 from sdcscan.journal import Journal
 from sdcscan.rerun_schedule import MAX_RETEST_CASES, RerunSchedule, retest_window
 from sdcscan.units import Unit, cohort_key
-from sdcscan.verdict import CaseResult, retest_plan
+from sdcscan.verdict import retest_plan
 from sdcscan.watchdog import CaseInFlight, Watchdog
 from sdcscan.worker import WorkerConfig, worker_main
 

@@ -22,6 +22,7 @@ from sdcscan import faults, units
 from sdcscan.assemble import judge_and_build
 from sdcscan.errors import ReportError, RunError, UsageError
 from sdcscan.events import Event, EventSink, RunNote, RunStarted
+from sdcscan.evidence import GoldenEntry
 from sdcscan.journal import Journal
 from sdcscan.outputs import history
 from sdcscan.outputs.publish import Outputs, publish, run_lock
@@ -30,7 +31,6 @@ from sdcscan.profile import Profile
 from sdcscan.runner import Runner, RunResult, Terminated, warm_up_workers
 from sdcscan.telemetry.sampler import Sampler, telemetry_findings
 from sdcscan.timefmt import iso_utc
-from sdcscan.verdict import GoldenEntry
 from sdcscan.worker import WorkerConfig
 
 TELEMETRY_INTERVAL_S = 5.0

@@ -1,5 +1,5 @@
 """Evidence -> unit and run verdicts. Pure: no I/O, no clock, no torch, and no English: the judge
-records structured `Blame` and `Notice` records, and `sdcscan.wording` turns them into sentences.
+records structured evidence (`sdcscan.evidence`), and `sdcscan.wording` turns them into sentences.
 
 Evidence (DESIGN.md): an invariant firing on a unit fails it. Digests of the same case are compared
 inside a cohort: with a strict majority the minority is divergent; without one (two units, or a
@@ -23,6 +23,22 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from sdcscan.evidence import (
+    BLAME_ATTRIBUTED,
+    BLAME_DIVERGENT,
+    BLAME_GOLDEN,
+    BLAME_INVARIANT,
+    BLAME_NOT_REPRODUCIBLE,
+    BLAME_UNDECIDED,
+    Blame,
+    CaseResult,
+    GoldenCheck,
+    GoldenGap,
+    Notice,
+    Problem,
+    RetestSummary,
+    Undecided,
+)
 from sdcscan.outcomes import CONSENSUS, INVARIANT, STATUS_ERROR, STATUS_MISMATCH, STATUS_OK, Verdict
 from sdcscan.retest import CASE, PERSISTENT, TRANSIENT, UNTESTED, Retest, classify, unit_classification
 
@@ -30,19 +46,6 @@ T = TypeVar("T")
 
 # (unit, case index) -> the digest of each re-run on that unit, None where the re-run did not end `ok`.
 Reruns = Mapping[tuple[str, int], Sequence[str | None]]
-
-
-@dataclass(frozen=True, slots=True)
-class CaseResult:
-    """One case as the parent recorded it."""
-
-    unit: str
-    index: int
-    workload: str
-    status: str  # one of outcomes.STATUSES
-    digest: str | None
-    seconds: float = 0.0
-    error: str | None = None  # the exception summary when status is error
 
 
 @dataclass(frozen=True)
@@ -62,121 +65,6 @@ class Dispute:
     @property
     def needs_retest(self) -> bool:
         return self.majority is None
-
-
-# What made a unit fail (Blame.kind).
-BLAME_INVARIANT = "invariant"  # its own checks fired
-BLAME_DIVERGENT = "divergent"  # its digest was the minority of its cohort
-BLAME_NOT_REPRODUCIBLE = "not_reproducible"  # in a tie, it did not repeat its own result on re-run
-BLAME_UNDECIDED = "undecided"  # one of the suspects of a dispute that re-runs did not settle
-BLAME_ATTRIBUTED = "attributed"  # an unsettled dispute, put on the one suspect other evidence shows bad
-BLAME_GOLDEN = "golden"  # its digests differ from the recorded golden
-
-
-@dataclass(frozen=True, slots=True)
-class Blame:
-    """One piece of evidence against a unit. A failing unit's reason is its first."""
-
-    unit: str
-    kind: str  # one of BLAME_*
-    index: int  # the (first) case
-    workload: str
-    cases: int = 1  # invariant, golden: how many cases
-    out_of: int = 0  # divergent: units that voted; golden: cases judged
-    suspects: tuple[str, ...] = ()  # undecided: every unit of the dispute under suspicion
-
-
-@dataclass(frozen=True, slots=True)
-class Problem:
-    """Why a unit could not be judged: the runner's reason, a case that raised, or a case that fails everywhere."""
-
-    unit: str
-    reason: str | None = None  # the runner's words (crashed, hung, late) or the exception summary
-    raised: CaseResult | None = None  # the first case that raised
-    case_fault: Retest | None = None  # a failing case that failed on a peer too
-
-
-@dataclass(frozen=True, slots=True)
-class Undecided:
-    """A dispute that re-runs did not settle: all of `suspects` are suspected."""
-
-    index: int
-    workload: str
-    suspects: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class RetestSummary:
-    """How a unit's failing cases behaved on re-run (persistent, transient or untested)."""
-
-    unit: str
-    summary: str
-    records: tuple[Retest, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Disagreement:
-    """One case where a unit's digest is not the golden one."""
-
-    index: int
-    workload: str
-    expected: str
-    actual: str
-
-
-@dataclass(frozen=True, slots=True)
-class GoldenCheck:
-    """How one unit compares with the golden of its plan and cohort (`sdcscan.fleet.golden`)."""
-
-    unit: str
-    cohort: str
-    judged: bool  # False: the golden has no entry for this plan and cohort
-    cases_judged: int
-    disagreements: tuple[Disagreement, ...]
-
-    @property
-    def verdict(self) -> str:
-        """`pass`, `fail`, or `unjudged` when the golden cannot say."""
-        if not self.judged or self.cases_judged == 0:
-            return "unjudged"
-        return Verdict.FAIL if self.disagreements else Verdict.PASS
-
-
-GoldenEntry = Mapping[
-    int, tuple[str, str]
-]  # case index -> (golden digest, workload), for one plan and cohort
-
-
-def check_golden(
-    unit: str, cohort: str, entry: GoldenEntry | None, cases: Iterable[tuple[int, str | None, str]]
-) -> GoldenCheck:
-    """Compare a unit's (index, digest, workload) cases with the golden entry of its plan and cohort.
-
-    A case without a digest (it did not end `ok`) or without a golden digest is not judged.
-    """
-    if entry is None:
-        return GoldenCheck(unit, cohort, False, 0, ())
-    judged, bad = 0, []
-    for index, digest, workload in cases:
-        golden = entry.get(index) if digest is not None else None
-        if golden is None or digest is None:
-            continue
-        judged += 1
-        if golden[0] != digest:
-            bad.append(Disagreement(index, workload, golden[0], digest))
-    return GoldenCheck(unit, cohort, True, judged, tuple(bad))
-
-
-@dataclass(frozen=True, slots=True)
-class GoldenGap:
-    """Units the golden cannot judge: it holds no case they ran for their plan and cohort."""
-
-    cohort: str
-    units: tuple[str, ...]
-
-
-# Everything a finding is made of, in the order the judge found it.
-Notice = Blame | Problem | Undecided | Retest | RetestSummary | GoldenGap | None
 
 
 @dataclass

@@ -9,8 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sdcscan.retest import PERSISTENT, TRANSIENT, UNTESTED, Retest
-from sdcscan.verdict import (
+from sdcscan.evidence import (
     BLAME_ATTRIBUTED,
     BLAME_DIVERGENT,
     BLAME_GOLDEN,
@@ -19,12 +18,13 @@ from sdcscan.verdict import (
     BLAME_UNDECIDED,
     Blame,
     GoldenGap,
-    Judgement,
     Notice,
     Problem,
     RetestSummary,
     Undecided,
 )
+from sdcscan.retest import PERSISTENT, TRANSIENT, UNTESTED, Retest
+from sdcscan.verdict import Judgement
 
 Finding = dict[str, Any]  # {kind, unit, message, next}: the report's finding record
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from sdcscan.evidence import CaseResult
 from sdcscan.rerun_schedule import (
     MAX_RETEST_CASES,
     RETEST_MAX_S,
@@ -13,7 +14,7 @@ from sdcscan.rerun_schedule import (
     RerunSchedule,
     retest_window,
 )
-from sdcscan.verdict import CaseResult, retest_plan
+from sdcscan.verdict import retest_plan
 
 UNITS = {"cpu:0", "cpu:1"}
 # As verdict.retest_plan lists them: cpu:1 failed cases 4 and 9 (2 re-runs each), cpu:0 is the peer.

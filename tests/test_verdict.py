@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from sdcscan.evidence import BLAME_UNDECIDED, CaseResult
 from sdcscan.retest import classify, unit_classification
-from sdcscan.verdict import BLAME_UNDECIDED, CaseResult, find_disputes, judge, retest_plan
+from sdcscan.verdict import find_disputes, judge, retest_plan
 from sdcscan.wording import findings, reason
 
 RUN = {"profile": {"name": "quick", "sha256": "0" * 64}, "seed": 9}

@@ -13,10 +13,10 @@ from typing import Any
 
 from sdcscan import __version__
 from sdcscan.errors import ReportError, UsageError
+from sdcscan.evidence import GoldenCheck, GoldenEntry, check_golden
 from sdcscan.files import read_json
 from sdcscan.fleet.consensus import signature, tally
 from sdcscan.fleet.model import Extractor, HostReport, PlanKey, UnitRecord, dedupe
-from sdcscan.verdict import GoldenCheck, GoldenEntry, check_golden
 
 GOLDEN_VERSION = 1
 MAX_GOLDEN_BYTES = 256 << 20
