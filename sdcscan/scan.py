@@ -23,6 +23,7 @@ from sdcscan.assemble import judge_and_build
 from sdcscan.errors import ReportError, RunError, UsageError
 from sdcscan.events import Event, EventSink, RunNote, RunStarted
 from sdcscan.evidence import GoldenEntry
+from sdcscan.fleet.golden import GoldenIndex, index_golden, load_golden
 from sdcscan.journal import Journal
 from sdcscan.outputs import history
 from sdcscan.outputs.publish import Outputs, publish, run_lock
@@ -66,7 +67,7 @@ class Setup:
     seed: int
     seed_source: str  # cli | profile | week
     units: list[units.Unit]
-    golden: dict[tuple[tuple[str, int], str], GoldenEntry] | None = None  # (plan, cohort) -> entry
+    golden: GoldenIndex | None = None  # (plan, cohort) -> the golden's digests
 
 
 class OutputError(ReportError):
@@ -103,17 +104,13 @@ def scan(opts: ScanOptions, on_event: EventSink | None = None) -> dict[str, Any]
     return report
 
 
-def default_state_dir() -> Path:
-    return history.default_state_dir()
-
-
 def journal_path(opts: ScanOptions, run_id: str) -> Path:
     """Beside the report when --out is given (report.json -> report.journal.jsonl), else in the state dir."""
     if opts.journal is not None:
         return opts.journal
     if opts.out is not None:
         return opts.out.with_name(opts.out.stem + ".journal.jsonl")
-    return default_state_dir() / "journal" / f"{run_id}.jsonl"
+    return history.default_state_dir() / "journal" / f"{run_id}.jsonl"
 
 
 def prepare(opts: ScanOptions) -> Setup:
@@ -137,14 +134,8 @@ def prepare(opts: ScanOptions) -> Setup:
     return Setup(seed, source, chosen, _golden_index(opts.golden))
 
 
-def _golden_index(
-    path: str | os.PathLike[str] | None,
-) -> dict[tuple[tuple[str, int], str], GoldenEntry] | None:
-    if path is None:
-        return None
-    from sdcscan.fleet.golden import index_golden, load_golden
-
-    return index_golden(load_golden(path))
+def _golden_index(path: str | os.PathLike[str] | None) -> GoldenIndex | None:
+    return None if path is None else index_golden(load_golden(path))
 
 
 def run_and_judge(opts: ScanOptions, setup: Setup, on_event: EventSink) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -33,3 +34,15 @@ def emit_json(data: Any) -> None:
     import json
 
     click.echo(json.dumps(data, indent=2, sort_keys=False))
+
+
+def report_options(func: F) -> F:
+    """Add -o/--out PATH and --json, the two ways a command hands a report to machines."""
+    func = click.option("--json", "as_json", is_flag=True, help="Print the report JSON on stdout.")(func)
+    out = click.option(
+        "-o",
+        "--out",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="Write the report JSON here (atomically).",
+    )
+    return out(func)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from sdcscan.cli.common import emit_json, reports_errors
+from sdcscan.cli.common import emit_json, report_options, reports_errors
 from sdcscan.errors import ReportError, UsageError
 
 
@@ -21,13 +21,7 @@ from sdcscan.errors import ReportError, UsageError
     type=click.Path(dir_okay=False, path_type=Path),
     help="Rebuild the report from this journal (printed when the run started; beside --out as <stem>.journal.jsonl).",
 )
-@click.option(
-    "-o",
-    "--out",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Write the report JSON here (atomically).",
-)
-@click.option("--json", "as_json", is_flag=True, help="Print the report JSON on stdout.")
+@report_options
 @reports_errors
 def report_cmd(report_path: Path | None, journal: Path | None, out: Path | None, as_json: bool) -> None:
     """Show a saved report, or rebuild one from the journal of a run that was killed.

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import click
 
-from sdcscan.cli.common import emit_json, reports_errors
+from sdcscan.cli.common import emit_json, report_options, reports_errors
 from sdcscan.cli.ops import output_options
 from sdcscan.errors import EXIT_INTERRUPTED, EXIT_TERMINATED
 
@@ -28,13 +27,7 @@ from sdcscan.errors import EXIT_INTERRUPTED, EXIT_TERMINATED
     type=click.IntRange(0, 2**63 - 1),
     help="Replay a plan exactly (default: from profile and ISO week).",
 )
-@click.option(
-    "-o",
-    "--out",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Write the report JSON here (atomically).",
-)
-@click.option("--json", "as_json", is_flag=True, help="Print the report JSON on stdout.")
+@report_options
 @click.option("--hostname", help="Host label in the report (containers, tests).")
 @click.option(
     "--inject",
@@ -113,10 +106,10 @@ def _show(report: dict[str, Any], as_json: bool, console: Any) -> None:
 def _options(kw: dict[str, Any], started: float) -> Any:
     from sdcscan.faults import parse_inject
     from sdcscan.outputs.publish import Outputs
-    from sdcscan.profile import load_profile, parse_duration
+    from sdcscan.profile import load_profile, parse_budget
     from sdcscan.scan import ScanOptions
 
-    budget_s = parse_duration(kw["budget"]) if kw["budget"] is not None else None
+    budget_s = parse_budget(kw["budget"]) if kw["budget"] is not None else None
     injections = [parse_inject(s) for s in kw["inject"]]
     profile = load_profile(kw["profile"])
     if kw["workloads"]:
