@@ -14,7 +14,6 @@ planted ones, and deletes the fleet. Target: 10,000 hosts x 8 units x 100 cases 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import platform
@@ -30,12 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def compare_command() -> tuple[list[str], str]:
-    """`python -m sdcscan compare` when the main CLI exists; else the command module directly."""
-    sys.path.insert(0, str(ROOT))
-    if importlib.util.find_spec("sdcscan.cli") is not None:
-        return [sys.executable, "-m", "sdcscan", "compare"], "python -m sdcscan compare"
-    code = "from sdcscan.cli.fleet import compare; compare(prog_name='sdcscan compare')"
-    return [sys.executable, "-c", code], "sdcscan.cli_fleet.compare (sdcscan.cli not present)"
+    """`python -m sdcscan compare`, from this checkout (run_child puts it on PYTHONPATH)."""
+    return [sys.executable, "-m", "sdcscan", "compare"], "python -m sdcscan compare"
 
 
 def run_child(argv: list[str], stdout: Path, stderr: Path) -> tuple[int, float, float]:

@@ -20,6 +20,7 @@ from typing import Any
 from sdcscan.events import CaseFinished, CaseStarted, EventSink, PhaseChanged, UnitProblem, UnitReady
 from sdcscan.evidence import CaseResult
 from sdcscan.journal import Journal
+from sdcscan.outcomes import STATUS_OK
 from sdcscan.rerun_schedule import MAX_RETEST_CASES, RerunSchedule, retest_window
 from sdcscan.units import Unit, cohort_key
 from sdcscan.verdict import retest_plan
@@ -243,7 +244,9 @@ class Runner:
             state.results.append(result)
             self.watchdog.case_finished(workload, result.seconds)
         else:
-            self.retests.setdefault((uid, index), []).append(out["digest"] if out["status"] == "ok" else None)
+            self.retests.setdefault((uid, index), []).append(
+                out["digest"] if out["status"] == STATUS_OK else None
+            )
         self.emit(CaseFinished(uid, index, workload, attempt, out))
 
     def _watchdog(self) -> None:

@@ -35,6 +35,12 @@ def _modules_loaded_by(code: str) -> set[str]:
         "import sdcscan.scan, sdcscan.cli.run, sdcscan.profile; sdcscan.profile.load_profile('burnin')",
         "import sdcscan.fleet.compare, sdcscan.fleet.golden, sdcscan.rebuild, sdcscan.outputs.publish",
         "from sdcscan.cli import cli; from click.testing import CliRunner; CliRunner().invoke(cli, ['workloads'])",
+        # The commands that read reports and the history, as a user runs them on a real report.
+        "from sdcscan.cli import cli; from click.testing import CliRunner; import tempfile, os\n"
+        "d = tempfile.mkdtemp(); h = os.path.join(d, 'h.db'); r = 'tests/data/report_v1.json'\n"
+        "for args in (['report', r], ['compare', r], ['export', r, '--junit', os.path.join(d, 'j.xml')],\n"
+        "             ['status', '--history', h], ['history', '--history', h]):\n"
+        "    assert CliRunner().invoke(cli, args).exit_code == 0, args",
     ],
 )
 def test_parent_side_never_imports_torch(code: str) -> None:

@@ -1,4 +1,4 @@
-"""export, history, status, clear as a user runs them; the output options and hooks `run` uses."""
+"""export, history, status, clear as a user runs them, and the output options of `run`."""
 
 from __future__ import annotations
 
@@ -14,10 +14,8 @@ from junitparser import JUnitXml
 from prometheus_client.parser import text_string_to_metric_families
 
 from sdcscan.cli.ops import COMMANDS, clear_cmd, export_cmd, history_cmd, output_options, status_cmd
-from sdcscan.errors import ReportError
 from sdcscan.files import write_json_atomic
-from sdcscan.outputs.history import RunActiveError, runs
-from sdcscan.outputs.publish import Outputs, publish, run_lock
+from sdcscan.outputs.publish import Outputs, publish
 from tests.helpers.reports import make_report
 
 
@@ -101,33 +99,6 @@ def test_empty_history_and_status_exit_0(tmp_path: Path) -> None:
     assert _invoke(status_cmd, "--history", db).exit_code == 0
 
 
-def test_publish_tries_every_output_and_names_each_failure(tmp_path: Path) -> None:
-    """An unwritable JUnit path is reported, and the history is recorded anyway."""
-    db = tmp_path / "h.sqlite3"
-    with pytest.raises(ReportError, match=r"cannot write .*nope"):
-        publish(make_report(run_id="r1"), Outputs(junit=tmp_path / "nope/x.xml", history=db))
-    assert [r["run_id"] for r in runs(db)] == ["r1"]
-
-
-def test_no_history_records_nothing(tmp_path: Path) -> None:
-    """--no-history leaves no database behind."""
-    db = tmp_path / "h.sqlite3"
-    publish(make_report(), Outputs(history=db, record_history=False))
-    assert not db.exists()
-
-
-def test_publish_writes_the_report_first_and_says_where_the_journal_is(tmp_path: Path) -> None:
-    """The report file is written (0644); when it cannot be, the error names the journal to rebuild from."""
-    report = make_report(run_id="r1")
-    publish(report, Outputs(report=tmp_path / "r.json", record_history=False))
-    assert json.loads((tmp_path / "r.json").read_text())["run"]["id"] == "r1"
-    assert (tmp_path / "r.json").stat().st_mode & 0o777 == 0o644
-    report["run"]["journal"] = "r.journal.jsonl"
-    with pytest.raises(ReportError, match=r"sdcscan report --from-journal r\.journal\.jsonl"):
-        publish(report, Outputs(report=tmp_path / "gone" / "r.json", junit=tmp_path / "j.xml"))
-    assert not (tmp_path / "j.xml").exists()  # nothing after a lost report: the run's own file comes first
-
-
 def test_output_options_decorate_run(tmp_path: Path) -> None:
     """`@output_options` adds --junit, --prom, --history and --no-history with those parameter names."""
     seen: dict[str, Any] = {}
@@ -140,18 +111,6 @@ def test_output_options_decorate_run(tmp_path: Path) -> None:
     args = ["--junit", "a.xml", "--prom", "b.prom", "--history", "h.db", "--no-history"]
     assert _invoke(run, *args).exit_code == 0
     assert seen == {"junit": "a.xml", "prom": "b.prom", "history": "h.db", "no_history": True}
-
-
-def test_run_lock_refuses_a_second_run_and_tolerates_readonly_state(tmp_path: Path) -> None:
-    """A second locked run is refused; with --no-history an unusable state dir only yields a note."""
-    db = str(tmp_path / "state" / "h.sqlite3")
-    second = Outputs(history=db, record_history=False)
-    with run_lock(Outputs(history=db)) as note, pytest.raises(RunActiveError), run_lock(second):
-        assert note is None
-    blocker = tmp_path / "file"
-    blocker.write_text("")
-    with run_lock(Outputs(history=str(blocker / "sub" / "h.sqlite3"), record_history=False)) as note:
-        assert note and "without the run lock" in note
 
 
 @pytest.mark.parametrize("cmd", COMMANDS, ids=lambda c: c.name)

@@ -90,7 +90,7 @@ def summarize(
     """Compare the units of many reports and name what is wrong.
 
     Args:
-        reports: extracted reports (`fleet_io.read_reports` or `fleet_model.Extractor`), any order.
+        reports: extracted reports (`fleet.reading.read_reports` or `fleet.model.Extractor`), any order.
         options: thresholds, hosts list, reference time, golden.
         skipped: inputs already refused by the reader, listed in the summary.
 
