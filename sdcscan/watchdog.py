@@ -38,6 +38,7 @@ class Watchdog:
     def __init__(self, window: int = CASE_TIME_WINDOW) -> None:
         self._window = window
         self._case_times: dict[str, deque[float]] = {}
+        self._limits: dict[str, float] = {}  # case_limit per workload, until its next finished case
         self.spawned_at = 0.0
         self.overrun_at: float | None = None  # main pass only: a unit still busy after this is stuck
 
@@ -54,13 +55,18 @@ class Watchdog:
         """Record how long a main-pass case of `workload` took."""
         times = self._case_times.setdefault(workload, deque(maxlen=self._window))
         times.append(seconds)
+        self._limits.pop(workload, None)
 
     def case_limit(self, workload: str) -> float:
         """Seconds a case of `workload` may run before it counts as hung."""
         times = self._case_times.get(workload)
         if not times:
             return WATCHDOG_FIRST_S
-        return max(WATCHDOG_FLOOR_S, WATCHDOG_FACTOR * statistics.median(times))
+        # Cached: `check` asks for every busy unit on every message, and a median sorts the window.
+        limit = self._limits.get(workload)
+        if limit is None:
+            limit = self._limits[workload] = max(WATCHDOG_FLOOR_S, WATCHDOG_FACTOR * statistics.median(times))
+        return limit
 
     def overrun(self, now: float) -> bool:
         """The main pass runs past the budget by more than OVERRUN_S: whoever is still busy is stuck."""

@@ -129,3 +129,14 @@ def test_the_median_looks_at_a_bounded_window_of_recent_case_times(window, limit
     for seconds in (10.0, 10.0, 10.0, 0.1, 0.1):
         dog.case_finished("train", seconds)
     assert dog.case_limit("train") == pytest.approx(limit)
+
+
+def test_the_case_limit_follows_every_finished_case():
+    """The limit is cached between messages but moves as soon as another case of the workload finishes."""
+    dog = started()
+    dog.case_finished("train", 2.0)
+    assert dog.case_limit("train") == 10 * 2.0
+    for _ in range(2):
+        dog.case_finished("train", 4.0)
+    assert dog.case_limit("train") == 10 * 4.0
+    assert dog.case_limit("gemm_fp") == WATCHDOG_FIRST_S  # other workloads keep their own times

@@ -41,9 +41,12 @@ def report_cmd(report_path: Path | None, journal: Path | None, out: Path | None,
     from sdcscan.render.run import render_summary
     from sdcscan.report import load_report
 
-    if (report_path is None) == (journal is None):
+    if report_path is not None and journal is None:
+        doc = load_report(report_path)
+    elif journal is not None and report_path is None:
+        doc = report_from_journal(journal)
+    else:
         raise UsageError("give either a REPORT file or --from-journal PATH")
-    doc = report_from_journal(journal) if journal is not None else load_report(report_path)  # type: ignore[arg-type]
     if out is not None:
         write_json_atomic(out, doc)
     try:
