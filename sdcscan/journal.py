@@ -2,6 +2,11 @@
 
 If the parent is killed outright, the journal still holds every finished case, and
 `sdcscan report --from-journal` can rebuild a report from it.
+
+Each run writes its own journal, created new (O_CREAT|O_EXCL|O_NOFOLLOW, mode FILE_MODE): an
+existing file is never truncated or appended to, and a symlink planted at its name is never
+followed, so another user's `ln -s /victim ...journal.jsonl` cannot make a root run write
+`/victim`. The name carries the run id (`sdcscan.scan.journal_path`), so two runs never meet there.
 """
 
 from __future__ import annotations
@@ -14,53 +19,88 @@ from pathlib import Path
 from typing import Any
 
 from sdcscan.errors import ReportError, RunError
-from sdcscan.files import parse_json
+from sdcscan.files import FILE_MODE, make_state_dir, open_regular, parse_json
+
+# Longest journal line read back: a run record lists every unit and the host inventory (tens of kB on
+# a large host), a case record its mismatches. A longer line is not one of ours and is skipped.
+MAX_RECORD_BYTES = 16 << 20
+_CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_APPEND | os.O_CLOEXEC
 
 
 class Journal:
+    """The run's journal file, or nothing when `path` is None. Writes go straight to the kernel."""
+
     def __init__(self, path: Path | None) -> None:
+        """Create the journal file at `path` (and its directory, 0700, when missing).
+
+        Raises:
+            RunError: the file exists already, is a symlink, or cannot be created.
+        """
         self.path = path
-        self._f = None
-        if path is not None:
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                self._f = open(path, "w", encoding="utf-8")  # noqa: SIM115 - one journal per run, kept open
-            except OSError as err:
-                raise RunError(f"cannot open journal {path}: {err.strerror or err}") from None
+        self._fd: int | None = None if path is None else _create(path)
 
     def write(self, record: dict[str, Any]) -> None:
-        """Append one record and flush it to the kernel: it survives a SIGKILL of this process."""
-        if self._f is None:
+        """Append one record with one unbuffered write: it survives a SIGKILL of this process."""
+        if self._fd is None:
             return
+        data = (json.dumps({**record, "t": round(time.time(), 3)}, allow_nan=True) + "\n").encode()
         try:
-            self._f.write(json.dumps({**record, "t": round(time.time(), 3)}, allow_nan=True) + "\n")
-            self._f.flush()
+            while data:
+                data = data[os.write(self._fd, data) :]
         except OSError:
             # A full disk must not kill the run: the results are still in memory for the report.
-            f, self._f = self._f, None
-            with contextlib.suppress(OSError):  # close flushes the same unwritable buffer again
-                f.close()
+            # A torn last line is skipped by read_journal.
+            self.close()
 
     def close(self) -> None:
-        if self._f is not None:
-            self._f.close()
-            self._f = None
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def _create(path: Path) -> int:
+    """A new journal file's descriptor, mode FILE_MODE whatever the umask.
+
+    Raises:
+        RunError: one line naming the file and why.
+    """
+    try:
+        make_state_dir(path.parent)  # only the state directory's journal/ is missing; it is created 0700
+        fd = os.open(path, _CREATE_FLAGS, FILE_MODE)
+    except FileExistsError:  # also a symlink at that name: O_EXCL never follows one
+        raise RunError(
+            f"cannot create journal {path}: a file or symlink of that name exists (a journal is never reused)"
+        ) from None
+    except OSError as err:
+        raise RunError(f"cannot create journal {path}: {err.strerror or err}") from None
+    try:
+        os.fchmod(fd, FILE_MODE)
+    except OSError as err:
+        os.close(fd)
+        raise RunError(f"cannot create journal {path}: {err.strerror or err}") from None
+    return fd
 
 
 def read_journal(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """Records of a journal, read line by line (a burn-in's journal can be large).
 
     A line that is not a JSON object is skipped: a torn last line (the writer was killed
-    mid-write), or a line nested too deeply for the shared parser.
+    mid-write), a line nested too deeply for the shared parser, or one over MAX_RECORD_BYTES.
 
     Raises:
-        OSError: the file cannot be opened or read.
+        JSONFileError: missing or unreadable, or not a regular file (a FIFO, a device).
+        OSError: reading failed part way.
     """
     records = []
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
+    with open_regular(path, what="journal") as f:
+        while line := f.readline(MAX_RECORD_BYTES + 1):
+            if len(line) > MAX_RECORD_BYTES:
+                while line and not line.endswith(b"\n"):  # skip the rest of the overlong line
+                    line = f.readline(MAX_RECORD_BYTES)
+                continue
             try:
-                rec = parse_json(line, what="journal record")
+                rec = parse_json(line.decode("utf-8", "replace"), what="journal record")
             except ReportError:
                 continue
             if isinstance(rec, dict):

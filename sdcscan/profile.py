@@ -2,7 +2,14 @@
 
 Loading is strict: unknown keys, wrong types and out-of-range values raise `ProfileError` naming the
 file and the key, because a typo in a fleet-wide profile must not silently change what is tested.
+Every workload parameter is checked against its range in the catalogue (`sdcscan.workloads.SPECS`) as
+the units will get it (defaults < params < cuda_params on GPUs < command line), so a value that would
+break a workload is exit 2 at load, never a failure in every worker after the run started.
 Precedence: built-in default < profile < command-line flag.
+
+Messages never quote a file's text beyond a short value: `-p` may name any file (a password database
+parses as YAML whose keys are whole lines), so keys that are no identifiers and PyYAML's snippets are
+left out, and values are cut to a few dozen characters.
 """
 
 from __future__ import annotations
@@ -10,6 +17,9 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import os
+import re
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +29,10 @@ import yaml
 
 from sdcscan.errors import ProfileError, UsageError
 from sdcscan.timefmt import parse_duration
+from sdcscan.units import parse_units_spec
+from sdcscan.workloads import WorkloadSpec
 from sdcscan.workloads import spec as workload_spec
+from sdcscan.workloads.params import shown
 
 PROFILE_VERSION = 1
 
@@ -81,8 +94,17 @@ class Profile:
     sha256: str
 
     def select(self, names: list[str]) -> Profile:
-        """This profile restricted to `names` (in profile order); unknown names raise UsageError."""
+        """This profile restricted to `names` (in profile order).
+
+        Raises:
+            UsageError: `names` is empty (an empty selection must not run nothing, or mean all), or
+                names a workload that does not exist or is not in this profile.
+        """
         known = {w.name for w in self.workloads}
+        if not names:
+            raise UsageError(
+                f"--workloads names no workload (profile {self.name!r} has: {', '.join(sorted(known))})"
+            )
         for n in names:
             workload_spec(n)  # raises with a did-you-mean for names no workload has
             if n not in known:
@@ -107,13 +129,17 @@ _TOP_KEYS = {
 _WORKLOAD_KEYS = {"name", "weight", "params", "cuda_params"}
 
 
+class _Refused(yaml.YAMLError):
+    """The strict loader's own refusals: their messages quote nothing but a key (see `_key`)."""
+
+
 class _StrictLoader(yaml.SafeLoader):
     """safe_load without aliases (no anchor bombs) and without duplicate keys."""
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
-            raise yaml.YAMLError(f"YAML aliases are not allowed (line {event.start_mark.line + 1})")
+            raise _Refused(f"YAML aliases are not allowed (line {event.start_mark.line + 1})")
         return super().compose_node(parent, index)
 
     def construct_mapping(self, node: Any, deep: bool = False) -> Any:
@@ -123,11 +149,9 @@ class _StrictLoader(yaml.SafeLoader):
             if not isinstance(
                 key, str | int | float | bool | None
             ):  # `? [a, b]` keys: unhashable, never ours
-                raise yaml.YAMLError(
-                    f"mapping keys must be plain values (line {key_node.start_mark.line + 1})"
-                )
+                raise _Refused(f"mapping keys must be plain values (line {key_node.start_mark.line + 1})")
             if key in seen:
-                raise yaml.YAMLError(f"duplicate key {key!r} (line {key_node.start_mark.line + 1})")
+                raise _Refused(f"duplicate key {_key(key)} (line {key_node.start_mark.line + 1})")
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
 
@@ -136,9 +160,9 @@ def resolve_profile_path(name_or_path: str) -> Path:
     """A built-in profile name (`quick`) or a path to a YAML file."""
     candidate = Path(name_or_path)
     if candidate.suffix in (".yaml", ".yml") or "/" in name_or_path or candidate.exists():
-        if not candidate.is_file():
+        if not candidate.exists():
             raise ProfileError(f"{name_or_path}: profile file not found")
-        return candidate
+        return candidate  # `_read` refuses what is not a regular file, from the open descriptor
     builtin = BUILTIN_DIR / f"{name_or_path}.yaml"
     if not builtin.is_file():
         raise ProfileError(
@@ -160,22 +184,76 @@ def load_profile(name_or_path: str) -> Profile:
     path = resolve_profile_path(name_or_path)
     label = path.name if path.parent == BUILTIN_DIR else str(path)
     try:
-        raw = path.read_bytes()
-    except OSError as err:
-        raise ProfileError(f"{label}: cannot read: {err.strerror or err}") from None
-    if len(raw) > MAX_PROFILE_BYTES:
-        raise ProfileError(f"{label}: file is {len(raw)} bytes; profiles are at most {MAX_PROFILE_BYTES}")
-    try:
-        data = yaml.load(raw.decode("utf-8"), Loader=_StrictLoader)
+        text = _read(path, label).decode("utf-8")
     except UnicodeDecodeError:
-        raise ProfileError(f"{label}: not UTF-8 text") from None
+        raise ProfileError(f"{label}: not UTF-8 text, so not a profile") from None
+    try:
+        data = yaml.load(text, Loader=_StrictLoader)
     except yaml.YAMLError as err:
-        raise ProfileError(f"{label}: invalid YAML: {_one_line(err)}") from None
+        raise ProfileError(f"{label}: invalid YAML: {_yaml_problem(err, text)}") from None
     except RecursionError:  # PyYAML parses nested collections recursively
         raise ProfileError(f"{label}: invalid YAML: nested too deeply") from None
-    except (ValueError, OverflowError) as err:  # a scalar PyYAML cannot convert, e.g. a 5000-digit integer
-        raise ProfileError(f"{label}: invalid YAML value: {_one_line(err)}") from None
+    except (ValueError, OverflowError):  # a scalar PyYAML cannot convert, e.g. a 5000-digit integer
+        raise ProfileError(f"{label}: invalid YAML value: a number too long or a date out of range") from None
     return profile_from_data(data, label=label, default_name=path.stem)
+
+
+def _read(path: Path, label: str) -> bytes:
+    """The bytes of a profile: a regular file of at most MAX_PROFILE_BYTES (a FIFO or device is never read).
+
+    Raises:
+        ProfileError: cannot open or read it, not a regular file, or too large.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    except OSError as err:
+        raise ProfileError(f"{label}: cannot read: {err.strerror or type(err).__name__}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ProfileError(f"{label}: not a regular file, so not a profile")
+        raw = _read_at_most(fd, MAX_PROFILE_BYTES + 1)
+    except OSError as err:
+        raise ProfileError(f"{label}: cannot read: {err.strerror or type(err).__name__}") from None
+    finally:
+        os.close(fd)
+    if len(raw) > MAX_PROFILE_BYTES:
+        raise ProfileError(f"{label}: file is larger than {MAX_PROFILE_BYTES} bytes, the limit for a profile")
+    return raw
+
+
+def _read_at_most(fd: int, limit: int) -> bytes:
+    """Up to `limit` bytes from `fd`, whatever size the file claims (it may grow while it is read)."""
+    chunks, size = [], 0
+    while size < limit:
+        chunk = os.read(fd, min(1 << 16, limit - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
+
+
+# PyYAML quotes the characters it stumbled on; of those, only tokens and punctuation are kept.
+_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
+_HARMLESS = re.compile(r"['\"](<[a-z ]+>|[^\w\s])['\"]")
+
+
+def _yaml_problem(err: yaml.YAMLError, text: str) -> str:
+    """What PyYAML found wrong and where (line, column), without the snippet of the file it would quote."""
+    if isinstance(err, _Refused):
+        return str(err)
+    if isinstance(err, yaml.reader.ReaderError):  # a control character: no mark, only an offset
+        line = text.count("\n", 0, err.position) + 1
+        column = err.position - (text.rfind("\n", 0, err.position) + 1) + 1
+        return f"a character YAML does not allow (line {line}, column {column})"
+    if isinstance(err, yaml.MarkedYAMLError):
+        what = _QUOTED.sub(
+            lambda m: m[0] if _HARMLESS.fullmatch(m[0]) else "…", err.problem or err.context or ""
+        )
+        mark = err.problem_mark or err.context_mark
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        return f"{' '.join(what.split()) or 'not YAML'}{where}"
+    return "not YAML"
 
 
 def profile_from_data(data: Any, *, label: str, default_name: str) -> Profile:
@@ -185,26 +263,47 @@ def profile_from_data(data: Any, *, label: str, default_name: str) -> Profile:
     _reject_unknown(label, "", data, _TOP_KEYS)
     version = data.get("version")
     if version != PROFILE_VERSION or isinstance(version, bool):
-        raise ProfileError(f"{label}: version: expected {PROFILE_VERSION}, got {version!r}")
+        raise ProfileError(f"{label}: version: expected {PROFILE_VERSION}, got {shown(version)}")
     name = _get(label, data, "name", str, default_name)
     description = _get(label, data, "description", str, "")
+    budget = data.get("budget", "60s")
     try:
-        budget_s = parse_budget(data.get("budget", "60s"))
-    except UsageError as err:
-        raise ProfileError(f"{label}: budget: {err}") from None
+        budget_s = parse_budget(budget)
+    except UsageError:
+        raise ProfileError(
+            f"{label}: budget: expected a duration such as 90s, 15m or 2h, at most 30 days, got {shown(budget)}"
+        ) from None
     seed = data.get("seed")
     if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**63):
-        raise ProfileError(f"{label}: seed: expected an integer in [0, 2^63) or null, got {seed!r}")
+        raise ProfileError(f"{label}: seed: expected an integer in [0, 2^63) or null, got {shown(seed)}")
     threads = _get(label, data, "threads_per_unit", int, 1)
     if not 1 <= threads <= 1024:
-        raise ProfileError(f"{label}: threads_per_unit: expected 1..1024, got {threads}")
+        raise ProfileError(f"{label}: threads_per_unit: expected 1..1024, got {shown(threads)}")
     units = _get(label, data, "units", str, "all")
+    _check_units(label, units)
     retest = _get(label, data, "retest", int, 3)
     if not 0 <= retest <= MAX_RETEST:
-        raise ProfileError(f"{label}: retest: expected 0..{MAX_RETEST}, got {retest}")
+        raise ProfileError(f"{label}: retest: expected 0..{MAX_RETEST}, got {shown(retest)}")
     workloads = _workloads(label, data.get("workloads"))
     probe = Profile(name, label, description, budget_s, seed, threads, units, retest, (), "")
     return _with_workloads(probe, workloads)
+
+
+_UNIT_NAME = re.compile(r"all|cpu|cuda|(cpu|cuda):[0-9]{1,6}")
+
+
+def _check_units(label: str, units: str) -> None:
+    """The profile's unit selection names at least one unit, each of the forms `sdcscan run --units` takes.
+
+    Whether the units exist is for the host that runs the profile to say; the form is checked here.
+    """
+    try:
+        parts = parse_units_spec(units, what="units")
+    except UsageError as err:
+        raise ProfileError(f"{label}: {err}") from None
+    for part in parts:
+        if not _UNIT_NAME.fullmatch(part):
+            raise ProfileError(f"{label}: units: expected all, cpu, cuda, cpu:N or cuda:N, got {shown(part)}")
 
 
 def _with_workloads(profile: Profile, workloads: tuple[WorkloadEntry, ...]) -> Profile:
@@ -240,9 +339,9 @@ def _workloads(label: str, entries: Any) -> tuple[WorkloadEntry, ...]:
         _reject_unknown(label, f"{where}.", entry, _WORKLOAD_KEYS)
         name = entry.get("name")
         if not isinstance(name, str):
-            raise ProfileError(f"{label}: {where}.name: expected a workload name, got {name!r}")
+            raise ProfileError(f"{label}: {where}.name: expected a workload name, got {shown(name)}")
         try:
-            defaults = workload_spec(name).defaults
+            spec = workload_spec(name)
         except UsageError as err:
             raise ProfileError(f"{label}: {where}.name: {err}") from None
         if name in seen:
@@ -250,49 +349,81 @@ def _workloads(label: str, entries: Any) -> tuple[WorkloadEntry, ...]:
         seen.add(name)
         weight = _get(label, entry, "weight", int, 1, where=f"{where}.")
         if not 1 <= weight <= 1000:
-            raise ProfileError(f"{label}: {where}.weight: expected 1..1000, got {weight}")
-        params = _params(label, f"{where}.params", entry.get("params", {}), defaults)
-        cuda_params = _params(label, f"{where}.cuda_params", entry.get("cuda_params", {}), defaults)
-        found.append(WorkloadEntry(name, weight, params, cuda_params))
+            raise ProfileError(f"{label}: {where}.weight: expected 1..1000, got {shown(weight)}")
+        params = _params(label, f"{where}.params", spec, entry.get("params", {}))
+        cuda_params = _params(label, f"{where}.cuda_params", spec, entry.get("cuda_params", {}))
+        workload = WorkloadEntry(name, weight, params, cuda_params)
+        problem = _merged_problem(spec, workload, {})
+        if problem:
+            layer, key, text = problem
+            raise ProfileError(f"{label}: {where}.{layer}.{key} ({name}): {text}")
+        found.append(workload)
     return tuple(found)
 
 
-def _params(label: str, where: str, given: Any, defaults: Mapping[str, Any]) -> dict[str, Any]:
-    """Check given parameters against the workload's defaults: known keys, same types."""
+def _params(label: str, where: str, spec: WorkloadSpec, given: Any) -> dict[str, Any]:
+    """Check given parameters against the workload's catalogue entry: known keys, values in range.
+
+    Raises:
+        ProfileError: `{label}: {where}.{key} ({workload}): must be ... (got ...)`.
+    """
     if given is None:
         return {}
     if not isinstance(given, dict):
         raise ProfileError(f"{label}: {where}: expected a mapping, got {_type(given)}")
-    _reject_unknown(label, f"{where}.", given, set(defaults))
-    out = {}
+    _reject_unknown(label, f"{where}.", given, set(spec.params))
     for key, value in given.items():
-        expected = defaults[key]
-        if not _same_kind(value, expected):
-            raise ProfileError(f"{label}: {where}.{key}: expected {_type(expected)}, got {value!r}")
-        if (
-            isinstance(value, int | float) and not isinstance(value, bool) and not abs(value) <= 1e9
-        ):  # also NaN
-            raise ProfileError(f"{label}: {where}.{key}: value {value!r} is out of range")
-        out[key] = value
-    return out
+        problem = spec.param_problem(key, value)
+        if problem:
+            raise ProfileError(f"{label}: {where}.{key} ({spec.name}): {problem}")
+    return dict(given)
 
 
-def _same_kind(value: Any, expected: Any) -> bool:
-    if isinstance(expected, bool) or isinstance(value, bool):
-        return isinstance(value, bool) and isinstance(expected, bool)
-    if isinstance(expected, float):
-        return isinstance(value, int | float)
-    if isinstance(expected, list | tuple):
-        return (
-            isinstance(value, list) and all(_same_kind(v, expected[0]) for v in value) if expected else True
-        )
-    return isinstance(value, type(expected))
+def _merged_problem(
+    spec: WorkloadSpec, entry: WorkloadEntry, overrides: Mapping[str, Any]
+) -> tuple[str, str, str] | None:
+    """(layer, key, problem) for the first cross-parameter rule the parameters of a CPU or a GPU unit break.
+
+    Each value was checked alone already; a rule needs them merged as the worker merges them, e.g. a
+    profile that sets `dtypes` alone leaves the default `repeats` one entry per default dtype.
+    """
+    for kind, layer in (("cpu", "params"), ("cuda", "cuda_params")):
+        found = spec.rules_problem({**spec.defaults, **entry.params_for(kind), **overrides})
+        if found:
+            return (layer, *found)
+    return None
+
+
+def check_overrides(profile: Profile, overrides: Mapping[str, Mapping[str, Any]], *, source: str) -> None:
+    """Check command-line parameter overrides ({workload: {key: value}}) as a profile's parameters are.
+
+    Each value against its range (a calibration path: the file is read and checked), then the merged
+    parameters of every workload of the profile the overrides touch.
+
+    Raises:
+        UsageError: `{source}: ...` naming the workload and key, e.g. `--calibration: calibration table
+            cal.json: no such file`.
+    """
+    for name, values in overrides.items():
+        spec = workload_spec(name)
+        for key, value in values.items():
+            if key not in spec.params:
+                raise UsageError(f"{source}: {name} has no parameter {key!r}")
+            problem = spec.param_problem(key, value)
+            if problem:
+                raise UsageError(f"{source}: {problem}")
+    for entry in profile.workloads:
+        if entry.name in overrides:
+            found = _merged_problem(workload_spec(entry.name), entry, overrides[entry.name])
+            if found:
+                _, key, problem = found
+                raise UsageError(f"{source}: {entry.name}.{key}: {problem} (with profile {profile.name!r})")
 
 
 def _get(label: str, data: dict[str, Any], key: str, kind: type, default: Any, where: str = "") -> Any:
     value = data.get(key, default)
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise ProfileError(f"{label}: {where}{key}: expected {kind.__name__}, got {value!r}")
+        raise ProfileError(f"{label}: {where}{key}: expected {_type(kind())}, got {shown(value)}")
     return value
 
 
@@ -300,14 +431,23 @@ def _reject_unknown(label: str, where: str, data: dict[str, Any], allowed: set[s
     for key in data:
         if key not in allowed:
             hint = ", ".join(sorted(allowed)) or "none"
-            raise ProfileError(f"{label}: {where}{key}: unknown key (allowed: {hint})")
+            raise ProfileError(f"{label}: {where}{_key(key)}: unknown key (allowed: {hint})")
+
+
+_PLAIN_KEY = re.compile(r"[\w .-]{1,40}")
+
+
+def _key(key: Any) -> str:
+    """A key for a message: itself when it reads like one, else only its length.
+
+    A file that is no profile can still parse as a mapping whose keys are whole lines (`/etc/shadow`:
+    `root:$6$...:19000:0:::` ends in a colon), and those lines must not reach a terminal or a log.
+    """
+    text = str(key)
+    return text if _PLAIN_KEY.fullmatch(text) else f"<a key of {len(text)} characters>"
 
 
 def _type(value: Any) -> str:
     return {dict: "a mapping", list: "a list", str: "a string", int: "an integer", float: "a number"}.get(
         type(value), type(value).__name__
     )
-
-
-def _one_line(err: Exception) -> str:
-    return " ".join(str(err).split())

@@ -24,17 +24,20 @@ def report_from_journal(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The report (verdict `interrupted`) of the last run recorded in the journal at `path`.
 
     Raises:
-        ReportError: unreadable, not a journal, or written by an sdcscan too old to rebuild from.
+        ReportError: unreadable or not a regular file (`JSONFileError`), not a journal, or written by
+            an sdcscan too old to rebuild from.
     """
     p = Path(path)
     try:
         records = read_journal(p)
-    except (OSError, ValueError) as err:
-        raise ReportError(f"{p}: cannot read journal: {getattr(err, 'strerror', None) or err}") from None
+    except OSError as err:  # the bounded reader refused nothing, but reading failed part way
+        raise ReportError(f"{p}: cannot read journal: {err.strerror or err}") from None
     starts = [i for i, r in enumerate(records) if r.get("type") == "run"]
     if not starts:
         raise ReportError(f"{p}: not an sdcscan journal (no run record)")
-    records = records[starts[-1] :]  # a journal reused by a later run with the same --out: the last run
+    # Journals are per run now; one written by an sdcscan that reused `<stem>.journal.jsonl` for every
+    # run with the same --out holds several runs, and the last one is the one that lost its report.
+    records = records[starts[-1] :]
     run = records[0]
     missing = [k for k in _RUN_KEYS if k not in run]
     if missing or not isinstance(run["units"], list) or not isinstance(run["profile"], dict):

@@ -4,30 +4,44 @@ Per-case records are stored column-wise per unit (`units[].cases` holds parallel
 `workload`, `digest`, `status`, `seconds`) so a 10,000 s burn-in on a 128-core host stays compact.
 Reports are written atomically by `sdcscan.files.write_json_atomic` and read by
 `load_report` through the bounded reader `sdcscan.files.read_json`.
+
+Reports come from other hosts and other hands, so every reader (the summary of `sdcscan report`,
+`compare` and goldens, `export` to JUnit and Prometheus, the history) gets its report through
+`validate_report`, which checks the type of every field those readers use: a refusal names the
+file and the key path (`r.json: units[2].cases.seconds[5]: not a number`) and never echoes more
+than a few dozen characters of what the file holds. `sdcscan report` exits with the code the
+report's verdict implies (`verdict_exit_code`), never with the `exit_code` a file claims.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import os
+import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sdcscan.errors import ReportError
+from sdcscan.errors import EXIT_TERMINATED, ReportError
 from sdcscan.files import read_json
-from sdcscan.outcomes import VERDICTS
+from sdcscan.outcomes import STATUSES, VERDICTS, Verdict
 
 __all__ = [
-    "CASE_COLUMNS", "MAX_REPORT_BYTES", "REQUIRED_TOP", "REQUIRED_UNIT", "SCHEMA_PATH", "SCHEMA_VERSION",
-    "VERDICTS", "case_records", "load_report", "validate_report",
+    "CASE_COLUMNS", "MAX_DEPTH", "MAX_REPORT_BYTES", "SCHEMA_PATH", "SCHEMA_VERSION", "VERDICTS", "case_records", "exit_code_disagreement", "load_report", "printable",
+    "shown", "validate_report", "verdict_exit_code",
 ]  # fmt: skip
 
 SCHEMA_VERSION = 1
 SCHEMA_PATH = Path(__file__).with_name("report.schema.json")
 MAX_REPORT_BYTES = 1 << 30  # refuse to parse anything larger: it is not one of ours
+MAX_DEPTH = 20  # a report nests 6 levels; deeper documents would exhaust the recursion of json.dump
+SHOWN_CHARS = 40  # the most of a file's content an error message quotes
 
 CASE_COLUMNS = ("index", "workload", "digest", "status", "seconds")
-REQUIRED_TOP = ("schema_version", "tool", "verdict", "run", "host", "units", "findings")
-REQUIRED_UNIT = ("id", "verdict", "cohort", "cases")
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # what the history database (SQLite) can store
+NUMBER_LIMIT = 10**300  # an integer in a number field must still convert to a float
 
 
 def case_records(report: dict[str, Any]) -> list[dict[str, Any]]:
@@ -41,36 +55,348 @@ def case_records(report: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def load_report(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read and structurally validate a report.
+    """Read and validate a report.
 
     Raises:
-        ReportError: unreadable, too large, not JSON, of another schema version, or missing required keys;
-            the message names the file and says which.
+        ReportError: unreadable, too large, not JSON, of another schema version, or a field the readers
+            use is missing or of the wrong type; the message names the file and the key.
     """
     data = read_json(path, what="report", max_bytes=MAX_REPORT_BYTES)
-    return validate_report(data, label=str(path))
+    return validate_report(data, label=printable(str(path)))
 
 
 def validate_report(data: Any, *, label: str = "report") -> dict[str, Any]:
-    """Check the structure readers rely on; return the report unchanged."""
+    """Check every field a reader of reports relies on; return the report unchanged.
+
+    Readers may then index what is checked here without guarding: the summary table, findings and
+    mismatch lines of `sdcscan report`, the extract `compare` and goldens keep, JUnit and Prometheus
+    export, the history. Integers are bounded where they are stored (the seed fits 0..2**63-1), numbers
+    are finite, bool is never a number, verdicts and statuses are the known words.
+
+    Args:
+        data: a parsed JSON document.
+        label: the file, for messages.
+
+    Raises:
+        ReportError: `label: key.path: what is wrong`, e.g. `r.json: units[2].cases.seconds[5]: not a number`.
+    """
     if not isinstance(data, dict):
         raise ReportError(f"{label}: not a report (top level is not an object)")
     version = data.get("schema_version")
-    if version != SCHEMA_VERSION:
+    if type(version) is not int or version != SCHEMA_VERSION:  # not true, not 1.0
         raise ReportError(
-            f"{label}: schema_version {version!r} is not supported (this sdcscan reads {SCHEMA_VERSION})"
+            f"{label}: schema_version {shown(version)} is not supported (this sdcscan reads {SCHEMA_VERSION})"
         )
-    for key in REQUIRED_TOP:
-        if key not in data:
-            raise ReportError(f"{label}: missing key {key!r}")
-    if data["verdict"] not in VERDICTS or not isinstance(data["units"], list):
-        raise ReportError(f"{label}: malformed verdict or units")
-    for unit in data["units"]:
-        if not isinstance(unit, dict) or any(k not in unit for k in REQUIRED_UNIT):
-            raise ReportError(f"{label}: a unit lacks one of {', '.join(REQUIRED_UNIT)}")
-        cols = unit["cases"]
-        if not isinstance(cols, dict) or any(not isinstance(cols.get(c), list) for c in CASE_COLUMNS):
-            raise ReportError(f"{label}: unit {unit.get('id')!r} has malformed cases")
-        if len({len(cols[c]) for c in CASE_COLUMNS}) != 1:
-            raise ReportError(f"{label}: unit {unit.get('id')!r} has case columns of different lengths")
+    try:
+        _REPORT(data)
+    except _Bad as bad:
+        where = _key_path(bad.path)
+        raise ReportError(f"{label}: {where + ': ' if where else ''}{bad.problem}") from None
+    if _too_deep(data):
+        raise ReportError(f"{label}: nested more than {MAX_DEPTH} levels deep: not a report")
     return data
+
+
+def verdict_exit_code(report: dict[str, Any]) -> int:
+    """The exit code a validated report's verdict implies (`Verdict.exit_code`).
+
+    A run stopped by SIGTERM exited 143, not 130, and its report says so in `run.interrupted_by`.
+    The report's own `exit_code` field is never used: a hand-edited or hostile file must not make
+    `sdcscan report` exit 1 ("SDC suspected") for a pass, nor 0 for a failure.
+    """
+    verdict = Verdict(report["verdict"])
+    if verdict is Verdict.INTERRUPTED and report["run"].get("interrupted_by") == "SIGTERM":
+        return EXIT_TERMINATED
+    return verdict.exit_code
+
+
+def exit_code_disagreement(report: dict[str, Any]) -> str | None:
+    """A sentence when a validated report's stored `exit_code` is not the one its verdict implies, else None."""
+    stored, expected = report.get("exit_code"), verdict_exit_code(report)
+    if stored is None or stored == expected:
+        return None
+    return (
+        f"the report's exit_code {stored} does not match its verdict {report['verdict']}; "
+        f"exiting {expected} as the verdict says"
+    )
+
+
+def printable(text: str) -> str:
+    """`text` with every character a terminal acts on written as an escape (`\\x1b`, `\\u202e`, `\\n`).
+
+    Control characters (ANSI escape sequences, bell, carriage return, newline), C1 controls,
+    bidirectional overrides and unpaired surrogates from a file must not reach a terminal or a log raw:
+    they could rewrite what the operator sees, e.g. forge a last line `exit: pass`.
+    """
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+
+
+def shown(value: Any, limit: int = SHOWN_CHARS) -> str:
+    """A value from a file as an error message may quote it: printable, at most `limit` characters."""
+    if isinstance(value, str):
+        text = repr(value)  # escapes what `printable` escapes
+    elif isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        text = f"a {value.bit_length()}-bit integer"  # str() of a 5000-digit int raises, and says nothing
+    elif value is None or isinstance(value, bool | int | float):
+        text = json.dumps(value)
+    else:
+        text = "an object" if isinstance(value, dict) else f"a {type(value).__name__}"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# ---------------------------------------------------------------------------------------------------
+# The checks. Each takes a value and raises _Bad with the path below that value; the path is built
+# only when a check fails, so a report with millions of cases is checked at the speed of a loop.
+
+Check = Callable[[Any], None]
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_:.+-]{1,40}")
+
+
+class _Bad(Exception):
+    """A field that readers cannot use: `path` (keys and list indices) and `problem` say which and why."""
+
+    def __init__(self, problem: str, path: tuple[str | int, ...] = ()) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.path = path
+
+    def under(self, key: str | int) -> _Bad:
+        return _Bad(self.problem, (key, *self.path))
+
+
+def _key_path(path: tuple[str | int, ...]) -> str:
+    """("units", 2, "cases", "seconds", 5) -> `units[2].cases.seconds[5]`; odd keys from the file quoted."""
+    out = ""
+    for key in path:
+        if isinstance(key, int):
+            out += f"[{key}]"
+        else:
+            name = key if _PLAIN_KEY.fullmatch(key) else shown(key)
+            out += f".{name}" if out else name
+    return out
+
+
+def _string(value: Any) -> None:
+    if not isinstance(value, str):
+        raise _Bad("not a string")
+
+
+def _nullable(check: Check) -> Check:
+    def nullable(value: Any) -> None:
+        if value is None:
+            return
+        try:
+            check(value)
+        except _Bad as bad:
+            if bad.path:  # a part of the value is wrong, not the value itself
+                raise
+            raise _Bad(f"{bad.problem} or null") from None
+
+    return nullable
+
+
+def _integer(low: int = INT64_MIN, high: int = INT64_MAX) -> Check:
+    def integer(value: Any) -> None:
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise _Bad("not an integer")
+        if not low <= value <= high:
+            raise _Bad(f"out of range ({low}..{high})")
+
+    return integer
+
+
+def _number(value: Any) -> None:
+    """A finite number (int or float, never bool) that converts to a float."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _Bad("not a number")
+    if isinstance(value, int):
+        if not -NUMBER_LIMIT <= value <= NUMBER_LIMIT:
+            raise _Bad("out of range")
+    elif not math.isfinite(value):
+        raise _Bad("not a finite number")
+
+
+def _one_of(words: tuple[str, ...]) -> Check:
+    def one_of(value: Any) -> None:
+        if not isinstance(value, str) or value not in words:
+            raise _Bad(f"not one of {', '.join(words)}")
+
+    return one_of
+
+
+def _list_of(item: Check) -> Check:
+    def list_of(value: Any) -> None:
+        if not isinstance(value, list):
+            raise _Bad("not a list")
+        for i, x in enumerate(value):
+            try:
+                item(x)
+            except _Bad as bad:
+                raise bad.under(i) from None
+
+    return list_of
+
+
+def _map_of(item: Check) -> Check:
+    """An object whose every value passes `item` (its keys are JSON strings already)."""
+
+    def map_of(value: Any) -> None:
+        if not isinstance(value, dict):
+            raise _Bad("not an object")
+        for key, x in value.items():
+            try:
+                item(x)
+            except _Bad as bad:
+                raise bad.under(key) from None
+
+    return map_of
+
+
+def _object(required: dict[str, Check], optional: dict[str, Check] | None = None) -> Check:
+    """An object with the `required` keys and, where present, the `optional` ones; other keys are free."""
+
+    def obj(value: Any) -> None:
+        if not isinstance(value, dict):
+            raise _Bad("not an object")
+        missing = next((key for key in required if key not in value), None)
+        if missing is not None:
+            raise _Bad(f"missing key {missing!r}")
+        for key, check in (*required.items(), *(optional or {}).items()):
+            if key in value:
+                try:
+                    check(value[key])
+                except _Bad as bad:
+                    raise bad.under(key) from None
+
+    return obj
+
+
+def _anything(value: Any) -> None:
+    """A field no reader interprets (kept for people); only its nesting depth is bounded."""
+
+
+def _column(item: Check, clean: Callable[[list[Any]], bool]) -> Check:
+    """A case column: `clean` accepts a whole list at C speed (the usual case), else each item is checked
+    by `item`, which finds the first bad one for the message."""
+    each = _list_of(item)
+
+    def column(value: Any) -> None:
+        if not (isinstance(value, list) and clean(value)):
+            each(value)
+
+    return column
+
+
+def _types(values: list[Any]) -> set[type]:
+    return set(map(type, values))  # bool is its own type: never taken for an int here
+
+
+_COLUMN_CHECKS: dict[str, Check] = {
+    "index": _column(
+        _integer(0, INT64_MAX), lambda v: _types(v) <= {int} and (not v or 0 <= min(v) <= max(v) <= INT64_MAX)
+    ),
+    "workload": _column(_string, lambda v: _types(v) <= {str}),
+    "digest": _column(_nullable(_string), lambda v: _types(v) <= {str, type(None)}),
+    "status": _column(_one_of(STATUSES), lambda v: _types(v) <= {str} and set(v) <= set(STATUSES)),
+    "seconds": _column(_number, lambda v: _types(v) <= {float} and all(map(math.isfinite, v))),
+}
+_cases_object = _object(_COLUMN_CHECKS)
+
+
+def _cases(value: Any) -> None:
+    """The per-case columns: typed, and all of one length (the i-th entries form one record)."""
+    _cases_object(value)
+    if len({len(value[c]) for c in CASE_COLUMNS}) != 1:
+        raise _Bad("case columns of different lengths")
+
+
+_THROUGHPUT = _object({"ops_per_s": _number, "ops_unit": _string, "cases": _number}, {"seconds": _number})
+_UNIT = _object(
+    {
+        "id": _string,
+        "kind": _string,
+        "cohort": _string,
+        "verdict": _one_of(VERDICTS),
+        "reason": _nullable(_string),
+        "cases_run": _integer(0),
+        "workloads": _list_of(_string),
+        "mismatches": _integer(0),
+        "cases": _cases,
+    },
+    {
+        "model": _string,
+        "throughput": _map_of(_THROUGHPUT),
+        "first_bad_case": _nullable(_integer()),
+        "notes": _list_of(_string),
+    },
+)
+_MISMATCH = _object(
+    {k: _string for k in ("unit", "workload", "check", "where", "expected", "actual")}
+    | {"index": _integer()},
+    {"mask": _nullable(_string)},
+)
+_DISPUTE = _object(
+    {"workload": _string, "digests": _map_of(_nullable(_string))},
+    {"index": _integer(), "cohort": _string, "majority": _nullable(_string)},
+)
+_FINDING = _object(
+    {"kind": _string, "unit": _nullable(_string), "message": _string}, {"next": _nullable(_string)}
+)
+# Telemetry: scope (host, or a unit) -> metric -> stats; Prometheus exports each counter's `delta`.
+_METRICS = _nullable(_map_of(_nullable(_object({}, {"delta": _nullable(_number)}))))
+_TELEMETRY = _object({}, {"host": _METRICS, "units": _nullable(_map_of(_METRICS))})
+_RUN = _object(
+    {
+        "id": _string,
+        "profile": _object({"name": _string, "sha256": _string}, {"path": _nullable(_string)}),
+        "seed": _integer(0, INT64_MAX),
+        "budget_s": _number,
+        "duration_s": _number,
+    },
+    {
+        "started_at": _nullable(_string),
+        "ended_at": _nullable(_string),
+        "argv": _list_of(_string),
+        "workloads": _list_of(_string),
+        "journal": _nullable(_string),
+        "interrupted_by": _nullable(_string),
+    },
+)
+_REPORT = _object(
+    {
+        "tool": _object({"version": _string}, {"name": _string}),
+        "verdict": _one_of(VERDICTS),
+        "run": _RUN,
+        "host": _object({"hostname": _string}),
+        "units": _list_of(_UNIT),
+        "findings": _list_of(_FINDING),
+    },
+    {
+        "exit_code": _integer(),
+        "mismatches": _list_of(_MISMATCH),
+        "disputes": _list_of(_DISPUTE),
+        "telemetry": _TELEMETRY,
+        "software": _anything,
+        "cohorts": _anything,
+    },
+)
+
+
+def _too_deep(report: dict[str, Any]) -> bool:
+    """Whether any part of a checked report nests deeper than MAX_DEPTH.
+
+    The case columns are skipped: they were just checked to hold only scalars, and they are most of
+    a large report.
+    """
+    columns = {id(u["cases"][c]) for u in report["units"] for c in CASE_COLUMNS}
+    stack: list[tuple[Any, int]] = [(report, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return True
+        for child in value.values() if isinstance(value, dict) else value:
+            if isinstance(child, dict | list) and id(child) not in columns:
+                stack.append((child, depth + 1))
+    return False

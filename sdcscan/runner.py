@@ -2,21 +2,25 @@
 
 Workers stream outcomes; the parent appends each to the journal as it arrives, so a crash or a
 signal loses nothing that finished. A worker that dies or stops answering makes its unit invalid;
-the other units go on. When a worker counts as stuck is `watchdog.Watchdog`'s decision, and which
+the other units go on. Each worker talks to the parent over its own pipe: nothing is shared between
+workers, so killing one (it hung, or its set-up failed) can never block or corrupt another's messages,
+as a kill in the middle of a write to one shared queue could. When a worker counts as stuck is `watchdog.Watchdog`'s decision, and which
 re-run goes where and when is `rerun_schedule.RerunSchedule`'s; this module applies both.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import multiprocessing as mp
-import queue
-import signal
+import pickle
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
 from typing import Any
 
+from sdcscan import interrupts
 from sdcscan.events import CaseFinished, CaseStarted, EventSink, PhaseChanged, UnitProblem, UnitReady
 from sdcscan.evidence import CaseResult
 from sdcscan.journal import Journal
@@ -46,16 +50,20 @@ def worker_context() -> Any:
 
 
 def warm_up_workers() -> None:
-    """Start the fork server now, so its torch import overlaps the parent's own start-up work."""
+    """Start the fork server now, so its torch import overlaps the parent's own start-up work.
+
+    It starts with SIGINT and SIGTERM blocked, and so do the workers it forks: a Ctrl-C or a stop sent
+    to the whole process group reaches only the parent, which stops the workers itself. Idempotent.
+    """
     if "forkserver" in mp.get_all_start_methods():
-        from multiprocessing import forkserver
+        from multiprocessing import forkserver, resource_tracker
 
         worker_context()
-        forkserver.ensure_running()
-
-
-class Terminated(BaseException):
-    """Raised in the parent by the SIGTERM handler, like KeyboardInterrupt is for SIGINT."""
+        # The fork server starts the resource tracker first, which unblocks both signals after
+        # spawning it: start the tracker outside the block, so the server itself starts blocked.
+        resource_tracker.ensure_running()
+        with interrupts.blocked_in_children():
+            forkserver.ensure_running()
 
 
 @dataclass
@@ -64,7 +72,7 @@ class UnitState:
     cohort: str = ""
     cohort_fields: dict[str, Any] = field(default_factory=dict)
     proc: Any = None
-    inbox: Any = None
+    conn: Connection | None = None  # the parent's end of this worker's pipe
     ready: bool = False
     busy: bool = False
     notes: list[str] = field(default_factory=list)
@@ -85,8 +93,21 @@ class RunResult:
     outcomes: list[dict[str, Any]]  # every outcome message, main pass and re-runs, in arrival order
     started: float
     ended: float
-    interrupted: str | None = None  # "SIGINT" | "SIGTERM" | None
+    interrupted: str | None = None  # "SIGINT" | "SIGTERM" | None: a signal stopped the run
     software: dict[str, Any] = field(default_factory=dict)
+
+
+class _PlainData(pickle.Unpickler):
+    """Unpickles builtins only. A worker's messages are tuples of str, int, float, list, dict and None;
+    anything else (a torch type slipped into a dict) would import its module in this process - torch
+    takes seconds and hundreds of MB, and a signal during that import leaves it half-imported."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"a worker message holds {module}.{name}, not plain data")
+
+
+def _loads_plain(data: bytes) -> Any:
+    return _PlainData(io.BytesIO(data)).load()
 
 
 class Runner:
@@ -96,7 +117,6 @@ class Runner:
         self, configs: list[WorkerConfig], journal: Journal, on_event: EventSink, *, retest: int = 3
     ) -> None:
         self.ctx = worker_context()
-        self.outbox = self.ctx.Queue()
         self.configs = {c.unit.id: c for c in configs}
         self.states = {c.unit.id: UnitState(c.unit) for c in configs}
         self.software: dict[str, Any] = {}
@@ -107,6 +127,12 @@ class Runner:
         self.retest_count = retest
 
     def run(self, deadline: float, command_started: float | None = None) -> RunResult:
+        """Run the main pass and the re-runs, then stop the workers.
+
+        The first SIGINT or SIGTERM (see `sdcscan.interrupts`) ends the run early; from the moment the
+        workers are being stopped, further signals are only counted, so stopping, judging and writing
+        the report always finish.
+        """
         started = time.time()
         self.command_started = command_started or started
         self.deadline = deadline
@@ -119,37 +145,39 @@ class Runner:
             )
             self.watchdog.main_pass_ended()
             self._retest(time.time() + retest_window(deadline - started))
-        except KeyboardInterrupt:
+        except interrupts.Interrupted as err:
+            interrupted = err.name
+        except KeyboardInterrupt:  # a library caller that did not install sdcscan's handlers
             interrupted = "SIGINT"
-        except Terminated:
-            interrupted = "SIGTERM"
         finally:
+            signum = interrupts.hold()
             self._stop_workers()
+        if interrupted is None and signum is not None:  # arrived while a message was being recorded
+            interrupted = interrupts.signal_name(signum)
         return RunResult(
             self.states, self.retests, self.outcomes, started, time.time(), interrupted, self.software
         )
 
     def _start_workers(self, deadline: float) -> None:
-        # Children inherit an ignored SIGINT across exec, so Ctrl-C reaches only the parent, which
-        # coordinates the shutdown (and no half-started child prints a traceback).
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-        try:
-            self._spawn_all(deadline)
-        finally:
-            signal.signal(signal.SIGINT, previous)
+        """Start one worker per unit and send each the plan.
 
-    def _spawn_all(self, deadline: float) -> None:
+        Signals stay live here: the first `Process.start` waits for the fork server's torch import
+        (seconds), and a Ctrl-C then must stop the run, not be ignored. The workers themselves ignore
+        SIGINT and SIGTERM (see `warm_up_workers`), so only this process reacts.
+        """
+        warm_up_workers()
         for uid, state in self.states.items():
-            state.inbox = self.ctx.Queue()
+            parent_end, child_end = self.ctx.Pipe(duplex=True)
+            state.conn = parent_end
             state.proc = self.ctx.Process(
-                target=worker_main,
-                args=(self.configs[uid], state.inbox, self.outbox),
-                name=f"sdcscan-{uid}",
-                daemon=True,
+                target=worker_main, args=(self.configs[uid], child_end), name=f"sdcscan-{uid}", daemon=True
             )
-            state.proc.start()
-            state.inbox.put(("plan", deadline))
+            try:
+                state.proc.start()
+            finally:
+                child_end.close()  # the worker holds its own copy; ours would hide its exit (no EOF)
             state.busy = True
+            self._send(state, ("plan", deadline))
         self.spawned_at = time.time()
 
     def _retest(self, until: float) -> None:
@@ -165,8 +193,8 @@ class Runner:
             free = {uid for uid, st in self.states.items() if st.alive and not st.busy}
             for job in schedule.assign(free):
                 state = self.states[job.unit]
-                state.inbox.put(("case", job.index, job.attempt))
                 state.busy = True
+                self._send(state, ("case", job.index, job.attempt))
             alive = {uid for uid, st in self.states.items() if st.alive}
             pending = schedule.waiting_on(alive, busy={uid for uid, st in self.states.items() if st.busy})
             if not pending:
@@ -177,18 +205,54 @@ class Runner:
         """A condition that holds once one of `units` is no longer busy (it finished its job, or died)."""
         return lambda: any(not self.states[u].busy for u in units)
 
+    def _send(self, state: UnitState, msg: tuple[Any, ...]) -> None:
+        """Send a command to a worker; one that is gone is the watchdog's to report (its process died)."""
+        if state.conn is not None:
+            with contextlib.suppress(OSError, ValueError):
+                state.conn.send(msg)
+
     def _pump(self, until: Callable[[], bool], hard_stop: float | None = None) -> None:
-        """Handle worker messages and the watchdog until `until()` holds."""
+        """Handle worker messages and the watchdog until `until()` holds.
+
+        Every message already sent is handled before the watchdog looks: after this process was
+        stalled (SIGSTOP, a loaded host), the workers' progress is read first, so their cases are
+        not mistaken for hung ones.
+        """
         while not until():
             if hard_stop is not None and time.time() > hard_stop:
                 return
-            try:
-                msg = self.outbox.get(timeout=POLL_S)
-            except queue.Empty:
-                msg = None
-            if msg is not None:
-                self._handle(msg)
+            live: dict[Any, UnitState] = {
+                s.conn: s for s in self.states.values() if s.alive and s.conn is not None
+            }
+            if live:
+                for conn in wait(list(live), timeout=POLL_S):
+                    self._receive(live[conn])
+            else:  # every worker's pipe is closed: only the watchdog has something left to say
+                time.sleep(POLL_S)
             self._watchdog()
+
+    def _receive(self, state: UnitState, only: str | None = None) -> None:
+        """Handle every message `state`'s worker has sent so far (of kind `only`, when given).
+
+        Each message is recorded whole: a signal arriving meanwhile takes effect after it.
+        """
+        conn = state.conn
+        if conn is None:
+            return
+        try:
+            while conn.poll():
+                msg = _loads_plain(conn.recv_bytes())
+                if only is None or msg[0] == only:
+                    with interrupts.deferred():
+                        self._handle(msg)
+        except (EOFError, OSError):
+            # The worker exited or was killed; the watchdog reports a death it did not announce.
+            conn.close()
+            state.conn = None
+        except pickle.UnpicklingError as err:  # a bug in sdcscan, not in the unit: say so, stop it
+            conn.close()
+            state.conn = None
+            self._fail(state, f"internal error: {err}")
 
     def _handle(self, msg: tuple[Any, ...]) -> None:
         kind, uid = msg[0], msg[1]
@@ -198,8 +262,10 @@ class Runner:
         if kind == "ready":
             self._on_ready(state, *msg[2:])
         elif kind == "start":
-            _, _, index, workload, _attempt = msg
-            state.current = CaseInFlight(index, workload, time.time())
+            # `since` is the worker's own clock: a parent that was stalled still measures the case
+            # from when it really started.
+            _, _, index, workload, _attempt, since = msg
+            state.current = CaseInFlight(index, workload, since)
             self.emit(CaseStarted(uid, index, workload))
         elif kind == "outcome":
             self._record(state, *msg[2:])
@@ -256,7 +322,9 @@ class Runner:
             if not state.alive:
                 continue
             if state.proc is not None and not state.proc.is_alive():
-                self._drain()  # its last messages (the case it started) may still be queued
+                self._receive(state)  # its last messages (the case it started) may still be unread
+                if not state.alive:  # it said why before it exited (a failed set-up)
+                    continue
                 code = state.proc.exitcode
                 self._fail(
                     state, f"worker process died (exit code {code}) during case {self._case_of(state)}"
@@ -277,31 +345,32 @@ class Runner:
 
     def _fail(self, state: UnitState, reason: str, detail: str | None = None) -> None:
         state.problem, state.busy = reason, False
-        if state.proc is not None and state.proc.is_alive():
+        # Killing is safe at any moment: the worker shares no pipe or lock with any other.
+        if state.proc is not None and state.proc.pid is not None and state.proc.is_alive():
             state.proc.kill()
         self.journal.write({"type": "problem", "unit": state.unit.id, "reason": reason, "detail": detail})
         self.emit(UnitProblem(state.unit.id, reason))
 
     def _stop_workers(self) -> None:
-        for state in self.states.values():
-            if state.proc is not None and state.proc.is_alive():
-                with contextlib.suppress(OSError, ValueError):
-                    state.inbox.put(("stop",))
-        end = time.time() + STOP_S - 1.0
-        for state in self.states.values():
-            if state.proc is not None:
-                state.proc.join(timeout=max(0.0, end - time.time()))
-                if state.proc.is_alive():
-                    state.proc.kill()
-                    state.proc.join(timeout=1.0)
-        self._drain(only="outcome")  # outcomes that arrived while stopping: nothing finished is lost
+        """Tell every worker to stop, kill those that do not within STOP_S, and keep what they sent.
 
-    def _drain(self, only: str | None = None) -> None:
-        """Handle every message already queued (of kind `only`, when given) without waiting."""
-        while True:
-            try:
-                msg = self.outbox.get_nowait()
-            except (queue.Empty, OSError, ValueError):
-                break
-            if only is None or msg[0] == only:
-                self._handle(msg)
+        Runs after a signal too, at any point of start-up: a worker whose process never started
+        (the signal came while it was being spawned) has nothing to stop.
+        """
+        started = [s for s in self.states.values() if s.proc is not None and s.proc.pid is not None]
+        for state in started:
+            self._send(state, ("stop",))
+        end = time.time() + STOP_S - 1.0
+        for state in started:
+            # Read while waiting: a worker blocked on a full pipe could not otherwise finish.
+            while state.proc.is_alive() and time.time() < end:
+                self._receive(state, only="outcome")
+                state.proc.join(timeout=POLL_S)
+            if state.proc.is_alive():
+                state.proc.kill()
+                state.proc.join(timeout=1.0)
+        for state in self.states.values():
+            self._receive(state, only="outcome")  # nothing finished is lost
+            if state.conn is not None:
+                state.conn.close()
+                state.conn = None

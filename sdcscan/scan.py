@@ -8,28 +8,25 @@ options ask for. Progress reaches the caller only through `on_event`.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sdcscan import faults, units
+from sdcscan import faults, interrupts, units
 from sdcscan.assemble import judge_and_build
-from sdcscan.errors import ReportError, RunError, UsageError
+from sdcscan.errors import ReportError, UsageError
 from sdcscan.events import Event, EventSink, RunNote, RunStarted
 from sdcscan.evidence import GoldenEntry
 from sdcscan.fleet.golden import GoldenIndex, index_golden, load_golden
 from sdcscan.journal import Journal
 from sdcscan.outputs import history
-from sdcscan.outputs.publish import Outputs, publish, run_lock
+from sdcscan.outputs.publish import Outputs, check_targets, publish, run_lock
 from sdcscan.plan import week_seed
 from sdcscan.profile import Profile
-from sdcscan.runner import Runner, RunResult, Terminated, warm_up_workers
+from sdcscan.runner import Runner, RunResult, warm_up_workers
 from sdcscan.telemetry.sampler import Sampler, telemetry_findings
 from sdcscan.timefmt import iso_utc
 from sdcscan.worker import WorkerConfig
@@ -78,11 +75,6 @@ class OutputError(ReportError):
         self.report = report
 
 
-def warm_up() -> None:
-    """Start the workers' fork server now, so its torch import overlaps the caller's own start-up."""
-    warm_up_workers()
-
-
 def scan(opts: ScanOptions, on_event: EventSink | None = None) -> dict[str, Any]:
     """Run the scan and return the judged report, with every output the options ask for written.
 
@@ -90,31 +82,50 @@ def scan(opts: ScanOptions, on_event: EventSink | None = None) -> dict[str, Any]
         UsageError, ProfileError (exit 2), RunError (exit 3): before any work starts.
         RunActiveError: another run holds this host's run lock.
         OutputError: the run was judged but an output could not be written (the report is attached).
+        interrupts.Interrupted: SIGINT or SIGTERM came before the workers were started (nothing ran).
+            One that comes later stops the run instead: the report says `interrupted`, and one that
+            comes while the report is judged and written only shows in `interrupts.received()`.
     """
     emit = on_event or _ignore
-    setup = prepare(opts)
-    with run_lock(opts.outputs) as note:
-        if note:
-            emit(RunNote(note))
-        report = run_and_judge(opts, setup, emit)
-        try:
-            publish(report, opts.outputs)
-        except ReportError as err:
-            raise OutputError(str(err), report) from None
+    with interrupts.installed():
+        setup = prepare(opts)
+        # Only now, so that a refused option never starts a torch import: the fork server's import
+        # then overlaps taking the lock, opening the journal and starting the telemetry.
+        warm_up_workers()
+        with run_lock(opts.outputs) as note:
+            if note:
+                emit(RunNote(note))
+            report = run_and_judge(opts, setup, emit)
+            try:
+                publish(report, opts.outputs)
+            except ReportError as err:
+                raise OutputError(str(err), report) from None
     return report
 
 
 def journal_path(opts: ScanOptions, run_id: str) -> Path:
-    """Beside the report when --out is given (report.json -> report.journal.jsonl), else in the state dir."""
+    """This run's own journal: beside the report when --out is given (report.json ->
+    report.RUN_ID.journal.jsonl), else `journal/RUN_ID.jsonl` in the state directory.
+
+    The run id in the name means two runs with the same --out never share (or clobber) a journal.
+    """
     if opts.journal is not None:
         return opts.journal
     if opts.out is not None:
-        return opts.out.with_name(opts.out.stem + ".journal.jsonl")
+        return opts.out.with_name(f"{opts.out.stem}.{run_id}.journal.jsonl")
     return history.default_state_dir() / "journal" / f"{run_id}.jsonl"
 
 
 def prepare(opts: ScanOptions) -> Setup:
-    """Resolve seed and units, check the outputs are writable and read the golden, before any work starts."""
+    """Check the outputs and the history, resolve seed and units and read the golden, before any work starts.
+
+    Raises:
+        UsageError: an output path is empty, a directory, a device, FIFO, socket or symlink, or its
+            directory is missing or unwritable; the history is unreadable, empty, foreign or damaged
+            (`publish.check_targets`); an injection names a unit that is not selected.
+        ProfileError, ReportError: the units or the golden file (see `units`, `load_golden`).
+    """
+    check_targets(opts.outputs)
     profile = opts.profile
     if opts.seed is not None:
         seed, source = opts.seed, "cli"
@@ -127,10 +138,6 @@ def prepare(opts: ScanOptions) -> Setup:
     for inj in opts.injections:
         if inj.unit not in ids:
             raise UsageError(f"--inject names {inj.unit}, which is not among the selected units")
-    if opts.out is not None and not os.access(
-        opts.out.parent if str(opts.out.parent) else Path("."), os.W_OK
-    ):
-        raise RunError(f"cannot write report to {opts.out}: directory missing or not writable")
     return Setup(seed, source, chosen, _golden_index(opts.golden))
 
 
@@ -139,7 +146,7 @@ def _golden_index(path: str | os.PathLike[str] | None) -> GoldenIndex | None:
 
 
 def run_and_judge(opts: ScanOptions, setup: Setup, on_event: EventSink) -> dict[str, Any]:
-    """Run every unit until the budget ends (SIGTERM stops it like Ctrl-C) and return the judged report."""
+    """Run every unit until the budget ends (SIGINT or SIGTERM stops it early) and return the judged report."""
     profile, seed, started = opts.profile, setup.seed, opts.started
     budget = opts.budget_s or profile.budget_s
     run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(started)) + "-" + uuid.uuid4().hex[:8]
@@ -190,7 +197,7 @@ def run_and_judge(opts: ScanOptions, setup: Setup, on_event: EventSink) -> dict[
         )
     )
     retest = profile.retest if opts.retest is None else opts.retest
-    with _sigterm_stops_the_run(), Sampler(setup.units, interval_s=TELEMETRY_INTERVAL_S) as sampler:
+    with Sampler(setup.units, interval_s=TELEMETRY_INTERVAL_S) as sampler:
         result = Runner(configs, journal, on_event, retest=retest).run(
             deadline=started + budget, command_started=started
         )
@@ -248,21 +255,6 @@ def _golden_entries(
     plan = (profile_sha256, setup.seed)
     cohorts = {s.cohort or f"unstarted:{uid}" for uid, s in result.states.items()}
     return {c: setup.golden.get((plan, c)) for c in cohorts}
-
-
-@contextlib.contextmanager
-def _sigterm_stops_the_run() -> Iterator[None]:
-    """SIGTERM raises `Terminated` in the parent while the run goes on, as SIGINT raises KeyboardInterrupt,
-    so the runner stops the workers and the partial report is judged and written."""
-
-    def _raise(signum: int, frame: Any) -> None:
-        raise Terminated()
-
-    previous = signal.signal(signal.SIGTERM, _raise)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _ignore(event: Event) -> None:

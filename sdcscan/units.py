@@ -112,19 +112,37 @@ def discover_units() -> list[Unit]:
     return cpu_units() + gpu_units()
 
 
+def parse_units_spec(spec: str, *, what: str = "--units") -> list[str]:
+    """The parts of a unit selection: `["all"]`, or names such as `cpu`, `cuda`, `cpu:3`.
+
+    Checked on its own, before any unit is looked up, so that the command line can refuse a blank
+    selection before any work starts: `--units ''` must not silently mean every unit.
+
+    Raises:
+        UsageError: `spec` is blank or only commas (`''`, `,`, ` , `): it names no unit.
+    """
+    parts = [p.strip() for p in spec.split(",") if p.strip()]
+    if not parts:
+        raise UsageError(
+            f"{what} {spec!r} names no unit (give all, cpu, cuda, or a list such as cpu:0,cpu:3)"
+        )
+    return parts
+
+
 def select_units(available: list[Unit], spec: str) -> list[Unit]:
     """Units named by `spec`: `all`, `cpu`, `cuda`, or a list such as `cpu:0,cpu:3,cuda:1`.
 
     Raises:
-        UsageError: a named unit does not exist on this host, or the selection is empty.
+        UsageError: `spec` names no unit, a named unit does not exist on this host, or the selection
+            is empty (`cuda` on a host without GPUs).
     """
-    spec = spec.strip()
+    parts = parse_units_spec(spec)
     by_id = {u.id: u for u in available}
-    if spec == "all":
+    if parts == ["all"]:
         chosen = list(available)
     else:
         chosen = []
-        for part in (p.strip() for p in spec.split(",") if p.strip()):
+        for part in parts:
             if part in ("cpu", "cuda"):
                 chosen.extend(u for u in available if u.kind == part)
             elif part in by_id:
@@ -145,7 +163,9 @@ def cohort_fields(unit: Unit, threads: int) -> dict[str, Any]:
     fields: dict[str, Any] = {
         "kind": unit.kind,
         "model": unit.model,
-        "torch": torch.__version__,
+        "torch": str(
+            torch.__version__
+        ),  # a str subclass: pickled as such, it would import torch in the parent
         "threads": threads,
         "pins": {k: os.environ[k] for k in ISA_PINS if k in os.environ},
     }
@@ -187,7 +207,7 @@ def software_versions() -> dict[str, Any]:
 
     return {
         "python": platform.python_version(),
-        "torch": torch.__version__,
+        "torch": str(torch.__version__),
         "cuda": torch.version.cuda,
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "pins": {k: os.environ[k] for k in ISA_PINS if k in os.environ},

@@ -25,7 +25,7 @@ class CaseInFlight:
 
     index: int
     workload: str
-    since: float  # when its start message arrived, seconds since the epoch
+    since: float  # when the worker started it, by its own clock (seconds since the epoch)
 
 
 class Watchdog:

@@ -5,7 +5,8 @@ journal and runs the watchdog. The parent sets the deadline and sends it with th
 compares its own clock with it before each case and starts no case it expects to end after it (from
 a running average of that workload's case times). A worker still busy well after the deadline is
 stopped by the parent's watchdog (`watchdog.OVERRUN_S`). Messages are plain tuples of builtins so
-they pickle cheaply.
+they pickle cheaply; they travel over this worker's own pipe to the parent (commands come back on it),
+and a case's start carries the worker's clock so a stalled parent still times the case correctly.
 """
 
 from __future__ import annotations
@@ -37,34 +38,46 @@ class WorkerConfig:
     run_pid: int = field(default_factory=os.getpid)  # the sdcscan parent: built there, so its pid
 
 
-def worker_main(cfg: WorkerConfig, inbox: Any, outbox: Any) -> None:
-    """Entry point of the spawned process. Never raises: problems become messages."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent coordinates shutdown on Ctrl-C
+def worker_main(cfg: WorkerConfig, conn: Any) -> None:
+    """Entry point of the spawned process. Never raises: problems become messages.
+
+    Args:
+        cfg: what to run.
+        conn: this worker's end of its pipe to the parent: commands in, messages out.
+    """
+    # The parent coordinates shutdown on Ctrl-C and SIGTERM (a process-group kill from systemd
+    # reaches every worker too); it stops or kills the workers itself.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
     _die_with_parent(cfg.run_pid)
     uid = cfg.unit.id
     try:
-        engine = _Engine(cfg, outbox)
-    except Exception as err:
-        outbox.put(
-            ("fatal", uid, f"setup failed: {type(err).__name__}: {err}", traceback.format_exc(limit=4))
-        )
-        return
-    outbox.put(("ready", uid, engine.notes, engine.cohort_fields, engine.software))
-    while True:
-        msg = inbox.get()
-        if msg[0] == "plan":
-            engine.run_plan(deadline=msg[1])
-            outbox.put(("idle", uid))
-        elif msg[0] == "case":
-            engine.run_case(msg[1], attempt=msg[2])
-            outbox.put(("idle", uid))
-        else:
+        try:
+            engine = _Engine(cfg, conn)
+        except Exception as err:
+            conn.send(
+                ("fatal", uid, f"setup failed: {type(err).__name__}: {err}", traceback.format_exc(limit=4))
+            )
             return
+        conn.send(("ready", uid, engine.notes, engine.cohort_fields, engine.software))
+        while True:
+            msg = conn.recv()
+            if msg[0] == "plan":
+                if engine.run_plan(deadline=msg[1]) == "stopped":
+                    return
+                conn.send(("idle", uid))
+            elif msg[0] == "case":
+                engine.run_case(msg[1], attempt=msg[2])
+                conn.send(("idle", uid))
+            else:
+                return
+    except (EOFError, OSError):
+        return  # the parent is gone or closed the pipe: nobody is left to report to
 
 
 class _Engine:
-    def __init__(self, cfg: WorkerConfig, outbox: Any) -> None:
-        self.cfg, self.outbox = cfg, outbox
+    def __init__(self, cfg: WorkerConfig, conn: Any) -> None:
+        self.cfg, self.conn = cfg, conn
         torch = _configure_torch(cfg.unit, cfg.threads)
         from sdcscan.plan import Plan
         from sdcscan.workloads import load
@@ -87,18 +100,31 @@ class _Engine:
         self.cohort_fields = cohort_fields(cfg.unit, cfg.threads)
         self.software = software_versions()
 
-    def run_plan(self, deadline: float) -> None:
-        """Cases 0, 1, 2, … until the next one would likely end after `deadline` (by this process's clock)."""
+    def run_plan(self, deadline: float) -> str:
+        """Cases 0, 1, 2, … until the next one would likely end after `deadline` (by this process's clock),
+        or until the parent says stop (it was interrupted): then within one case, not at the deadline.
+
+        Returns:
+            "done" at the deadline, "stopped" when told to stop.
+        """
         index = 0
-        while True:
+        while not self.stop_requested():
             workload = self.plan.workload_of(index)
             expected = self.mean_s.get(workload, 0.0)
             if time.time() + expected > deadline:
-                return
+                return "done"
             seconds = self.run_case(index, attempt=0)
             n = index // max(1, len(self.workloads)) + 1
             self.mean_s[workload] = expected + (seconds - expected) / min(n, 10)
             index += 1
+        return "stopped"
+
+    def stop_requested(self) -> bool:
+        """The parent sent "stop" (the only command it sends while a plan runs)."""
+        if not self.conn.poll():
+            return False
+        self.conn.recv()
+        return True
 
     def run_case(self, index: int, attempt: int) -> float:
         from sdcscan.outcomes import STATUS_ERROR, Outcome
@@ -106,7 +132,7 @@ class _Engine:
         case = self.plan.case(index)
         workload, ctx = self.workloads[case.workload], self.contexts[case.workload]
         uid = self.cfg.unit.id
-        self.outbox.put(("start", uid, index, case.workload, attempt))
+        self.conn.send(("start", uid, index, case.workload, attempt, time.time()))
         ctx.begin_case(self._armed(case, workload, attempt))
         start = time.perf_counter()
         try:
@@ -115,7 +141,7 @@ class _Engine:
             outcome = Outcome(status=STATUS_ERROR, digest=None, error=f"{type(err).__name__}: {err}")
         outcome.seconds = time.perf_counter() - start
         outcome.phases, outcome.injected = dict(ctx.phases), ctx.injected
-        self.outbox.put(("outcome", uid, index, attempt, case.workload, _outcome_dict(outcome)))
+        self.conn.send(("outcome", uid, index, attempt, case.workload, _outcome_dict(outcome)))
         return outcome.seconds
 
     def _armed(self, case: Any, workload: Any, attempt: int) -> faults.FaultSpec | None:
@@ -128,9 +154,8 @@ class _Engine:
                 while True:  # a wedged unit: never returns; the parent's watchdog must catch it
                     time.sleep(HANG_SLEEP_S)
             if inj.kind == "crash":
-                # Flush what was sent (ready, this case's start) so the parent can say which case it died in.
-                self.outbox.close()
-                self.outbox.join_thread()
+                # Sends are synchronous: this case's start is already in the pipe, so the parent can
+                # say which case the worker died in.
                 os.kill(os.getpid(), signal.SIGKILL)
             armed = faults.FaultSpec(inj.kind, workload.spec.fault_sites[0], seed=case.seed ^ (attempt + 1))
         return armed

@@ -5,12 +5,27 @@ Plain helper functions live in tests/helpers/; this file holds only fixtures.
 
 from __future__ import annotations
 
+import signal
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.helpers.cli import child_env, sdcscan_cmd
+
+
+@pytest.fixture(autouse=True)
+def _signal_handlers_restored() -> Iterator[None]:
+    """`sdcscan run` installs its SIGINT/SIGTERM handlers for the rest of its process, and `main` blocks
+    both as it exits (a command ends there); a test that runs them in this process must not leave
+    either to the next test."""
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])  # `main` blocks both as it exits
+    yield
+    for s, handler in saved.items():
+        signal.signal(s, handler)
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 @pytest.fixture

@@ -150,3 +150,61 @@ def test_no_workload_module_imports_a_command_module():
         imported = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
         imported += [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
         assert not [m for m in imported if m == "sdcscan.cli" or m.startswith("sdcscan.cli.")], path.name
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_every_parameter_declares_its_range_and_the_shipped_values_are_in_it(name):
+    """One Param per default; the defaults, the tiny sizes and every self-test variant pass them all."""
+    s = SPECS[name]
+    assert set(s.params) == set(s.defaults)
+    cls = load(name)
+    variants = getattr(cls, "selftest_variants", {})
+    for label, overrides in {"defaults": {}, "tiny": s.tiny, **variants}.items():
+        merged = {**s.defaults, **overrides}
+        assert [(k, s.param_problem(k, v)) for k, v in merged.items() if s.param_problem(k, v)] == [], label
+        assert s.rules_problem(merged) is None, label
+
+
+def test_the_catalogue_restates_the_workloads_limits_exactly():
+    """The torch-free catalogue repeats limits the workload modules own; they must not drift apart."""
+    import sdcscan.workloads as cat
+    from sdcscan.checks import int8, vabft
+    from sdcscan.workloads import calibration, embbag_int8, gemm_int8, matmul_golden, train
+
+    assert tuple(train._DTYPES) == cat.TRAIN_DTYPES
+    assert tuple(matmul_golden.DTYPES) == cat.GOLDEN_DTYPES
+    assert (int8.SCHEMES, gemm_int8.PATHS) == (cat.INT8_SCHEMES, cat.INT8_PATHS)
+    assert (gemm_int8.MIN_K, int8.max_exact_k()) == (cat.INT8_MIN_K, cat.INT8_MAX_K)
+    assert int8.MAX_N_MOD2_32 == cat.INT8_MAX_N_MOD2_32
+    assert embbag_int8.MODES == cat.EMBBAG_MODES and cat.EMBBAG_MAX_POOLING == (2**16 - 1) // 3
+    assert tuple(calibration.DTYPES) == cat.FP_DTYPES
+    assert tuple(calibration.DISTRIBUTIONS) == cat.FP_INPUTS
+    assert vabft.SIGMA_C == cat.FP_CALIBRATED_C
+    assert {c for checkers in calibration.CHECKERS.values() for c in checkers} == set(cat.FP_CHECKERS)
+
+
+@pytest.mark.parametrize(
+    ("name", "params"),
+    [
+        ("train", {"steps": 0}),
+        ("matmul_golden", {"k": 1 << 20}),
+        ("gemm_int8", {"shapes": [[4, 1, 8]]}),
+        ("gemm_int8", {"path": "fast"}),
+        ("embbag_int8", {"dim": 10}),
+        ("embbag_int8", {"pooling": [5, 2]}),
+        ("gemm_fp", {"repeats": [1, 1]}),
+    ],
+)
+def test_what_the_catalogue_refuses_the_workload_cannot_run(name, params):
+    """Spot checks that a refused value is one the workload itself rejects or fails on."""
+    import torch
+
+    cls = load(name)
+    merged = {**cls.spec.defaults, **cls.spec.tiny, **params}
+    assert any(cls.spec.param_problem(k, v) for k, v in params.items()) or cls.spec.rules_problem(merged)
+    with pytest.raises((ValueError, IndexError, ZeroDivisionError)):
+        workload = cls(merged)
+        ctx = Context(unit="cpu:0", device=torch.device("cpu"), run_seed=1, params=merged)
+        workload.prepare(ctx)
+        ctx.begin_case(None)
+        workload.run(ctx, Case(index=0, workload=name, seed=1, occurrence=0))

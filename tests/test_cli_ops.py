@@ -117,3 +117,24 @@ def test_output_options_decorate_run(tmp_path: Path) -> None:
 def test_every_command_has_an_example(cmd: click.Command) -> None:
     """Each command's help carries an Example: block, kept verbatim by \\b."""
     assert re.search(r"\x08\s*\n\s*Example:\n", cmd.help or "")
+
+
+def test_history_status_and_export_print_text_from_reports_and_paths_as_typed(tmp_path: Path) -> None:
+    """A host name and a reason with rich markup and an ANSI escape (stored in the history from a report),
+    and an output path with brackets: printed literally, never as markup (MarkupError) nor raw escapes."""
+    db = str(tmp_path / "h.sqlite3")
+    doc = make_report(fail_unit="cpu:1", run_id="r[/x]1", hostname="node[/x]\x1b[2J")
+    doc["units"][1]["reason"] = "[bold]wrong[/] \x1b]0;title\x07"
+    publish(doc, Outputs(history=db))
+    for cmd in (status_cmd, history_cmd):
+        result = CliRunner().invoke(cmd, ["--history", db], env={"COLUMNS": "300"})
+        assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+        assert "node[/x]\\x1b[2J" in result.stderr and "\x1b" not in result.stderr, result.stderr
+    status = CliRunner().invoke(status_cmd, ["--history", db], env={"COLUMNS": "300"})
+    assert "[bold]wrong[/] \\x1b]0;title\\x07" in status.stderr, status.stderr
+    report = tmp_path / "report.json"
+    write_json_atomic(report, make_report())
+    junit = tmp_path / "out[x]" / "a[/x].xml"
+    junit.parent.mkdir(parents=True)  # `a[/x].xml` is the file `x].xml` in the directory `a[`
+    result = _invoke(export_cmd, str(report), "--junit", str(junit))
+    assert result.exit_code == 0 and f"Wrote {junit}" in result.stderr, result.stderr

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
+import re
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -155,16 +158,85 @@ def test_each_bad_file_is_one_line_naming_the_file_and_the_reason(
     assert "\n" not in str(err.value)
 
 
-def test_a_pipe_is_bounded_while_reading(tmp_path: Path) -> None:
-    """A file whose size stat cannot tell (a pipe) is still refused once it passes the limit."""
-    r, w = os.pipe()
-    os.write(w, b"[" + b"0," * 100 + b"0]")
-    os.close(w)
-    try:
-        with pytest.raises(JSONFileError, match="more than 50 bytes is too large for a report"):
-            read_json(f"/dev/fd/{r}", max_bytes=50)
-    finally:
-        os.close(r)
+def test_a_file_larger_than_its_stat_size_is_still_bounded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file whose size stat does not tell (procfs, a file that grows while read) is refused once it
+    passes the limit while reading."""
+    path = tmp_path / "r.json"
+    path.write_bytes(b"[" + b"0," * 100 + b"0]")
+    real_fstat = os.fstat
+
+    def fstat_saying_empty(fd: int) -> os.stat_result:
+        st = list(real_fstat(fd))
+        st[6] = 0  # st_size
+        return os.stat_result(st)
+
+    monkeypatch.setattr(os, "fstat", fstat_saying_empty)
+    with pytest.raises(JSONFileError, match="more than 50 bytes is too large for a report"):
+        read_json(path, max_bytes=50)
+
+
+def _special_file(tmp_path: Path, kind: str, stack: contextlib.ExitStack) -> str:
+    """A path to a file that is not a regular one; `stack` closes what it opened."""
+    if kind == "fifo":
+        os.mkfifo(tmp_path / "fifo")
+        return str(tmp_path / "fifo")
+    if kind == "pipe":  # what `<(zcat r.json.gz)` or /dev/stdin from a pipe gives
+        r, w = os.pipe()
+        stack.callback(os.close, r)
+        stack.callback(os.close, w)
+        os.write(w, b"{}")
+        return f"/dev/fd/{r}"
+    if kind == "socket":
+        sock = socket.socket(socket.AF_UNIX)
+        stack.callback(sock.close)
+        sock.bind(str(tmp_path / "sock"))
+        return str(tmp_path / "sock")
+    return os.devnull if kind == "null" else "/dev/zero"
+
+
+@pytest.mark.parametrize(
+    ("kind", "reason"),
+    [
+        ("fifo", "is a FIFO (named pipe), not a regular file"),
+        ("pipe", "is a FIFO (named pipe), not a regular file"),
+        ("socket", "is a socket, not a regular file"),
+        ("zero", "is a character device, not a regular file"),
+        ("null", "is a character device, not a regular file"),
+    ],
+)
+def test_anything_but_a_regular_file_is_refused_without_reading(
+    tmp_path: Path, kind: str, reason: str
+) -> None:
+    """A FIFO with no writer would block forever and /dev/zero never ends: both refused at once, one line."""
+    if kind in ("zero", "null") and not os.path.exists(f"/dev/{kind}"):
+        pytest.skip(f"no /dev/{kind}")
+    with contextlib.ExitStack() as stack:
+        path = _special_file(tmp_path, kind, stack)
+        with pytest.raises(JSONFileError) as err:
+            read_json(path, what="golden")
+        assert err.value.reason.startswith(reason) and str(err.value).startswith(f"{path}: ")
+        with pytest.raises(JSONFileError, match=re.escape(reason)):
+            read_json_bytes(path)
+
+
+def test_a_symlink_to_a_regular_file_is_read(tmp_path: Path) -> None:
+    """Readers follow links (a report kept under a dated name and linked as latest.json)."""
+    (tmp_path / "r.json").write_text('{"a": 1}')
+    (tmp_path / "latest.json").symlink_to("r.json")
+    assert read_json(tmp_path / "latest.json") == {"a": 1}
+
+
+def test_a_number_too_long_is_one_clear_line(tmp_path: Path) -> None:
+    """Python refuses integers of more than 4300 digits with ValueError: a JSONFileError, not a traceback."""
+    path = tmp_path / "r.json"
+    path.write_text('{"seed": ' + "9" * 5000 + "}")
+    with pytest.raises(JSONFileError) as err:
+        read_json(path)
+    assert err.value.reason == "holds a number too long to be a report (over 4300 digits)"
+    assert read_json_bytes(path) == path.read_bytes()  # the bytes alone are fine
+    assert parse_json('{"seed": ' + "9" * 4000 + "}") == {"seed": int("9" * 4000)}  # within the limit
 
 
 def test_parse_json_without_a_label_gives_the_reason_alone() -> None:

@@ -267,7 +267,7 @@ def test_reader_skips_bad_files_with_reasons_and_goes_on(tmp_path: Path):
         "v2.json": good_text.replace('"schema_version": 1', '"schema_version": 2'),
         "golden.json": '{"golden_version": 1, "entries": []}',
         "copy.json": good_text,
-        "nokey.json": json.dumps({**report("h5"), "run": {"id": "x"}}),
+        "nokey.json": json.dumps({**report("h5"), "run": {**report("h5")["run"], "profile": {"name": "q"}}}),
     }
     for name, text in bad.items():
         (root / name).write_text(text)
@@ -281,7 +281,7 @@ def test_reader_skips_bad_files_with_reasons_and_goes_on(tmp_path: Path):
     assert "schema_version 2 is not supported" in reasons["v2.json"]
     assert reasons["golden.json"] == "a golden file, not a report"
     assert reasons["copy.json"].endswith("(identical content)")
-    assert "run.profile.sha256" in reasons["nokey.json"]
+    assert reasons["nokey.json"] == "run.profile: missing key 'sha256'"
     assert (
         reasons["nothere.json"] == "no such file or directory"
         and reasons["*.nomatch"] == "pattern matches no file"

@@ -173,6 +173,13 @@ def test_golden_file_round_trip_and_errors(tmp_path: Path):
         ('{"golden_version": 2}', "not supported"),
         ('{"golden_version": 1, "entries": [{}]}', "malformed golden entry"),
     ]
+    # One value of the wrong type in an otherwise good golden (an unhashable index raised TypeError).
+    entry = g["entries"][0]
+    for column, value in (("index", [0]), ("index", True), ("digest", None), ("workload", 7)):
+        bad = json.loads(json.dumps(g))
+        bad["entries"][0]["cases"][column][0] = value
+        cases.append((json.dumps(bad), "malformed golden entry"))
+    cases.append((json.dumps({**g, "entries": [{**entry, "seed": True}]}), "malformed golden entry"))
     for text, message in cases:
         p.write_text(text)
         with pytest.raises(GoldenError, match=message) as err:

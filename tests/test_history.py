@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import errno
+import os
+import shutil
 import sqlite3
+import stat
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from sdcscan.errors import RunError, UsageError
+from sdcscan.files import FILE_MODE
 from sdcscan.outputs.history import (
     RunActiveError,
+    check_health,
     clear,
     default_history_path,
     flagged,
@@ -20,6 +28,7 @@ from sdcscan.outputs.history import (
     runs,
     status,
 )
+from tests.helpers.cli import child_env
 from tests.helpers.reports import make_report
 
 
@@ -95,18 +104,24 @@ def test_no_database_yet_means_nothing_recorded(tmp_path: Path) -> None:
 
 
 def test_a_file_that_is_not_a_database_is_a_clear_error(tmp_path: Path) -> None:
-    """A foreign file at the history path gives a one-line RunError."""
+    """A foreign file at the history path gives a one-line RunError when a run records into it."""
     db = tmp_path / "h.sqlite3"
     db.write_text("this is not sqlite " * 100)
     with pytest.raises(RunError, match="is it an sdcscan history database"):
         _record(db, 1, fail_unit=None)
 
 
-def test_database_uses_wal(tmp_path: Path) -> None:
-    """WAL lets `status` read while a run records."""
+def test_database_uses_a_rollback_journal_and_converts_an_old_wal_one(tmp_path: Path) -> None:
+    """A WAL database needs its readers to write `-shm`; a rollback journal lets read-only users read."""
     db = tmp_path / "h.sqlite3"
     _record(db, 1, fail_unit=None)
-    assert sqlite3.connect(db).execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert sqlite3.connect(db).execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA journal_mode=WAL")  # as an older sdcscan left it
+    conn.close()
+    _record(db, 2, fail_unit=None)
+    assert sqlite3.connect(db).execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+    assert [r["run_id"] for r in runs(db)] == ["run-2", "run-1"]
 
 
 def test_second_run_lock_is_refused_naming_the_other_process(tmp_path: Path) -> None:
@@ -121,7 +136,10 @@ def test_second_run_lock_is_refused_naming_the_other_process(tmp_path: Path) -> 
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
         with (
-            pytest.raises(RunActiveError, match=rf"another sdcscan run is active \(pid {holder.pid}, since "),
+            pytest.raises(
+                RunActiveError,
+                match=rf"another sdcscan run is active \(pid {holder.pid} '-c [^']*', since \d{{4}}-",
+            ),
             run_lock(state),
         ):
             pass  # pragma: no cover
@@ -147,3 +165,227 @@ def test_default_path_follows_xdg_state_home(tmp_path: Path, monkeypatch: pytest
     monkeypatch.delenv("XDG_STATE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert default_history_path() == tmp_path / "home/.local/state/sdcscan/history.sqlite3"
+
+
+# Issue 15: the history's health is checked before a run, readers never write, the lock cannot be held
+# hostage, and a full state disk is one RunError.
+
+
+def _damaged_db(path: Path) -> None:
+    """A history whose header is fine but whose table pages are garbage: only quick_check notices."""
+    for n in range(1, 4):
+        _record(path, n, fail_unit="cpu:1")
+    data = bytearray(path.read_bytes())
+    page = 4096
+    for start in range(page, len(data), page):  # every page but the first (the header and the schema)
+        data[start + 8 : start + 200] = b"\xff" * 192
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize(
+    ("kind", "reason"),
+    [
+        ("empty", "is empty (0 bytes): its runs and sticky flags are gone; to start a new history on purpose, "
+         "delete the file first"),
+        ("text", "file is not a database"),
+        ("foreign", "is an SQLite database but not an sdcscan history"),
+        ("newer", "has version 2; this sdcscan reads version 1"),
+        ("damaged", "is damaged (SQLite quick_check: "),
+        ("directory", "is not a regular file"),
+    ],
+)  # fmt: skip
+def test_check_health_refuses_a_bad_history_naming_it(tmp_path: Path, kind: str, reason: str) -> None:
+    """Before a run: exit 2 naming the file, instead of a pass report and exit 3 after the whole budget."""
+    db = tmp_path / "h.sqlite3"
+    if kind == "empty":
+        db.write_bytes(b"")
+    elif kind == "text":
+        db.write_text("this is not sqlite " * 100)
+    elif kind == "directory":
+        db.mkdir()
+    elif kind == "damaged":
+        _damaged_db(db)
+    else:
+        conn = sqlite3.connect(db)
+        conn.execute("CREATE TABLE other (x)")
+        if kind == "newer":
+            _record(tmp_path / "ours.sqlite3", 1, fail_unit=None)
+            conn.close()
+            db.unlink()
+            (tmp_path / "ours.sqlite3").rename(db)
+            conn = sqlite3.connect(db)
+            conn.execute("PRAGMA user_version=2")
+        conn.commit()
+        conn.close()
+    with pytest.raises(UsageError) as err:
+        check_health(db)
+    assert str(db) in str(err.value) and reason in str(err.value) and "\n" not in str(err.value)
+
+
+def test_check_health_accepts_a_good_or_missing_history_and_creates_nothing(tmp_path: Path) -> None:
+    """A missing database is the first run's; a good one passes. Neither is written by the check."""
+    db = tmp_path / "state" / "h.sqlite3"
+    check_health(db)
+    assert not (tmp_path / "state").exists()
+    _record(db, 1, fail_unit="cpu:1")
+    before = (db.read_bytes(), db.stat().st_mtime_ns)
+    check_health(db)
+    assert (db.read_bytes(), db.stat().st_mtime_ns) == before
+
+
+def test_an_emptied_history_is_refused_everywhere_and_never_recreated(tmp_path: Path) -> None:
+    """Emptying the file used to drop every sticky flag in silence: `status` said nothing was flagged."""
+    db = tmp_path / "h.sqlite3"
+    _record(db, 1, fail_unit="cpu:1")
+    db.write_bytes(b"")
+    for read in (status, flagged, runs, lambda p: clear(p, "cpu:1", "x")):
+        with pytest.raises(UsageError, match="is empty"):
+            read(db)
+    with pytest.raises(RunError, match=r"is empty \(0 bytes\)"):
+        _record(db, 2, fail_unit=None)
+    assert db.stat().st_size == 0
+
+
+def test_readers_never_write_and_read_a_read_only_file(tmp_path: Path) -> None:
+    """status, history and flagged open the database with mode=ro: same bytes, same mtime, no side files."""
+    db = tmp_path / "h.sqlite3"
+    _record(db, 1, fail_unit="cpu:1")
+    db.chmod(0o444)
+    before = (db.read_bytes(), db.stat().st_mtime_ns, sorted(os.listdir(tmp_path)))
+    assert status(db)["flagged"][0]["unit"] == "cpu:1"
+    assert [r["run_id"] for r in runs(db)] == ["run-1"] and len(flagged(db)) == 1
+    check_health(db)
+    assert (db.read_bytes(), db.stat().st_mtime_ns, sorted(os.listdir(tmp_path))) == before
+
+
+@pytest.mark.usefixtures("private_umask")
+def test_a_new_history_is_0644_in_a_0700_state_directory_with_no_debris(tmp_path: Path) -> None:
+    """The database has the one file mode; the state directory sdcscan creates is private."""
+    db = tmp_path / "state" / "h.sqlite3"
+    _record(db, 1, fail_unit=None)
+    assert stat.S_IMODE(db.stat().st_mode) == FILE_MODE
+    assert stat.S_IMODE(db.parent.stat().st_mode) == 0o700
+    assert os.listdir(db.parent) == ["h.sqlite3"]
+
+
+@pytest.fixture
+def private_umask() -> Iterator[None]:
+    old = os.umask(0o077)
+    yield
+    os.umask(old)
+
+
+def _enospc(*args: object, **kwargs: object) -> None:
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+@pytest.mark.parametrize("where", ["mkdir", "mkstemp", "link"])
+def test_a_full_state_disk_while_creating_the_history_is_one_run_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """ENOSPC anywhere in creating the history: RunError (exit 3) naming the file, no traceback, no debris."""
+    target = {"mkdir": (os, "mkdir"), "mkstemp": (tempfile, "mkstemp"), "link": (os, "link")}[where]
+    monkeypatch.setattr(*target, _enospc)
+    db = tmp_path / "state" / "h.sqlite3"
+    with pytest.raises(RunError, match=rf"^cannot create history {db}: No space left on device$"):
+        _record(db, 1, fail_unit=None)
+    assert not db.exists() and not [p for p in tmp_path.rglob("*") if p.is_file()]
+
+
+@pytest.mark.parametrize("where", ["mkdir", "open", "pwrite"])
+def test_a_full_state_disk_while_taking_the_lock_is_one_run_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """ENOSPC creating the directory or the lock file, or writing the holder: RunError, and the lock is free."""
+    monkeypatch.setattr(os, where, _enospc)
+    state = tmp_path / "state"
+    with pytest.raises(RunError, match=r"the run lock .*: No space left on device$"), run_lock(state):
+        pass  # pragma: no cover
+    monkeypatch.undo()
+    with run_lock(state):  # nothing left held
+        pass
+
+
+def test_the_lock_file_is_0600_and_holds_pid_time_and_command(tmp_path: Path) -> None:
+    """Nobody else can open it (flock works on read-only descriptors); its text names the holder."""
+    with run_lock(tmp_path) as path:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        pid, since, command = path.read_text().strip().split(" ", 2)
+        assert pid == str(os.getpid()) and since.endswith("Z") and command
+    assert path.read_text() == ""
+
+
+@pytest.mark.parametrize("kind", ["symlink", "dangling symlink", "other owner", "directory"])
+def test_a_lock_file_someone_else_could_hold_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """A symlinked run.lock is never followed or truncated; another user's or an open one is refused."""
+    lock = tmp_path / "run.lock"
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    if kind == "symlink":
+        lock.symlink_to(victim)
+    elif kind == "dangling symlink":
+        lock.symlink_to(tmp_path / "nothing")
+    elif kind == "directory":
+        lock.mkdir()
+    else:
+        lock.write_text("")
+        lock.chmod(0o600)
+        if kind == "other owner":  # pretend this process runs as another user than the file's owner
+            monkeypatch.setattr(os, "geteuid", lambda: lock.stat().st_uid + 1)
+    why = {
+        "symlink": "it is a symbolic link, never followed",
+        "dangling symlink": "it is a symbolic link, never followed",
+        "other owner": "it belongs to uid",
+        "directory": "Is a directory",
+    }[kind]
+    with pytest.raises(RunError, match=rf"the run lock {lock}: .*{why}"), run_lock(tmp_path):
+        pass  # pragma: no cover
+    assert victim.read_text() == "precious\n" and not (tmp_path / "nothing").exists()
+
+
+def test_our_own_lock_left_0644_by_an_older_sdcscan_is_tightened_not_refused(tmp_path: Path) -> None:
+    """Every host that ran the old version has a 0644 run.lock: an upgrade must not stop them screening."""
+    lock = tmp_path / "run.lock"
+    lock.write_text("")
+    lock.chmod(0o644)
+    with run_lock(tmp_path) as path:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def _nobody_runs(code: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run Python `code` as the unprivileged user 65534 (nobody), with this checkout importable."""
+    env = child_env()
+    cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c", code, *args]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60, cwd="/")
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A 0755 directory another user can reach (pytest's tmp_path is private to root), removed after."""
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root and setpriv to act as another user")
+    if _nobody_runs("import sdcscan").returncode != 0:
+        pytest.skip("the unprivileged user cannot import this checkout")
+    path = Path(tempfile.mkdtemp(prefix="sdcscan-shared-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path)
+
+
+def test_another_user_reads_roots_history_but_cannot_open_its_lock(shared_dir: Path) -> None:
+    """Non-root `status`/`history` on root's 0644 history works (it failed: readonly database), and that
+    user cannot open run.lock to hold it hostage (finding 6: `flock -n run.lock sleep infinity`)."""
+    db = shared_dir / "history.sqlite3"
+    _record(db, 1, fail_unit="cpu:1")
+    with run_lock(shared_dir) as lock:
+        pass
+    read = _nobody_runs(
+        "import sys; from sdcscan.outputs.history import status, runs;"
+        "s = status(sys.argv[1]); print(s['flagged'][0]['unit'], len(runs(sys.argv[1])))",
+        str(db),
+    )
+    assert read.returncode == 0 and read.stdout.split() == ["cpu:1", "1"], read.stderr
+    hostage = _nobody_runs("import os, sys; os.open(sys.argv[1], os.O_RDONLY)", str(lock))
+    assert hostage.returncode != 0 and "PermissionError" in hostage.stderr

@@ -109,3 +109,69 @@ def test_select_restricts_workloads_and_rejects_unknown():
     assert [w.name for w in p.select(["train"]).workloads] == ["train"]
     with pytest.raises(UsageError, match="did you mean"):
         p.select(["trian"])
+
+
+SECRET = "s3cr3tHashValue"
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        (f"x: [1, 2 {SECRET}\n", "line 2, column 1"),  # PyYAML would quote the line with a caret under it
+        (f'k: "\\q {SECRET}"\n', "line 1, column 6"),  # and the character it stumbled on
+        (f"version: 1\n  bad: {SECRET}: x\n", "line 2"),
+        (f"a: b\x00{SECRET}\n", "line 1, column 5"),  # a control character: an offset, made a line and column
+        (f"version: 1\nworkloads: !!python/object/apply:os.system ['{SECRET}']\n", "line 2"),
+    ],
+)
+def test_yaml_errors_give_line_and_column_but_never_the_file_text(tmp_path, text, where):
+    path = tmp_path / "p.yaml"
+    path.write_bytes(text.encode())
+    with pytest.raises(ProfileError) as err:
+        load_profile(str(path))
+    message = str(err.value)
+    assert message.startswith(f"{path}: invalid YAML") and where in message
+    assert SECRET not in message and "\n" not in message and "^" not in message
+
+
+def test_a_password_file_given_as_profile_is_refused_without_a_line_of_it(tmp_path):
+    """Its lines end in ':' so YAML reads them as keys: a key that is no identifier is not printed."""
+    path = tmp_path / "shadow"
+    path.write_text(f"root:$6$salt${SECRET}:19000:0:99999:7:::\nbin:*:19000:0:99999:7:::\n")
+    with pytest.raises(ProfileError) as err:
+        load_profile(str(path))
+    assert "unknown key" in str(err.value) and SECRET not in str(err.value) and "$6$" not in str(err.value)
+    with pytest.raises(ProfileError, match=r"colour: unknown key"):  # a key that reads like one is named
+        load_profile(_write(tmp_path, "version: 1\ncolour: red\nworkloads: [{name: train}]"))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"version: '{SECRET * 5}'\nworkloads: [{{name: train}}]",
+        f"version: 1\nname: [{SECRET * 5}]\nworkloads: [{{name: train}}]",
+        f"version: 1\nbudget: '{SECRET * 5}'\nworkloads: [{{name: train}}]",
+        f"version: 1\nworkloads: [{{name: '{SECRET * 5}'}}]",
+        f"version: 1\nworkloads: [{{name: train, params: {{dtype: '{SECRET * 5}'}}}}]",
+    ],
+)
+def test_values_in_errors_are_cut_short(tmp_path, text):
+    """A value in a message is cut to about 40 characters: enough to find it, not a line of a file."""
+    with pytest.raises(ProfileError) as err:
+        load_profile(_write(tmp_path, text))
+    assert SECRET * 3 not in str(err.value) and "…" in str(err.value)  # 45 characters of it
+
+
+def test_profile_paths_that_are_not_regular_files_are_refused_without_reading(tmp_path):
+    import os
+
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)  # reading it would wait for a writer forever
+    for path in (str(fifo), str(tmp_path), "/dev/zero"):
+        with pytest.raises(ProfileError, match="not a regular file"):
+            load_profile(path)
+
+
+def test_select_of_no_workload_is_an_error_not_everything():
+    with pytest.raises(UsageError, match="names no workload"):
+        load_profile("quick").select([])

@@ -85,3 +85,35 @@ def test_problems_and_the_re_run_phase_are_printed_in_plain_output():
         "cpu:1: case 3 (train) hung: no result after 61 s; worker killed",
         "re-running disputed cases 3, 7 on the units involved",
     ]
+
+
+def test_markup_in_a_profile_name_and_the_out_path_prints_as_typed():
+    """Issue 15, finding 9: a profile named `[/oops]` and an --out path with `[x]` raised MarkupError or
+    lost their brackets; they print as typed, and so do a unit's problem and a note."""
+    progress, out = plain_progress()
+    start = RunStarted(
+        profile="[/oops] [bold]x[/]",
+        seed=1,
+        seed_source="profile",
+        budget_s=5.0,
+        journal="out[x]/r[/].journal.jsonl",
+        units=("cpu:0",),
+        deadline=1e12,
+    )
+    progress(start)
+    progress(UnitProblem("cpu:0", "raised ValueError('[/x]')"))
+    progress(RunNote("note: [red]not red[/red]"))
+    assert out.getvalue().splitlines() == [
+        "sdcscan run: profile [/oops] [bold]x[/], seed 1 (profile), budget 5 s, 1 units",
+        "journal: out[x]/r[/].journal.jsonl",
+        "cpu:0: raised ValueError('[/x]')",
+        "note: [red]not red[/red]",
+    ]
+
+
+def test_control_characters_in_progress_lines_are_escaped():
+    """An ANSI escape in a unit's problem (e.g. from a workload's error text) is shown, not obeyed."""
+    progress, out = plain_progress()
+    progress(START)
+    progress(UnitProblem("cpu:1", "died \x1b[2J\r\x07"))
+    assert out.getvalue().splitlines()[-1] == "cpu:1: died \\x1b[2J\\r\\x07"

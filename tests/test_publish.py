@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
+import stat
 from pathlib import Path
 
 import pytest
 
-from sdcscan.errors import ReportError
+from sdcscan.errors import ReportError, RunError, UsageError
 from sdcscan.outputs.history import RunActiveError, runs
-from sdcscan.outputs.publish import Outputs, publish, run_lock
+from sdcscan.outputs.publish import Outputs, check_targets, publish, run_lock
 from tests.helpers.reports import make_report
 
 
@@ -50,3 +53,42 @@ def test_run_lock_refuses_a_second_run_and_tolerates_readonly_state(tmp_path: Pa
     blocker.write_text("")
     with run_lock(Outputs(history=str(blocker / "sub" / "h.sqlite3"), record_history=False)) as note:
         assert note and "without the run lock" in note
+
+
+@pytest.mark.parametrize("option", ["--out", "--junit", "--prom"])
+def test_check_targets_refuses_a_device_or_fifo_naming_the_option(tmp_path: Path, option: str) -> None:
+    """Every output path is checked before the run: exit 2, `OPTION PATH: why`."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    field = {"--out": "report", "--junit": "junit", "--prom": "prom"}[option]
+    for path, why in ((fifo, "is a FIFO"), (Path(os.devnull), "is a character device")):
+        outputs = Outputs(**{field: path}, record_history=False)
+        with pytest.raises(UsageError, match=rf"^{option} {path}: {why}"):
+            check_targets(outputs)
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
+
+
+def test_check_targets_checks_the_history_only_when_recording(tmp_path: Path) -> None:
+    """A damaged history is exit 2 before the run when the run is to be recorded, ignored with --no-history."""
+    db = tmp_path / "h.sqlite3"
+    db.write_bytes(b"")
+    good = Outputs(report=tmp_path / "r.json", junit=tmp_path / "j.xml", prom=tmp_path / "m.prom", history=db)
+    with pytest.raises(UsageError, match=rf"history {db} is empty"):
+        check_targets(good)
+    check_targets(dataclasses.replace(good, record_history=False))
+    db.unlink()
+    check_targets(good)  # no database yet: the first run creates it
+    assert not db.exists() and os.listdir(tmp_path) == []
+
+
+def test_an_unusable_lock_with_no_history_is_only_a_note(tmp_path: Path) -> None:
+    """--no-history runs on without the lock when the lock file is refused (a symlink here); never followed."""
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "run.lock").symlink_to(tmp_path / "victim")
+    db = str(state / "h.sqlite3")
+    with run_lock(Outputs(history=db, record_history=False)) as note:
+        assert note and "without the run lock" in note and "symbolic link" in note
+    with pytest.raises(RunError, match="symbolic link"), run_lock(Outputs(history=db)):
+        pass  # pragma: no cover
+    assert not (tmp_path / "victim").exists()

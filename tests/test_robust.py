@@ -42,14 +42,15 @@ def start(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
     )
 
 
-def wait_for_cases(journal: Path, n: int, timeout: float = 90.0) -> None:
-    """Block until the journal holds `n` finished cases."""
+def wait_for_cases(directory: Path, n: int, timeout: float = 90.0) -> Path:
+    """Block until the run's journal beside `r.json` (`r.<run id>.journal.jsonl`) holds `n` finished cases."""
     end = time.time() + timeout
     while time.time() < end:
-        if journal.exists() and sum(r.get("type") == "case" for r in read_journal(journal)) >= n:
-            return
+        for journal in directory.glob("r.*.journal.jsonl"):
+            if sum(r.get("type") == "case" for r in read_journal(journal)) >= n:
+                return journal
         time.sleep(0.2)
-    raise AssertionError(f"no {n} cases in {journal} after {timeout} s")
+    raise AssertionError(f"no {n} cases in a journal in {directory} after {timeout} s")
 
 
 @pytest.mark.slow
@@ -104,7 +105,7 @@ def test_signal_writes_a_partial_report_with_the_cases_done(tmp_path, sig, code)
     """SIGINT -> 130, SIGTERM -> 143; the report is `interrupted` and holds every finished case."""
     out = tmp_path / "r.json"
     proc = start(tmp_path, "run", "--budget", "60s", "--units", "cpu:0,cpu:1", "-o", str(out))
-    wait_for_cases(tmp_path / "r.journal.jsonl", 2)
+    wait_for_cases(tmp_path, 2)
     t0 = time.time()
     proc.send_signal(sig)
     _, stderr = proc.communicate(timeout=30)
@@ -120,11 +121,10 @@ def test_signal_writes_a_partial_report_with_the_cases_done(tmp_path, sig, code)
 def test_sigkill_of_the_parent_leaves_a_journal_that_rebuilds_the_report(run_cli, tmp_path):
     """Kill -9 mid-run: `sdcscan report --from-journal` rebuilds every finished case, verdict interrupted."""
     out = tmp_path / "r.json"
-    journal = tmp_path / "r.journal.jsonl"
     proc = start(
         tmp_path, "run", "--budget", "60s", "--units", "cpu:0,cpu:1", "--inject", "cpu:1:nan", "-o", str(out)
     )
-    wait_for_cases(journal, 3)
+    journal = wait_for_cases(tmp_path, 3)
     proc.kill()
     proc.communicate(timeout=10)  # returns once every worker (they hold its pipes) is gone too: no orphans
     assert not out.exists()
@@ -155,7 +155,6 @@ def test_unwritable_report_path_is_exit_3_and_the_journal_keeps_the_results(run_
     the exception summary, cpu:0 unaffected.
     """
     out = tmp_path / "r.json"
-    journal = tmp_path / "r.journal.jsonl"
     proc = start(
         tmp_path,
         "run",
@@ -168,7 +167,7 @@ def test_unwritable_report_path_is_exit_3_and_the_journal_keeps_the_results(run_
         "-o",
         str(out),
     )
-    wait_for_cases(journal, 1)
+    journal = wait_for_cases(tmp_path, 1)
     out.mkdir()  # root ignores permissions, so make the rename fail instead
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 3, stderr
@@ -252,7 +251,8 @@ def test_report_shows_a_saved_report_and_exits_with_its_code(tmp_path):
         {"id": f"cpu:{i}", "kind": "cpu", "index": i, "model": "m", "cohort": "c", "notes": []}
         for i in (0, 1)
     ]
-    run = {"id": "r", "profile": {"name": "quick", "sha256": "0" * 64}, "seed": 1, "budget_s": 1.0}
+    run = {"id": "r", "profile": {"name": "quick", "sha256": "0" * 64}, "seed": 1, "budget_s": 1.0,
+           "started_at": "2025-01-01T00:00:00Z", "ended_at": "2025-01-01T00:00:01Z", "duration_s": 1.0}  # fmt: skip
     outcomes = [
         {**case, "unit": "cpu:0", "index": 0},
         {**case, "unit": "cpu:1", "index": 0, "status": "mismatch"},
@@ -265,15 +265,16 @@ def test_report_shows_a_saved_report_and_exits_with_its_code(tmp_path):
     assert r.exit_code == 1 and json.loads(r.stdout) == doc, r.stderr
 
 
-def test_report_that_passes_loading_but_cannot_be_shown_is_a_clear_error(tmp_path):
-    """A structurally valid but thin report (missing cases_run): exit 3, one line, no traceback."""
+def test_report_lacking_what_the_summary_shows_is_a_clear_error(tmp_path):
+    """A thin report (units without cases_run, which the summary table shows): exit 3, one line naming
+    the file and the key, no traceback."""
     thin = make_report()
     for unit in thin["units"]:
-        del unit["cases_run"]  # load_report does not need it; the summary table does
+        del unit["cases_run"]
     path = tmp_path / "r.json"
     path.write_text(json.dumps(thin))
     r = invoke("report", str(path))
-    assert r.exit_code == 3 and "malformed report" in one_error_line(r.stderr)
+    assert r.exit_code == 3 and f"{path}: units[0]: missing key 'cases_run'" in one_error_line(r.stderr)
     assert isinstance(r.exception, SystemExit)
 
 
@@ -294,16 +295,6 @@ def test_write_json_atomic_on_a_full_disk_is_a_report_error_and_leaves_no_debris
     with pytest.raises(ReportError, match="No space left"):
         write_json_atomic(target, {"a": 1})
     assert target.read_text() == "old" and os.listdir(tmp_path) == ["r.json"]
-
-
-@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
-def test_journal_on_a_full_disk_does_not_stop_the_run(tmp_path):
-    """Writes to /dev/full fail with ENOSPC: the journal goes quiet instead of killing the run."""
-    from sdcscan.journal import Journal
-
-    j = Journal(Path("/dev/full"))
-    j.write({"type": "case"})  # must not raise
-    j.close()
 
 
 @pytest.mark.parametrize("name", ["anchor bomb", "deep nesting", "huge seed", "python tag", "unknown key"])

@@ -70,9 +70,10 @@ def test_sigint_writes_a_partial_report_and_exits_130(tmp_path):
     proc = subprocess.Popen(
         sdcscan_cmd("run", "--budget", "60s", "-o", str(out)), env=env, stderr=subprocess.PIPE, text=True
     )
-    journal = tmp_path / "report.journal.jsonl"
     deadline = time.time() + 60
-    while time.time() < deadline and not (journal.exists() and '"type": "case"' in journal.read_text()):
+    while time.time() < deadline and not any(
+        '"type": "case"' in j.read_text() for j in tmp_path.glob("report.*.journal.jsonl")
+    ):
         time.sleep(0.2)
     time.sleep(1.0)
     proc.send_signal(signal.SIGINT)
@@ -104,9 +105,10 @@ def test_bad_input_is_one_clear_line_and_exit_2(run_cli, tmp_path, args, after_u
     assert proc.stdout == ""
 
 
-def test_unwritable_report_path_is_exit_3_before_any_work(run_cli, tmp_path):
+def test_report_path_in_a_missing_directory_is_exit_2_before_any_work(run_cli, tmp_path):
+    """A configuration mistake, found before any worker starts (issue 15: it was exit 3)."""
     proc = run_cli("run", "--budget", "5s", "-o", str(tmp_path / "no" / "such" / "dir" / "r.json"))
-    assert proc.returncode == 3, proc.stderr
+    assert proc.returncode == 2, proc.stderr
     one_error_line(proc.stderr)
 
 
@@ -114,7 +116,8 @@ def test_report_on_disk_matches_stdout(run_cli, tmp_path: Path):
     out = tmp_path / "r.json"
     proc = run_cli("run", "--budget", "15s", "--units", f"cpu:{CPUS[0]}", "-o", str(out), "--json")
     assert json.loads(proc.stdout) == load_report(out)
-    assert (tmp_path / "r.journal.jsonl").exists()
+    (journal,) = tmp_path.glob("r.*.journal.jsonl")  # one journal per run, named by its run id
+    assert journal.name == f"r.{load_report(out)['run']['id']}.journal.jsonl"
 
 
 def test_qualify_one_host_against_a_golden_recorded_from_another_run(run_cli, tmp_path):

@@ -44,6 +44,8 @@ except Exception:
 
 mkdir -p "$STATE" || { echo "sdcscan: cannot create $STATE"; exit $UNKNOWN; }
 rm -f "$REPORT"
+# Every run leaves its journal (last-report.<run id>.journal.jsonl): keep a week of them.
+find "$STATE" -maxdepth 1 -type f -name 'last-report.*.journal.jsonl' -mtime +7 -delete 2>/dev/null
 # shellcheck disable=SC2086  # SDCSCAN_ARGS is deliberately split into words
 "$SDCSCAN" run --profile "$PROFILE" --out "$REPORT" --history "$STATE/history.sqlite3" \
     ${SDCSCAN_ARGS:-} >"$LOG" 2>&1

@@ -1,47 +1,65 @@
 #!/bin/bash
 # sdcscan Slurm health check: drain this node when sdcscan finds silent data corruption.
 #
-# Use as HealthCheckProgram (slurm.conf: HealthCheckProgram=/usr/local/sbin/sdcscan-healthcheck.sh)
-# or as Prolog (Prolog=/usr/local/sbin/sdcscan-healthcheck.sh; give it a short profile, e.g.
-# SDCSCAN_PROFILE=ripple, since it runs before every job).
+# As HealthCheckProgram (slurm.conf: HealthCheckProgram=/usr/local/sbin/sdcscan-healthcheck.sh).
+# slurmd kills a HealthCheckProgram that runs longer than 60 s, so everything here is bounded:
+# the sticky-flag check (4 s), the `healthcheck` profile (20 s budget, ends within 38 s) under a
+# hard `timeout` of 42 s + 3 s, reading the report (2 s) and scontrol (5 s): at most 56 s.
+# Longer screens (quick, burnin) run as a batch job with the same policy: sdcscan-screen.sbatch.
 #
-# sdcscan exit 1 (SDC suspected) or 3 (invalid: could not judge) -> scontrol drains the node with a
-# reason naming the failed units, e.g. "sdcscan: fail cpu:3", and this script exits 1 (a failing
-# Prolog also makes Slurm requeue the job). A unit still flagged from an earlier failure (sticky,
-# until `sdcscan clear UNIT --reason TEXT`) drains the node too. Exit 2 (bad configuration),
-# 130/143 (interrupted) and "another sdcscan run is active" are logged, never drained on.
+# Drain policy:
+#   a unit still flagged from an earlier failure (sticky until `sdcscan clear UNIT --reason TEXT`)
+#                                  -> drain "sdcscan: flagged cpu:3 ..." (checked first; no run)
+#   sdcscan exit 1 (SDC suspected) -> drain "sdcscan: fail cpu:3"
+#   sdcscan exit 3 (invalid: could not judge a unit) -> drain "sdcscan: invalid cpu:3"
+#   exit 3 "another sdcscan run is active", exit 2 (configuration), 130/143 (interrupted),
+#   124/137 (stopped by the time bound, report marked interrupted), anything else
+#                                  -> logged, never drained on
+# This script exits 1 after draining, else 0.
 #
-# Environment: SDCSCAN (command, default sdcscan), SDCSCAN_PROFILE (default quick),
-# SDCSCAN_STATE_DIR (default /var/lib/sdcscan), SDCSCAN_ARGS (extra arguments for `sdcscan run`),
-# SDCSCAN_PYTHON (python used to read the JSON report, default python3), SCONTROL (default scontrol).
+# Environment: SDCSCAN (command, default sdcscan), SDCSCAN_PROFILE (default healthcheck),
+# SDCSCAN_STATE_DIR (default /var/lib/sdcscan), SDCSCAN_REPORT (default
+# $SDCSCAN_STATE_DIR/last-report.json), SDCSCAN_ARGS (extra arguments for `sdcscan run`),
+# SDCSCAN_TIMEOUT_S (hard bound of the run, default 42; SIGTERM then, SIGKILL
+# SDCSCAN_KILL_AFTER_S = 3 s later), SDCSCAN_PYTHON (reads the JSON report, default python3),
+# SCONTROL (default scontrol).
 set -u
 
 SDCSCAN=${SDCSCAN:-sdcscan}
-PROFILE=${SDCSCAN_PROFILE:-quick}
+PROFILE=${SDCSCAN_PROFILE:-healthcheck}
 STATE=${SDCSCAN_STATE_DIR:-/var/lib/sdcscan}
+REPORT=${SDCSCAN_REPORT:-$STATE/last-report.json}
 PYTHON=${SDCSCAN_PYTHON:-python3}
 SCONTROL=${SCONTROL:-scontrol}
+# Time bounds in seconds; tests/test_deploy.py checks that they add up to less than 60.
+RUN_TIMEOUT_S=${SDCSCAN_TIMEOUT_S:-42}
+KILL_AFTER_S=${SDCSCAN_KILL_AFTER_S:-3}
+STATUS_TIMEOUT_S=3
+READ_TIMEOUT_S=2
+SCONTROL_TIMEOUT_S=4
+KEEP_JOURNALS=5 # every run leaves <report stem>.<run id>.journal.jsonl; keep the newest few
 NODE=$(hostname -s)
-REPORT="$STATE/last-report.json"
-LOG="$STATE/last-run.log"
+LOG="${REPORT%.json}.log"
 
 log() { logger -t sdcscan-healthcheck -- "$*" 2>/dev/null; echo "sdcscan-healthcheck: $*" >&2; }
 
 # Units with a given verdict in the report, comma-separated, at most 6 named (a drain reason is short).
 units_with() {
-    "$PYTHON" - "$REPORT" "$1" <<'PY' 2>/dev/null
+    timeout -s KILL "$READ_TIMEOUT_S" "$PYTHON" - "$REPORT" "$1" <<'PY' 2>/dev/null
 import json, sys
 try:
-    units = [u["id"] for u in json.load(open(sys.argv[1]))["units"] if u["verdict"] in sys.argv[2].split(",")]
+    with open(sys.argv[1]) as f:
+        units = [u["id"] for u in json.load(f)["units"] if u["verdict"] in sys.argv[2].split(",")]
 except Exception:
     units = []
 print(",".join(units[:6]) + (f",+{len(units) - 6}" if len(units) > 6 else ""))
 PY
 }
 
-# Units still flagged in the history (sticky failures), comma-separated.
+# Units still flagged in the history (sticky failures), comma-separated; empty when none or unknown.
 flagged_units() {
-    "$SDCSCAN" status --json --history "$STATE/history.sqlite3" 2>/dev/null | "$PYTHON" -c '
+    timeout -k 1 "$STATUS_TIMEOUT_S" "$SDCSCAN" status --json --history "$STATE/history.sqlite3" 2>/dev/null |
+        timeout -s KILL "$READ_TIMEOUT_S" "$PYTHON" -c '
 import json, sys
 try:
     print(",".join(f["unit"] for f in json.load(sys.stdin)["flagged"]))
@@ -51,36 +69,60 @@ except Exception:
 
 drain() {
     log "draining $NODE: $1"
-    "$SCONTROL" update nodename="$NODE" state=drain reason="$1"
+    timeout -k 1 "$SCONTROL_TIMEOUT_S" "$SCONTROL" update nodename="$NODE" state=drain reason="$1"
     exit 1
 }
 
-mkdir -p "$STATE" || { log "cannot create $STATE"; exit 0; }
-rm -f "$REPORT"
-# shellcheck disable=SC2086  # SDCSCAN_ARGS is deliberately split into words
-"$SDCSCAN" run --profile "$PROFILE" --out "$REPORT" \
-    --history "$STATE/history.sqlite3" ${SDCSCAN_ARGS:-} >"$LOG" 2>&1
-rc=$?
+# Journals of earlier runs beside the report, oldest first past the newest KEEP_JOURNALS.
+prune_journals() {
+    local stem
+    stem=$(basename "${REPORT%.json}")
+    find "$(dirname "$REPORT")" -maxdepth 1 -type f -name "$stem.*.journal.jsonl" -printf '%T@ %p\n' 2>/dev/null |
+        sort -rn | tail -n +$((KEEP_JOURNALS + 1)) | cut -d' ' -f2- | xargs -r -d '\n' rm -f --
+}
 
-case $rc in
-0) ;;
-1) drain "sdcscan: fail $(units_with fail)" ;;
-3)
-    if grep -q "another sdcscan run is active" "$LOG"; then
-        log "skipped: another sdcscan run is active"
+# Run the screen under the hard bound; its exit status, or 124/137 when the bound stopped it.
+run_screen() {
+    # shellcheck disable=SC2086  # SDCSCAN_ARGS is deliberately split into words
+    timeout --signal=TERM --kill-after="$KILL_AFTER_S" "$RUN_TIMEOUT_S" \
+        "$SDCSCAN" run --profile "$PROFILE" --out "$REPORT" \
+        --history "$STATE/history.sqlite3" ${SDCSCAN_ARGS:-} >"$LOG" 2>&1
+}
+
+act_on() {
+    case $1 in
+    0) exit 0 ;;
+    1) drain "sdcscan: fail $(units_with fail)" ;;
+    3)
+        if grep -q "another sdcscan run is active" "$LOG"; then
+            log "skipped: another sdcscan run is active"
+            exit 0
+        fi
+        local units
+        units=$(units_with fail,invalid)
+        drain "sdcscan: invalid ${units:-run, see $LOG}"
+        ;;
+    124 | 137)
+        log "sdcscan did not end within ${RUN_TIMEOUT_S} s and was stopped (report marked interrupted);" \
+            "not draining; shorten the budget (SDCSCAN_ARGS=--budget 15s); see $LOG"
         exit 0
-    fi
-    units=$(units_with fail,invalid)
-    drain "sdcscan: invalid ${units:-run, see $LOG}"
-    ;;
-*)
-    log "sdcscan exited $rc (2 = configuration error, 130/143 = interrupted); not draining; see $LOG"
-    exit 0
-    ;;
-esac
+        ;;
+    *)
+        log "sdcscan exited $1 (2 = configuration error, 130/143 = interrupted); not draining; see $LOG"
+        exit 0
+        ;;
+    esac
+}
 
+mkdir -p "$STATE" "$(dirname "$REPORT")" || {
+    log "cannot create $STATE; not screening"
+    exit 0
+}
 flagged=$(flagged_units)
 if [ -n "$flagged" ]; then
     drain "sdcscan: flagged $flagged (sdcscan clear UNIT --reason TEXT)"
 fi
-exit 0
+rm -f "$REPORT"
+prune_journals
+run_screen
+act_on $?

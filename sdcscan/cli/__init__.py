@@ -11,6 +11,7 @@ from sdcscan.cli.info import info, profiles, workloads
 from sdcscan.cli.ops import COMMANDS as OPS_COMMANDS
 from sdcscan.cli.report import report_cmd
 from sdcscan.cli.run import run_cmd
+from sdcscan.errors import EXIT_INTERRUPTED, EXIT_INVALID
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -36,3 +37,46 @@ for _command in (
     report_cmd,
 ):
     cli.add_command(_command)
+
+
+def main() -> None:
+    """The `sdcscan` command: `cli` behind a guard that keeps the exit-code contract whatever happens.
+
+    1 means a unit miscomputes and nothing else, so nothing else may end in 1: click's own `Aborted!`
+    (exit 1 on a Ctrl-C outside a run) becomes 130, a click usage error stays 2, and any unexpected
+    exception becomes exit 3 with one `Error:` line and a crash file holding the traceback.
+    """
+    import sys
+
+    from sdcscan.errors import EXIT_USAGE
+    from sdcscan.interrupts import Interrupted, exit_untouchable
+
+    try:
+        code = cli.main(standalone_mode=False)
+    except click.exceptions.Abort:  # click turns KeyboardInterrupt (and EOF at a prompt) into Abort
+        code = _interrupted(EXIT_INTERRUPTED)
+    except KeyboardInterrupt:
+        code = _interrupted(EXIT_INTERRUPTED)
+    except Interrupted as stop:
+        code = _interrupted(stop.exit_code)
+    except click.exceptions.ClickException as err:
+        err.show()
+        code = err.exit_code if err.exit_code == EXIT_USAGE else EXIT_USAGE  # never click's default 1
+    except SystemExit as done:  # the commands end with sys.exit(their code)
+        code = done.code
+    except Exception as err:
+        from sdcscan.crash import report_crash
+
+        report_crash(err)
+        code = EXIT_INVALID
+    if code is not None and not isinstance(code, int):  # sys.exit("message"): print it, never exit 1
+        print(code, file=sys.stderr)
+        code = EXIT_INVALID
+    exit_untouchable(code or 0)
+
+
+def _interrupted(exit_code: int) -> int:
+    import sys
+
+    print("interrupted\nexit: interrupted", file=sys.stderr)
+    return exit_code

@@ -51,10 +51,13 @@ def calibrate(
         sdcscan calibrate --device cpu -o calibration.json
         sdcscan run --calibration calibration.json
     """
+    from sdcscan.files import check_output_target
     from sdcscan.render.console import stderr_console
     from sdcscan.render.selftest import render_calibration
     from sdcscan.workloads import calibration as lib
 
+    if output is not None:
+        check_output_target(output, option="--output")  # exit 2 before minutes of measuring
     try:
         ks = tuple(int(k) for k in k_values.split(","))
     except ValueError:

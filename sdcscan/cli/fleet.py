@@ -150,8 +150,10 @@ def record(reports: tuple[str, ...], out_path: str, min_votes: int) -> None:
         sdcscan golden record qualify-reports/ -o golden.json
         sdcscan golden record a.json b.json c.json -o golden.json --min-votes 2
     """
+    from sdcscan.files import check_output_target
     from sdcscan.render.fleet import render_golden_record
 
+    check_output_target(out_path, option="--out")  # exit 2 before reading the reports
     found, skipped = read_reports(reports)
     kept, dups = dedupe(found)
     data = record_extracted(kept, min_votes=min_votes)

@@ -53,11 +53,15 @@ def export_cmd(report: str, junit: str | None, prom: str | None) -> None:
         sdcscan export report.json --junit sdcscan.xml
         sdcscan export report.json --prom /var/lib/node_exporter/textfile/sdcscan.prom
     """
+    from sdcscan.files import check_output_target
     from sdcscan.render.ops import print_written
     from sdcscan.report import load_report
 
-    if not junit and not prom:
+    if junit is None and prom is None:
         raise UsageError("export needs --junit PATH and/or --prom PATH")
+    for option, path in (("--junit", junit), ("--prom", prom)):
+        if path is not None:
+            check_output_target(path, option=option)  # exit 2 before reading anything
     data = load_report(report)
     publish(data, Outputs(junit=junit, prom=prom, record_history=False))
     print_written([p for p in (junit, prom) if p])

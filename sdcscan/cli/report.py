@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from sdcscan.cli.common import emit_json, report_options, reports_errors
-from sdcscan.errors import ReportError, UsageError
+from sdcscan.errors import UsageError
 
 
 @click.command("report")
@@ -19,7 +19,7 @@ from sdcscan.errors import ReportError, UsageError
     "--from-journal",
     "journal",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Rebuild the report from this journal (printed when the run started; beside --out as <stem>.journal.jsonl).",
+    help="Rebuild the report from this journal (printed when the run started; beside --out as <stem>.<run id>.journal.jsonl).",
 )
 @report_options
 @reports_errors
@@ -27,33 +27,43 @@ def report_cmd(report_path: Path | None, journal: Path | None, out: Path | None,
     """Show a saved report, or rebuild one from the journal of a run that was killed.
 
     A rebuilt report holds every case the journal recorded; its verdict is `interrupted`.
-    Exits with the report's exit code (0 pass, 1 fail, 3 invalid, 130 interrupted),
-    or 3 when the file cannot be read.
+    Exits with the code of the report's verdict (0 pass, 1 fail, 3 invalid, 130 interrupted,
+    143 stopped by SIGTERM), never with the exit_code the file claims (a mismatch is a warning),
+    or 3 when the file cannot be read or is not a valid report.
 
     \b
     Example:
         sdcscan report report.json
-        sdcscan report --from-journal report.journal.jsonl -o report.json
+        sdcscan report --from-journal report.20261123T080000Z-1a2b3c4d.journal.jsonl -o report.json
     """
-    from sdcscan.files import write_json_atomic
+    from sdcscan.files import check_output_target, write_json_atomic
     from sdcscan.rebuild import report_from_journal
     from sdcscan.render.console import stderr_console
     from sdcscan.render.run import render_summary
-    from sdcscan.report import load_report
+    from sdcscan.report import (
+        exit_code_disagreement,
+        load_report,
+        printable,
+        validate_report,
+        verdict_exit_code,
+    )
 
+    if out is not None:
+        check_output_target(out, option="--out")  # exit 2 before reading anything
     if report_path is not None and journal is None:
-        doc = load_report(report_path)
+        label, doc = printable(str(report_path)), load_report(report_path)
     elif journal is not None and report_path is None:
-        doc = report_from_journal(journal)
+        # A journal is a file from the run's host like any report: its rebuilt report is checked the same way.
+        label = printable(str(journal))
+        doc = validate_report(report_from_journal(journal), label=label)
     else:
         raise UsageError("give either a REPORT file or --from-journal PATH")
     if out is not None:
         write_json_atomic(out, doc)
-    try:
-        render_summary(doc, stderr_console())
-    except (KeyError, TypeError, ValueError, AttributeError) as err:
-        # load_report checks what readers rely on; a report valid to it may still lack what the summary shows.
-        raise ReportError(f"{report_path}: malformed report: {type(err).__name__} {err}") from None
+    disagreement = exit_code_disagreement(doc)
+    if disagreement:  # before the summary: its `exit:` line stays the last line on stderr
+        click.echo(f"warning: {label}: {disagreement}", err=True)
+    render_summary(doc, stderr_console())
     if as_json:
         emit_json(doc)
-    sys.exit(doc.get("exit_code", 3))
+    sys.exit(verdict_exit_code(doc))

@@ -10,7 +10,7 @@ import click
 
 from sdcscan.cli.common import emit_json, report_options, reports_errors
 from sdcscan.cli.ops import output_options
-from sdcscan.errors import EXIT_INTERRUPTED, EXIT_TERMINATED
+from sdcscan.errors import EXIT_FAIL, EXIT_INVALID
 
 
 @click.command("run")
@@ -74,25 +74,48 @@ def run_cmd(**kw: Any) -> None:
         sdcscan run --budget 10s --inject cpu:1:bitflip@0.3   # prove the pipeline catches a bad unit
     """
     started = time.time()
+    from sdcscan import interrupts
     from sdcscan import scan as library
     from sdcscan.render import run as render
     from sdcscan.render.console import stderr_console
 
-    library.warm_up()  # the workers' torch import overlaps parsing the options
-    opts = _options(kw, started)
     console = stderr_console()
+    interrupts.install()  # from here on, Ctrl-C and SIGTERM end in 130/143 and a report
     try:
+        opts = _options(kw, started)  # refused options exit 2 before anything starts
         with render.Progress(console) as progress:
             report = library.scan(opts, on_event=progress)
     except library.OutputError as err:
-        _show(err.report, kw["as_json"], console)  # judged, but an output failed: show it, then say so
-        raise
-    except (KeyboardInterrupt, library.Terminated) as err:
-        code = EXIT_INTERRUPTED if isinstance(err, KeyboardInterrupt) else EXIT_TERMINATED
+        sys.exit(_output_failed(err, kw["as_json"], console))
+    except interrupts.Interrupted as stop:
         console.print("interrupted before any case ran\nexit: interrupted")
-        sys.exit(code)
+        sys.exit(stop.exit_code)
     _show(report, kw["as_json"], console)
-    sys.exit(report["exit_code"])
+    sys.exit(_exit_code(report, console))
+
+
+def _exit_code(report: dict[str, Any], console: Any) -> int:
+    """The report's exit code, unless a signal came while it was being judged and written."""
+    from sdcscan import interrupts
+
+    signum = interrupts.received()
+    if signum is None or report["run"].get("interrupted_by"):
+        return int(report["exit_code"])
+    name = interrupts.signal_name(signum)
+    console.print(
+        f"{name} arrived while the report was being written; the report is complete\nexit: interrupted"
+    )
+    return interrupts.exit_code(signum)
+
+
+def _output_failed(err: Any, as_json: bool, console: Any) -> int:
+    """Judged, but an output could not be written: show the report, say what failed, and exit 1 if a
+    unit was judged to miscompute (that must not be hidden by a full disk), else 3."""
+    _show(err.report, as_json, console)
+    click.echo(f"Error: {err}", err=True)
+    code = EXIT_FAIL if err.report["exit_code"] == EXIT_FAIL else EXIT_INVALID
+    console.print("exit: fail" if code == EXIT_FAIL else "exit: invalid (an output could not be written)")
+    return code
 
 
 def _show(report: dict[str, Any], as_json: bool, console: Any) -> None:
@@ -104,17 +127,34 @@ def _show(report: dict[str, Any], as_json: bool, console: Any) -> None:
 
 
 def _options(kw: dict[str, Any], started: float) -> Any:
+    """The scan's options from the command line, every one checked here, before any worker starts.
+
+    A given but blank `--units` or `--workloads` is an error, not "all"; `--calibration` is read and
+    checked as a calibration table now, not by each worker after the run started.
+
+    Raises:
+        UsageError, ProfileError: exit 2, naming the option or the file and key.
+    """
+    from sdcscan.errors import UsageError
     from sdcscan.faults import parse_inject
     from sdcscan.outputs.publish import Outputs
-    from sdcscan.profile import load_profile, parse_budget
+    from sdcscan.profile import check_overrides, load_profile, parse_budget
     from sdcscan.scan import ScanOptions
+    from sdcscan.units import parse_units_spec
 
     budget_s = parse_budget(kw["budget"]) if kw["budget"] is not None else None
     injections = [parse_inject(s) for s in kw["inject"]]
+    if kw["units_spec"] is not None:
+        parse_units_spec(kw["units_spec"])
     profile = load_profile(kw["profile"])
-    if kw["workloads"]:
+    if kw["workloads"] is not None:
         profile = profile.select([w.strip() for w in kw["workloads"].split(",") if w.strip()])
-    overrides = {"gemm_fp": {"calibration": kw["calibration"]}} if kw["calibration"] else {}
+    overrides: dict[str, dict[str, Any]] = {}
+    if kw["calibration"] is not None:
+        if not kw["calibration"]:
+            raise UsageError("--calibration '' names no file (leave it out for the shipped table)")
+        overrides = {"gemm_fp": {"calibration": kw["calibration"]}}
+    check_overrides(profile, overrides, source="--calibration")
     outputs = Outputs(kw["out"], kw["junit"], kw["prom"], kw["history"], record_history=not kw["no_history"])
     return ScanOptions(
         profile=profile,

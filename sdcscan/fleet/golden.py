@@ -127,7 +127,7 @@ def validate_golden(data: Any, *, label: str = "golden") -> dict[str, Any]:
         raise GoldenError(f"{label}: malformed golden (entries is not a list)")
     for e in entries:
         ok = isinstance(e, dict) and isinstance(e.get("profile_sha256"), str)
-        ok = ok and isinstance(e.get("seed"), int) and isinstance(e.get("cohort"), str)
+        ok = ok and _is_int(e.get("seed")) and isinstance(e.get("cohort"), str)
         cols = e.get("cases") if ok else None
         if not isinstance(cols, dict) or any(
             not isinstance(cols.get(c), list) for c in ("index", "workload", "digest")
@@ -135,7 +135,18 @@ def validate_golden(data: Any, *, label: str = "golden") -> dict[str, Any]:
             raise GoldenError(f"{label}: malformed golden entry")
         if not len(cols["index"]) == len(cols["workload"]) == len(cols["digest"]):
             raise GoldenError(f"{label}: golden entry with case columns of different lengths")
+        # Indices are dict keys and digests are compared with a report's: wrong types would raise later.
+        if not all(map(_is_int, cols["index"])) or not all(
+            isinstance(x, str) for x in (*cols["workload"], *cols["digest"])
+        ):
+            raise GoldenError(
+                f"{label}: malformed golden entry (a case index, workload or digest of the wrong type)"
+            )
     return data
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def load_golden(path: str | os.PathLike[str]) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sdcscan.errors import ReportError
-from sdcscan.report import validate_report
+from sdcscan.report import shown, validate_report
 from sdcscan.timefmt import parse_iso_utc
 
 PlanKey = tuple[str, int]  # (run.profile.sha256, run.seed): two units ran the same case i only within a plan
@@ -95,21 +95,12 @@ class Extractor:
         Raises:
             ReportError: the document is not a usable report; the message says why.
         """
+        # Every field read below has its type once validate_report accepts the document.
         report = validate_report(data, label="report")
-        run, host = report["run"], report["host"]
-        profile = run.get("profile") if isinstance(run, dict) else None
-        if not isinstance(profile, dict) or not isinstance(profile.get("sha256"), str):
-            raise ReportError("report: run.profile.sha256 is missing")
-        seed = run.get("seed")
-        if not isinstance(seed, int) or isinstance(seed, bool):
-            raise ReportError("report: run.seed is not an integer")
-        hostname = host.get("hostname") if isinstance(host, dict) else None
-        if not isinstance(hostname, str) or not hostname:
-            raise ReportError("report: host.hostname is missing")
-        run_id = run.get("id")
-        if not isinstance(run_id, str):
-            raise ReportError("report: run.id is missing")
-        invariants = _invariant_records(report.get("mismatches"))
+        run, hostname = report["run"], report["host"]["hostname"]
+        if not hostname:
+            raise ReportError("report: host.hostname is empty")
+        invariants = _invariant_records(report.get("mismatches", []))
         units = tuple(self._unit(u, invariants.get(u["id"], [])) for u in report["units"])
         if len({u.unit for u in units}) != len(units):
             raise ReportError("report: a unit id appears twice")
@@ -117,16 +108,14 @@ class Extractor:
             source=source,
             sha256=sha256,
             host=self.intern(hostname),
-            run_id=run_id,
-            plan=self.intern((self.intern(profile["sha256"]), seed)),
+            run_id=run["id"],
+            plan=self.intern((self.intern(run["profile"]["sha256"]), run["seed"])),
             ended_at=parse_time(run.get("ended_at")),
             verdict=report["verdict"],
             units=tuple(sorted(units, key=lambda u: u.unit)),
         )
 
     def _unit(self, unit: dict[str, Any], records: list[dict[str, Any]]) -> UnitRecord:
-        if not isinstance(unit["id"], str) or not isinstance(unit["cohort"], str):
-            raise ReportError("report: a unit id or cohort is not a string")
         cols = unit["cases"]
         indices, digests, workloads, statuses = (cols[c] for c in ("index", "digest", "workload", "status"))
         if len(set(indices)) != len(indices):
@@ -156,15 +145,11 @@ class Extractor:
         return self.intern(tuple(self.intern(x) for x in t))
 
     def _throughput(self, unit: dict[str, Any]) -> tuple[tuple[str, float, str], ...]:
-        raw = unit.get("throughput") or {}
-        if not isinstance(raw, dict):
-            raise ReportError(f"report: unit {unit['id']} has malformed throughput")
-        out = []
-        for workload, rec in raw.items():
-            ops = rec.get("ops_per_s") if isinstance(rec, dict) else None
-            if not isinstance(ops, int | float) or isinstance(ops, bool) or ops != ops:
-                raise ReportError(f"report: unit {unit['id']} has malformed throughput for {workload!r}")
-            out.append((self.intern(workload), float(ops), self.intern(str(rec.get("ops_unit", "")))))
+        """(workload, ops/s, ops unit) per workload; validate_report made each a finite number and a string."""
+        out = [
+            (self.intern(workload), float(rec["ops_per_s"]), self.intern(rec["ops_unit"]))
+            for workload, rec in unit.get("throughput", {}).items()
+        ]
         return tuple(sorted(out))
 
 
@@ -179,12 +164,11 @@ def _first_occurrences(*cols: list[Any]) -> tuple[list[Any], ...]:
     return tuple([c[i] for i in keep] for c in cols)
 
 
-def _invariant_records(mismatches: Any) -> dict[str, list[dict[str, Any]]]:
+def _invariant_records(mismatches: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """The report's top-level invariant-failure records, by unit."""
     by_unit: dict[str, list[dict[str, Any]]] = {}
-    for rec in mismatches if isinstance(mismatches, list) else []:
-        if isinstance(rec, dict) and isinstance(rec.get("unit"), str):
-            by_unit.setdefault(rec["unit"], []).append(rec)
+    for rec in mismatches:
+        by_unit.setdefault(rec["unit"], []).append(rec)
     return by_unit
 
 
@@ -197,13 +181,12 @@ def _invariant(
 ) -> Invariant | None:
     """Summarise a unit's invariant failures, from its count, its case statuses and the mismatch records."""
     bad = [i for i, s in enumerate(statuses) if s == "mismatch"] if "mismatch" in statuses else []
-    claimed = unit.get("mismatches")
-    count = max(claimed if isinstance(claimed, int) else 0, len(bad), len(records))
+    count = max(unit["mismatches"], len(bad), len(records))
     if count <= 0:
         return None
-    cases = [indices[i] for i in bad] + [r["index"] for r in records if isinstance(r.get("index"), int)]
-    wls = {workloads[i] for i in bad} | {r["workload"] for r in records if isinstance(r.get("workload"), str)}
-    checks = {r["check"] for r in records if isinstance(r.get("check"), str)}
+    cases = [indices[i] for i in bad] + [r["index"] for r in records]
+    wls = {workloads[i] for i in bad} | {r["workload"] for r in records}
+    checks = {r["check"] for r in records}
     return Invariant(count, min(cases) if cases else None, tuple(sorted(wls)), tuple(sorted(checks)))
 
 
@@ -217,8 +200,8 @@ def parse_time(text: Any) -> float:
         raise ReportError("report: run.ended_at is missing")
     try:
         return parse_iso_utc(text)
-    except ValueError:
-        raise ReportError(f"report: run.ended_at {text!r} is not an ISO-8601 time") from None
+    except (ValueError, OverflowError):  # OverflowError: year 1 or 9999 moved out of range by its zone
+        raise ReportError(f"report: run.ended_at {shown(text)} is not an ISO-8601 time") from None
 
 
 def dedupe(reports: list[HostReport]) -> tuple[list[HostReport], list[Skipped]]:

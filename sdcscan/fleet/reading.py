@@ -16,7 +16,7 @@ from pathlib import Path
 from sdcscan.errors import ReportError, UsageError
 from sdcscan.files import JSONFileError, parse_json, read_json_bytes
 from sdcscan.fleet.model import Extractor, HostReport, Skipped
-from sdcscan.report import MAX_REPORT_BYTES
+from sdcscan.report import MAX_REPORT_BYTES, printable
 
 GLOB_CHARS = frozenset("*?[")
 
@@ -71,9 +71,10 @@ def read_report(path: str, extractor: Extractor) -> HostReport:
     del raw  # the bytes are not needed any more; the parsed dict goes when we return
     try:
         return extractor.extract(data, source=path, sha256=sha)
-    except (KeyError, TypeError, AttributeError, ValueError) as err:
-        # A document that passed the structural check but has values of the wrong type.
-        raise ReportError(f"malformed report ({type(err).__name__}: {err})") from None
+    except (KeyError, TypeError, AttributeError, ValueError, OverflowError) as err:
+        # validate_report checks every field the extract reads, so this is a bug in that check; one bad
+        # file must still not stop the comparison of a fleet. Its content is not echoed.
+        raise ReportError(f"malformed report (unexpected {type(err).__name__})") from None
 
 
 def read_reports(args: Iterable[str]) -> tuple[list[HostReport], list[Skipped]]:
@@ -94,9 +95,9 @@ def read_reports(args: Iterable[str]) -> tuple[list[HostReport], list[Skipped]]:
         except ReportError as err:
             skipped.append(Skipped(path, _strip_label(str(err))))
     if not reports:
-        shown = "; ".join(f"{s.path}: {s.reason}" for s in skipped[:3])
+        first = "; ".join(printable(f"{s.path}: {s.reason}") for s in skipped[:3])
         more = f" (and {len(skipped) - 3} more)" if len(skipped) > 3 else ""
-        raise UsageError(f"no usable report to compare: {shown or 'no input'}{more}")
+        raise UsageError(f"no usable report to compare: {first or 'no input'}{more}")
     return reports, skipped
 
 

@@ -3,32 +3,51 @@
 Every run is recorded with its per-unit verdicts. A unit that failed once stays flagged until an
 operator clears it with a reason (recorded with the time and the user), even if later runs pass: a
 part that miscomputed once is not trusted again by default (cf. gpud #1072, OpenDCDiag's service
-query). Two overlapping cron runs must not corrupt the database or each other's reports: SQLite
-runs in WAL mode with a busy timeout, and `run_lock` refuses a second concurrent run.
+query). Two overlapping cron runs must not corrupt the database or each other's reports: writers
+take an immediate transaction with a busy timeout, and `run_lock` refuses a second concurrent run.
+
+Writers and readers are kept apart. Readers (`runs`, `flagged`, `status`) open the database
+read-only (`mode=ro`): they never create, migrate or write it, so a user who may only read the file
+(a non-root `sdcscan status` on root's 0644 history) can. That is why the database uses SQLite's
+rollback journal, not WAL: a WAL reader must write the `-shm` file beside the database, which a
+read-only user cannot; a run writes the history for milliseconds, and readers wait that out.
+
+A database is created complete under a temporary name and linked into place, so the history path
+never holds a half-made one: a file there that is empty, foreign, of another version or damaged is
+refused (`check_health`, before a run starts) instead of being silently re-created, which would
+drop every sticky flag. The state directory sdcscan creates is 0700 and the lock file 0600 (see
+`run_lock`); the database itself is FILE_MODE (0644) like every file sdcscan writes.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import getpass
 import os
+import shlex
 import sqlite3
+import stat
+import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from sdcscan.errors import RunError, UsageError
+from sdcscan.files import FILE_MODE, make_state_dir
 from sdcscan.timefmt import iso_utc
 
 __all__ = [
-    "RunActiveError", "clear", "default_history_path", "default_state_dir", "flagged", "record_run",
-    "run_lock", "runs", "status",
+    "RunActiveError", "check_health", "clear", "default_history_path", "default_state_dir", "flagged",
+    "record_run", "run_lock", "runs", "status",
 ]  # fmt: skip
 
 BUSY_TIMEOUT_S = 30.0  # an overlapping writer holds the database for milliseconds; wait rather than fail
 DB_VERSION = 1
+_TABLES = frozenset({"runs", "unit_results", "flags"})
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
     id INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL UNIQUE, recorded_at TEXT NOT NULL,
@@ -53,7 +72,10 @@ _UNIT_ROWS = (
 
 
 def default_state_dir() -> Path:
-    """`$XDG_STATE_HOME/sdcscan`, else `~/.local/state/sdcscan` (the XDG base-directory default)."""
+    """`$XDG_STATE_HOME/sdcscan`, else `~/.local/state/sdcscan` (the XDG base-directory default).
+
+    sdcscan creates it, and any missing parent, 0700 (`sdcscan.files.make_state_dir`).
+    """
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "sdcscan"
 
@@ -63,37 +85,187 @@ def default_history_path() -> Path:
     return default_state_dir() / "history.sqlite3"
 
 
+def check_health(db_path: str | os.PathLike[str]) -> None:
+    """Refuse, before a run starts, a history database the run could not record into, or would mislead.
+
+    Opens the database read-only, if it exists, and checks it is an sdcscan history of DB_VERSION
+    that passes SQLite's `quick_check`. A missing database is fine: the first run creates it.
+
+    Raises:
+        UsageError: one line naming the file: not a regular file, empty (0 bytes), unreadable, not an
+            SQLite database, not an sdcscan history, another version, or damaged.
+    """
+    with _reading(db_path) as db:
+        if db is not None:
+            _quick_check(db, Path(db_path))
+
+
 @contextlib.contextmanager
-def _db(path: str | os.PathLike[str]) -> Iterator[sqlite3.Connection]:
-    """An open, migrated connection; one transaction committed on success, rolled back on error."""
+def _reading(path: str | os.PathLike[str]) -> Iterator[sqlite3.Connection | None]:
+    """A read-only connection to a checked history database; None when there is no database yet.
+
+    Raises:
+        UsageError: see `check_health` (everything but the quick check).
+    """
     p = Path(path)
+    if not _present(p):
+        yield None
+        return
     try:
-        p.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(p.absolute().as_uri() + "?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
+    except sqlite3.Error as err:
+        raise UsageError(f"cannot read history {p}: {err}") from None
+    try:
+        conn.row_factory = sqlite3.Row
+        _check_schema(conn, p)
+        yield conn
+    except sqlite3.Error as err:
+        raise UsageError(f"cannot read history {p}: {err}{_foreign_hint(err)}") from None
+    finally:
+        conn.close()
+
+
+def _present(path: Path) -> bool:
+    """Whether a history database exists at `path`; False when there is nothing there yet.
+
+    Raises:
+        UsageError: the path cannot be examined, is not a regular file, or is an empty file.
+    """
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError as err:
+        raise UsageError(f"cannot read history {path}: {err.strerror or err}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise UsageError(f"history {path} is not a regular file")
+    if st.st_size == 0:
+        # sdcscan never leaves an empty database (it links a complete one into place): this one was
+        # emptied, and re-creating it would silently drop every sticky flag.
+        raise UsageError(
+            f"history {path} is empty (0 bytes): its runs and sticky flags are gone; "
+            "to start a new history on purpose, delete the file first"
+        )
+    return True
+
+
+def _check_schema(conn: sqlite3.Connection, path: Path) -> None:
+    """Raises UsageError unless `conn` holds an sdcscan history of DB_VERSION (sqlite3.Error if unreadable)."""
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if version == 0 or not _TABLES.issubset(tables):
+        raise UsageError(f"history {path} is an SQLite database but not an sdcscan history")
+    if version != DB_VERSION:
+        raise UsageError(f"history {path} has version {version}; this sdcscan reads version {DB_VERSION}")
+
+
+def _quick_check(conn: sqlite3.Connection, path: Path) -> None:
+    problems = [str(r[0]) for r in conn.execute("PRAGMA quick_check(3)")]
+    if problems != ["ok"]:
+        found = " ".join(" ".join(problems).split())  # one line: SQLite's own report spans several
+        raise UsageError(f"history {path} is damaged (SQLite quick_check: {found[:200]})")
+
+
+def _foreign_hint(err: sqlite3.Error) -> str:
+    """A hint for errors that mean the file is not ours; none for a full disk, a lock or permissions."""
+    return " (is it an sdcscan history database?)" if type(err) is sqlite3.DatabaseError else ""
+
+
+@contextlib.contextmanager
+def _writing(path: str | os.PathLike[str]) -> Iterator[sqlite3.Connection]:
+    """A connection for writing (the database is created if missing); one transaction committed on
+    success, rolled back on error.
+
+    Raises:
+        RunError: the database could not be created, opened or written, or is not an sdcscan
+            history of DB_VERSION (an empty file included: it is never re-created in place).
+    """
+    p = Path(path)
+    _create_if_missing(p)
+    try:
+        _present(p)  # an emptied file, say, is refused here too, with the same words as before a run
+    except UsageError as err:
+        raise RunError(str(err)) from None
+    try:
         conn = sqlite3.connect(p, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-    except (OSError, sqlite3.Error) as err:
+    except sqlite3.Error as err:
         raise RunError(f"cannot open history {p}: {err}") from None
     try:
+        conn.row_factory = sqlite3.Row
         with contextlib.suppress(sqlite3.OperationalError):
-            # WAL lets `status` read while a run writes; it fails on some network filesystems, where
-            # the default rollback journal (still safe, with the busy timeout) is kept.
-            conn.execute("PRAGMA journal_mode=WAL")
+            # Histories written by an older sdcscan are in WAL mode, which read-only users cannot read
+            # (see the module docstring); this converts them. Busy (a reader is on it): next time.
+            conn.execute("PRAGMA journal_mode=DELETE")
         conn.execute("BEGIN IMMEDIATE")
         version = conn.execute("PRAGMA user_version").fetchone()[0]
-        if version == 0:
-            # DDL inside the immediate transaction: two first runs racing create the schema once.
-            for statement in filter(str.strip, _SCHEMA.split(";")):
-                conn.execute(statement)
-            conn.execute(f"PRAGMA user_version={DB_VERSION}")
-        elif version != DB_VERSION:
-            raise sqlite3.DatabaseError(f"history version {version}; this sdcscan reads {DB_VERSION}")
+        if version != DB_VERSION:
+            raise sqlite3.DatabaseError(f"history version {version}; this sdcscan writes {DB_VERSION}")
         yield conn
         conn.execute("COMMIT")
     except sqlite3.Error as err:
         if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise RunError(f"history {p}: {err} (is it an sdcscan history database?)") from None
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+        raise RunError(f"history {p}: {err}{_foreign_hint(err)}") from None
     finally:
         conn.close()
+
+
+def _create_if_missing(path: Path) -> None:
+    """Create a complete, empty history at `path` (schema, version, FILE_MODE) unless one is there.
+
+    Built under a temporary name and hard-linked into place: the path never holds a half-made
+    database, and of two first runs racing, the second finds the first's and keeps it.
+
+    Raises:
+        RunError: the directory or the database could not be created (read-only or full disk).
+    """
+    if os.path.lexists(path):
+        return
+    try:
+        make_state_dir(path.parent)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as err:
+        raise RunError(f"cannot create history {path}: {err.strerror or err}") from None
+    try:
+        try:
+            os.fchmod(fd, FILE_MODE)
+        finally:
+            os.close(fd)
+        _build_schema(tmp)
+        _link_into_place(tmp, path)
+    except (OSError, sqlite3.Error) as err:
+        raise RunError(f"cannot create history {path}: {getattr(err, 'strerror', None) or err}") from None
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
+def _build_schema(db_file: str) -> None:
+    conn = sqlite3.connect(db_file, isolation_level=None)
+    try:
+        conn.execute("BEGIN")
+        for statement in filter(str.strip, _SCHEMA.split(";")):
+            conn.execute(statement)
+        conn.execute(f"PRAGMA user_version={DB_VERSION}")
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+
+
+def _link_into_place(tmp: str, path: Path) -> None:
+    """Hard-link `tmp` to `path` unless `path` exists by now (then the other run's database is kept)."""
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        pass
+    except OSError as err:
+        if err.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP):
+            raise
+        # A filesystem without hard links: a rename, which could replace a database created in the
+        # last milliseconds by a racing first run (it would lose that one run, never a flag of before).
+        if not os.path.lexists(path):
+            os.replace(tmp, path)
 
 
 def record_run(db_path: str | os.PathLike[str], report: dict[str, Any], report_path: str | None) -> None:
@@ -102,11 +274,11 @@ def record_run(db_path: str | os.PathLike[str], report: dict[str, Any], report_p
     Recording the same run twice (same run id) changes nothing.
 
     Raises:
-        RunError: the database could not be opened or written.
+        RunError: the database could not be created, opened or written (a full disk included).
     """
     run, host = report["run"], report["host"]["hostname"]
     now = _now()
-    with _db(db_path) as db:
+    with _writing(db_path) as db:
         row = (run["id"], now, run.get("started_at"), run.get("ended_at"), host, run["profile"]["name"],
                run.get("seed"), report["verdict"], report.get("exit_code"), report_path)  # fmt: skip
         cur = db.execute(_INSERT_RUN, row)
@@ -145,38 +317,47 @@ def runs(
 ) -> list[dict[str, Any]]:
     """Recorded runs, newest first, each with its per-unit verdicts (only `unit`'s, when given).
 
-    A database that does not exist yet holds no runs.
+    Read-only. A database that does not exist yet holds no runs.
+
+    Raises:
+        UsageError: the database is unreadable, empty, foreign or of another version.
     """
-    if not Path(db_path).exists():
-        return []
+    with _reading(db_path) as db:
+        return [] if db is None else _runs(db, unit=unit, limit=limit)
+
+
+def _runs(db: sqlite3.Connection, *, unit: str | None, limit: int | None) -> list[dict[str, Any]]:
     where, args = ("WHERE id IN (SELECT run FROM unit_results WHERE unit = ?)", [unit]) if unit else ("", [])
-    with _db(db_path) as db:
-        db.row_factory = sqlite3.Row
-        rows = db.execute(
-            f"SELECT * FROM runs {where} ORDER BY id DESC LIMIT ?", [*args, limit or -1]
-        ).fetchall()
-        out = []
-        for r in rows:
-            units = db.execute(_UNIT_ROWS, (r["id"],)).fetchall()
-            out.append({**_row(r), "units": [dict(u) for u in units if not unit or u["unit"] == unit]})
-        return out
+    rows = db.execute(f"SELECT * FROM runs {where} ORDER BY id DESC LIMIT ?", [*args, limit or -1]).fetchall()
+    out = []
+    for r in rows:
+        units = db.execute(_UNIT_ROWS, (r["id"],)).fetchall()
+        out.append({**_row(r), "units": [dict(u) for u in units if not unit or u["unit"] == unit]})
+    return out
 
 
 def flagged(db_path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """Units flagged by a failure and not cleared yet, oldest flag first. No database: none."""
-    if not Path(db_path).exists():
-        return []
-    with _db(db_path) as db:
-        db.row_factory = sqlite3.Row
-        rows = db.execute("SELECT * FROM flags WHERE cleared_at IS NULL ORDER BY id").fetchall()
-        return [_row(r) for r in rows]
+    """Units flagged by a failure and not cleared yet, oldest flag first. Read-only; no database: none.
+
+    Raises:
+        UsageError: the database is unreadable, empty, foreign or of another version.
+    """
+    with _reading(db_path) as db:
+        return [] if db is None else _flagged(db)
+
+
+def _flagged(db: sqlite3.Connection) -> list[dict[str, Any]]:
+    rows = db.execute("SELECT * FROM flags WHERE cleared_at IS NULL ORDER BY id").fetchall()
+    return [_row(r) for r in rows]
 
 
 def clear(db_path: str | os.PathLike[str], unit: str, reason: str) -> list[dict[str, Any]]:
     """Clear the flag of `unit`, recording the time, the reason and the user. Returns the cleared flags.
 
     Raises:
-        UsageError: the reason is empty, or the unit is not flagged (the message lists those that are).
+        UsageError: the reason is empty, the unit is not flagged (the message lists those that are),
+            or the database is unreadable, empty, foreign or of another version.
+        RunError: the database could not be written.
     """
     if not reason.strip():
         raise UsageError("clear needs a reason, e.g. --reason 'replaced DIMM B2'")
@@ -184,8 +365,7 @@ def clear(db_path: str | os.PathLike[str], unit: str, reason: str) -> list[dict[
     if unit not in {f["unit"] for f in open_flags}:
         names = ", ".join(sorted({f["unit"] for f in open_flags})) or "none"
         raise UsageError(f"{unit} is not flagged (flagged units: {names})")
-    with _db(db_path) as db:
-        db.row_factory = sqlite3.Row
+    with _writing(db_path) as db:
         # No UPDATE ... RETURNING: it needs SQLite 3.35, newer than some long-term-support distributions ship.
         ids = [
             r[0] for r in db.execute("SELECT id FROM flags WHERE unit = ? AND cleared_at IS NULL", (unit,))
@@ -199,18 +379,20 @@ def clear(db_path: str | os.PathLike[str], unit: str, reason: str) -> list[dict[
 
 
 def status(db_path: str | os.PathLike[str]) -> dict[str, Any]:
-    """What `sdcscan status` shows: flagged units, the last run, and the most recent clears."""
-    if not Path(db_path).exists():
-        return {"history": str(db_path), "flagged": [], "last_run": None, "cleared": []}
-    with _db(db_path) as db:
-        db.row_factory = sqlite3.Row
+    """What `sdcscan status` shows: flagged units, the last run, and the most recent clears. Read-only.
+
+    Raises:
+        UsageError: the database is unreadable, empty, foreign or of another version.
+    """
+    with _reading(db_path) as db:
+        if db is None:
+            return {"history": str(db_path), "flagged": [], "last_run": None, "cleared": []}
         cleared = db.execute(
             "SELECT * FROM flags WHERE cleared_at IS NOT NULL ORDER BY cleared_at DESC LIMIT 10"
-        )
-        cleared_list = [_row(r) for r in cleared.fetchall()]
-    last = runs(db_path, limit=1)
-    return {"history": str(db_path), "flagged": flagged(db_path), "last_run": last[0] if last else None,
-            "cleared": cleared_list}  # fmt: skip
+        ).fetchall()
+        last = _runs(db, unit=None, limit=1)
+        return {"history": str(db_path), "flagged": _flagged(db), "last_run": last[0] if last else None,
+                "cleared": [_row(r) for r in cleared]}  # fmt: skip
 
 
 def _row(row: sqlite3.Row) -> dict[str, Any]:
@@ -230,7 +412,11 @@ def _user() -> str:
 
 
 # The run lock: one `sdcscan run` at a time on a host (two cron entries, a slow run).
+# flock works on any descriptor, read-only ones included, so whoever can open the file can hold the
+# lock and stop every run: the file is 0600, owned by the user who runs sdcscan, never a symlink.
 LOCK_NAME = "run.lock"
+LOCK_MODE = 0o600
+_MAX_COMMAND_CHARS = 200  # of the holder's command line, in the contention message
 
 
 class RunActiveError(RunError):
@@ -242,42 +428,127 @@ def run_lock(state_dir: str | os.PathLike[str]) -> Iterator[Path]:
     """Hold the run lock of `state_dir` for the duration of the block; never wait for it.
 
     Args:
-        state_dir: directory of the lock file (created if missing), normally the history's directory.
+        state_dir: directory of the lock file (created 0700 if missing), normally the history's directory.
 
     Yields:
         The lock file's path.
 
     Raises:
-        RunActiveError: another run holds the lock; the message names its pid and start time.
-        RunError: the lock file could not be created.
+        RunActiveError: another run holds the lock; the message names its pid, command and start time.
+        RunError: the lock file could not be created or written (a full disk included), or is refused:
+            a symlink, not a regular file, owned by another user, or open to other users.
     """
     path = Path(state_dir) / LOCK_NAME
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as err:
-        raise RunError(f"cannot create the run lock {path}: {err.strerror or err}") from None
+    fd = _open_lock(path)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise RunActiveError(_holder_message(fd, path)) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()} {_now()}\n".encode(), 0)
+        except OSError as err:  # e.g. ENOLCK on a network filesystem without locks
+            raise RunError(f"cannot take the run lock {path}: {err.strerror or err}") from None
+        _write_holder(fd, path)
         try:
             yield path
         finally:
             # Empty the file before unlocking so a reader never names a finished run as the holder.
-            os.ftruncate(fd, 0)
-            fcntl.flock(fd, fcntl.LOCK_UN)
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)
+                fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
+        os.close(fd)  # also releases the lock when writing the holder failed
+
+
+def _open_lock(path: Path) -> int:
+    """The lock file's descriptor, created 0600 if missing, after checking nobody else can hold it.
+
+    Raises:
+        RunError: see `run_lock`.
+    """
+    try:
+        make_state_dir(path.parent)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NOCTTY | os.O_CLOEXEC, LOCK_MODE)
+    except OSError as err:
+        why = (
+            "it is a symbolic link, never followed" if err.errno == errno.ELOOP else err.strerror or str(err)
+        )
+        raise RunError(f"cannot create the run lock {path}: {why}") from None
+    try:
+        st = os.fstat(fd)
+        problem = _lock_problem(st)
+        if problem is None and st.st_mode & 0o077:
+            # Ours, but open to others: made 0644 by sdcscan before 0.2, on every host that ran it.
+            # Tightening it in place keeps those hosts screening after an upgrade.
+            os.fchmod(fd, LOCK_MODE)
+    except OSError as err:
+        problem = err.strerror or str(err)
+    if problem:
         os.close(fd)
+        raise RunError(f"refusing the run lock {path}: {problem}")
+    return fd
+
+
+def _lock_problem(st: os.stat_result) -> str | None:
+    """Why a lock file could let someone else hold the lock (and stop every run), or None."""
+    if not stat.S_ISREG(st.st_mode):
+        return "it is not a regular file"
+    if st.st_uid != os.geteuid():
+        return f"it belongs to uid {st.st_uid}, not to this user (uid {os.geteuid()}); delete it"
+    return None
+
+
+def _write_holder(fd: int, path: Path) -> None:
+    """Record this process in the lock file: `PID START COMMAND`, for the message another run gives.
+
+    Raises:
+        RunError: the file could not be written (a full disk).
+    """
+    line = f"{os.getpid()} {_now()} {_command_line()}\n"
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, line.encode("utf-8", "replace"), 0)
+    except OSError as err:
+        raise RunError(f"cannot write the run lock {path}: {err.strerror or err}") from None
+
+
+def _command_line() -> str:
+    """This process's command line as a person would type it, e.g. `sdcscan run -p burnin`."""
+    args = list(sys.argv) or ["sdcscan"]
+    name = os.path.basename(args[0])
+    if name == "__main__.py":  # python -m sdcscan
+        name = "sdcscan"
+    return _one_line(shlex.join([name, *args[1:]]))
 
 
 def _holder_message(fd: int, path: Path) -> str:
     try:
-        pid, _, since = os.pread(fd, 200, 0).decode("utf-8", "replace").strip().partition(" ")
+        text = os.pread(fd, 4096, 0).decode("utf-8", "replace")
     except OSError:
-        pid, since = "", ""
-    who = f"pid {pid}, since {since}" if pid else "pid unknown"
+        text = ""
+    pid, _, rest = text.strip().partition(" ")
+    since, _, command = rest.partition(" ")
+    if not pid.isdigit():
+        who = "pid unknown"
+    else:
+        command = command or _proc_command(pid)
+        who = (
+            f"pid {pid}"
+            + (f" '{_one_line(command)}'" if command else "")
+            + (f", since {since}" if since else "")
+        )
     return f"another sdcscan run is active ({who}; lock {path}); wait for it to finish or stop it first"
+
+
+def _proc_command(pid: str) -> str:
+    """The command line of process `pid` from /proc (Linux), for a lock written without one; '' if unknown."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return ""
+    return shlex.join(a.decode("utf-8", "replace") for a in raw.split(b"\0") if a)
+
+
+def _one_line(text: str) -> str:
+    """Printable characters only, at most _MAX_COMMAND_CHARS: the message stays one readable line."""
+    clean = "".join(c if c.isprintable() else "?" for c in text)
+    return clean if len(clean) <= _MAX_COMMAND_CHARS else clean[: _MAX_COMMAND_CHARS - 3] + "..."

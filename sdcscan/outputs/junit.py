@@ -23,7 +23,8 @@ def write_junit(report: dict[str, Any], path: str | os.PathLike[str]) -> None:
     """Write the report as JUnit XML to `path`, atomically.
 
     Raises:
-        ReportError: the file could not be written.
+        ReportError: the file could not be written, or `path` exists and is not a regular file or
+            is a symlink (`sdcscan.files.replace_problem`: /dev/null is never replaced).
     """
     write_text_atomic(path, junit_xml(report))
 

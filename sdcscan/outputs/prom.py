@@ -24,7 +24,8 @@ def write_prom(report: dict[str, Any], path: str | os.PathLike[str]) -> None:
     """Write the report's metrics to `path` (name it `*.prom` for node_exporter), atomically.
 
     Raises:
-        ReportError: the file could not be written.
+        ReportError: the file could not be written, or `path` exists and is not a regular file or
+            is a symlink (`sdcscan.files.replace_problem`: /dev/null is never replaced).
     """
     write_text_atomic(path, prom_text(report))
 

@@ -1,7 +1,9 @@
 """Publish a judged report: the report file, JUnit XML, the Prometheus textfile, the run history.
 
-Used by `sdcscan run` (through `sdcscan.scan`) and `sdcscan export`. The report file comes first, so a
-failure later loses nothing; every other output is attempted even if an earlier one fails.
+Used by `sdcscan run` (through `sdcscan.scan`) and `sdcscan export`. `check_targets` runs before any
+work, so a path that could never be written (a device, a directory, a symlink, a missing directory)
+or a damaged history is exit 2 at once, not exit 3 after the whole budget. The report file comes
+first, so a failure later loses nothing; every other output is attempted even if an earlier one fails.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from sdcscan.errors import ReportError, RunError, SdcscanError
+from sdcscan.files import check_output_target
 from sdcscan.outputs import history
 
 
@@ -31,6 +34,22 @@ class Outputs:
 def history_path(path: str | os.PathLike[str] | None) -> Path:
     """The history database: the given path, else the default in the user's state directory."""
     return Path(path) if path else history.default_history_path()
+
+
+def check_targets(outputs: Outputs) -> None:
+    """Refuse, before any work, outputs that could not or must not be written.
+
+    Raises:
+        UsageError: one line naming the option and the path: empty or a directory, an existing
+            device, FIFO, socket or symlink, a missing or unwritable directory (`--out`, `--junit`,
+            `--prom`); or, when the run is to be recorded, a history database that is unreadable,
+            empty, foreign or damaged (`history.check_health`).
+    """
+    for option, path in (("--out", outputs.report), ("--junit", outputs.junit), ("--prom", outputs.prom)):
+        if path is not None:
+            check_output_target(path, option=option)
+    if outputs.record_history:
+        history.check_health(history_path(outputs.history))
 
 
 @contextlib.contextmanager
@@ -78,9 +97,9 @@ def publish(report: dict[str, Any], outputs: Outputs) -> None:
                 f"{err}; every finished case is in {journal}: sdcscan report --from-journal {journal}"
             ) from None
     steps: list[tuple[Callable[..., None], tuple[Any, ...]]] = []
-    if outputs.junit:
+    if outputs.junit is not None:  # an empty path is refused by the writer, never skipped in silence
         steps.append((write_junit, (report, outputs.junit)))
-    if outputs.prom:
+    if outputs.prom is not None:
         steps.append((write_prom, (report, outputs.prom)))
     if outputs.record_history:
         path = str(outputs.report) if outputs.report else None

@@ -1,4 +1,8 @@
-"""Human output of `compare` and `golden record`: counts, then findings, on stderr (rich lives here only)."""
+"""Human output of `compare` and `golden record`: counts, then findings, on stderr (rich lives here only).
+
+Host names, unit ids, reasons, workloads and paths come from report files of other hosts: every one
+is shown literally (`render.console.cell`), never read as markup or sent to the terminal raw.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ from rich.table import Table
 from sdcscan.fleet.compare import FleetSummary
 from sdcscan.fleet.findings import FleetFinding
 from sdcscan.fleet.model import Skipped
-from sdcscan.render.console import stderr_console
+from sdcscan.render.console import cell, stderr_console
 
 MAX_ROWS = 200  # beyond this a table is not read by people; --json has everything
 MAX_SKIPPED_SHOWN = 10
@@ -76,8 +80,10 @@ def render_compare(summary: FleetSummary, console: Console | None = None) -> Non
         out.print(_table(summary.findings))
     for g in summary.groups:
         out.print(
-            f"Group {g['id']}: {g['units']} units of cohort {g['cohort']} agree with each other but not "
-            f"the majority on {g['shared_cases']} case(s), first case {g['first_shared_case']}."
+            cell(
+                f"Group {g['id']}: {g['units']} units of cohort {g['cohort']} agree with each other but not "
+                f"the majority on {g['shared_cases']} case(s), first case {g['first_shared_case']}."
+            )
         )
     _render_skipped(summary.skipped, out)
     out.print(_next_step(summary))
@@ -89,8 +95,9 @@ def _table(findings: tuple[FleetFinding, ...]) -> Table:
     for name in ("host", "unit", "kind", "evidence"):
         table.add_column(name, overflow="fold")
     for f in findings[:MAX_ROWS]:
-        style = STYLE.get(f.kind, "")
-        table.add_row(f.host, f.unit or "-", f"[{style}]{f.kind}[/]" if style else f.kind, describe(f))
+        table.add_row(
+            cell(f.host), cell(f.unit or "-"), cell(f.kind, STYLE.get(f.kind, "")), cell(describe(f))
+        )
     if len(findings) > MAX_ROWS:
         table.caption = f"… and {len(findings) - MAX_ROWS} more; use --json for all"
     return table
@@ -101,7 +108,7 @@ def _render_skipped(skipped: tuple[Skipped, ...], out: Console) -> None:
         return
     out.print(f"Skipped {len(skipped)} input(s):")
     for s in skipped[:MAX_SKIPPED_SHOWN]:
-        out.print(f"  {s.path}: {s.reason}", markup=False)
+        out.print(cell(f"  {s.path}: {s.reason}"))
     if len(skipped) > MAX_SKIPPED_SHOWN:
         out.print(f"  … and {len(skipped) - MAX_SKIPPED_SHOWN} more (--json lists them all)")
 
@@ -128,13 +135,13 @@ def render_golden_record(
     out = console or stderr_console()
     cases = sum(len(e["cases"]["index"]) for e in golden["entries"])
     out.print(
-        f"Wrote {path}: {cases} case(s) in {len(golden['entries'])} plan/cohort entr(ies) from "
-        f"{golden['reports']} report(s); refused {len(golden['refused'])} case(s) without a clear majority.",
-        markup=False,
+        cell(
+            f"Wrote {path}: {cases} case(s) in {len(golden['entries'])} plan/cohort entr(ies) from "
+            f"{golden['reports']} report(s); refused {len(golden['refused'])} case(s) without a clear majority."
+        )
     )
     for r in golden["refused"][:MAX_SKIPPED_SHOWN]:
         out.print(
-            f"  refused case {r['index']} ({r['workload']}) of cohort {r['cohort']}: {r['reason']}",
-            markup=False,
+            cell(f"  refused case {r['index']} ({r['workload']}) of cohort {r['cohort']}: {r['reason']}")
         )
     _render_skipped(tuple(skipped), out)

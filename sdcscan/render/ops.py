@@ -1,6 +1,8 @@
 """Human output of the operations commands (history, status, clear, export) on stderr, with rich.
 
 Only the `sdcscan.render` package imports rich; everything here takes plain dicts from `sdcscan.outputs.history`.
+The history holds what reports said (host names, reasons, run ids) and paths people typed: all of it is
+shown literally (`render.console.cell`).
 """
 
 from __future__ import annotations
@@ -8,10 +10,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from rich.markup import escape
 from rich.table import Table
 
-from sdcscan.render.console import stderr_console
+from sdcscan.render.console import cell, stderr_console
 
 MAX_NAMED_UNITS = 6  # a 128-core host lists "cpu:3, cpu:17, … (+4)" instead of 128 names
 
@@ -31,16 +32,16 @@ def print_history(runs: list[dict[str, Any]], history: str) -> None:
     """A table of runs, newest first."""
     console = stderr_console()
     if not runs:
-        console.print(f"No runs recorded in {history}.")
+        console.print(cell(f"No runs recorded in {history}."))
         return
-    table = Table(title=f"sdcscan history ({history})", title_justify="left")
+    table = Table(title=cell(f"sdcscan history ({history})"), title_justify="left")
     for col in ("ended", "run", "host", "profile", "verdict", "exit", "units"):
         table.add_column(col)
     for r in runs:
-        verdict = r["verdict"] if r["verdict"] == "pass" else f"[bold red]{r['verdict']}[/]"
+        verdict = cell(r["verdict"], "" if r["verdict"] == "pass" else "bold red")
         table.add_row(
-            r["ended_at"] or "", escape(r["run_id"]), escape(r["host"] or ""),
-            escape(r["profile"] or ""), verdict, str(r["exit_code"]), units_summary(r["units"]),
+            cell(r["ended_at"] or ""), cell(r["run_id"]), cell(r["host"] or ""), cell(r["profile"] or ""),
+            verdict, cell(r["exit_code"]), cell(units_summary(r["units"])),
         )  # fmt: skip
     console.print(table)
 
@@ -50,10 +51,10 @@ def print_status(status: dict[str, Any]) -> None:
     console = stderr_console()
     last = status["last_run"]
     if last:
-        console.print(f"Last run {last['run_id']} ended {last['ended_at']}: {last['verdict']} "
-                      f"({units_summary(last['units'])}).")  # fmt: skip
+        console.print(cell(f"Last run {last['run_id']} ended {last['ended_at']}: {last['verdict']} "
+                           f"({units_summary(last['units'])})."))  # fmt: skip
     else:
-        console.print(f"No runs recorded in {status['history']}.")
+        console.print(cell(f"No runs recorded in {status['history']}."))
     if not status["flagged"]:
         console.print("No unit is flagged.")
         return
@@ -64,16 +65,16 @@ def print_status(status: dict[str, Any]) -> None:
         table.add_column(col)
     for f in status["flagged"]:
         table.add_row(
-            f["unit"],
-            f["host"] or "",
-            f["flagged_at"],
-            f["run_id"],
-            str(f["failures"]),
-            escape(f["reason"] or ""),
+            cell(f["unit"]),
+            cell(f["host"] or ""),
+            cell(f["flagged_at"]),
+            cell(f["run_id"]),
+            cell(f["failures"]),
+            cell(f["reason"] or ""),
         )
     console.print(table)
     names = ", ".join(f["unit"] for f in status["flagged"])
-    console.print(f"flagged: {names}")
+    console.print(cell(f"flagged: {names}"))
     console.print("After repair or replacement: sdcscan clear UNIT --reason TEXT")
 
 
@@ -81,12 +82,12 @@ def print_cleared(cleared: list[dict[str, Any]]) -> None:
     """One line per cleared flag."""
     console = stderr_console()
     for f in cleared:
-        console.print(f"Cleared {f['unit']} (flagged {f['flagged_at']} by run {f['run_id']}, "
-                      f"{f['failures']} failing run(s)): {escape(f['clear_reason'])}")  # fmt: skip
+        console.print(cell(f"Cleared {f['unit']} (flagged {f['flagged_at']} by run {f['run_id']}, "
+                           f"{f['failures']} failing run(s)): {f['clear_reason']}"))  # fmt: skip
 
 
 def print_written(paths: list[str]) -> None:
     """Which files export wrote."""
     console = stderr_console()
     for p in paths:
-        console.print(f"Wrote {p}")
+        console.print(cell(f"Wrote {p}"))

@@ -9,6 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
 from sdcscan.events import (
     CaseFinished,
@@ -20,6 +21,7 @@ from sdcscan.events import (
     UnitProblem,
     UnitReady,
 )
+from sdcscan.render.console import cell
 
 PLAIN_PROGRESS_EVERY_S = 15.0
 LIVE_REDRAW_S = 0.25
@@ -66,12 +68,12 @@ class Progress:
         elif time.time() - self._last_plain > PLAIN_PROGRESS_EVERY_S:
             self._last_plain = time.time()
             done = sum(self.cases.values())
-            self.console.print(f"[{self._elapsed()}] {done} cases done on {len(self.units)} units")
+            self.console.print(cell(f"[{self._elapsed()}] {done} cases done on {len(self.units)} units"))
 
     def _apply(self, event: Event) -> None:
         """Update the counters (and print what plain output shows) for one event."""
         if isinstance(event, RunNote):
-            self.console.print(event.text)  # before the run: shown above a live table too
+            self.console.print(cell(event.text))  # before the run: shown above a live table too
         elif isinstance(event, RunStarted):
             self._on_run_started(event)
         elif isinstance(event, UnitReady):
@@ -83,7 +85,7 @@ class Progress:
         elif isinstance(event, UnitProblem):
             self.state[event.unit] = "invalid"
             if self.live is None:
-                self.console.print(f"{event.unit}: {event.reason}")
+                self.console.print(cell(f"{event.unit}: {event.reason}"))
         elif isinstance(event, PhaseChanged) and self.live is None:
             self.console.print(
                 f"re-running disputed cases {', '.join(map(str, event.cases))} on the units involved"
@@ -92,11 +94,14 @@ class Progress:
     def _on_run_started(self, event: RunStarted) -> None:
         self.units, self.deadline = list(event.units), event.deadline
         self.state = {u: "starting" for u in event.units}
+        # The profile's name and the journal's path (beside --out) are typed by people: shown literally.
         self.console.print(
-            f"sdcscan run: profile {event.profile}, seed {event.seed} ({event.seed_source}), "
-            f"budget {event.budget_s:g} s, {len(event.units)} units"
+            cell(
+                f"sdcscan run: profile {event.profile}, seed {event.seed} ({event.seed_source}), "
+                f"budget {event.budget_s:g} s, {len(event.units)} units"
+            )
         )
-        self.console.print(f"journal: {event.journal}")
+        self.console.print(cell(f"journal: {event.journal}"))
 
     def _on_case_finished(self, event: CaseFinished) -> None:
         if event.attempt:  # re-runs are not progress through the plan
@@ -112,45 +117,52 @@ class Progress:
         return f"{time.time() - self.start:.0f}/{self.deadline - self.start:.0f} s"
 
     def _table(self) -> Table:
-        table = Table(title=f"sdcscan  {self._elapsed()}", title_justify="left", box=None)
+        table = Table(title=cell(f"sdcscan  {self._elapsed()}"), title_justify="left", box=None)
         for col in ("unit", "state", "cases", "bad", "workload", "GFLOP/s"):
             table.add_column(col, justify="right" if col in ("cases", "bad", "GFLOP/s") else "left")
         for u in self.units:
             rate = self.ops[u] / self.busy_s[u] / 1e9 if self.busy_s[u] else 0.0
             bad = str(self.bad[u]) if self.bad[u] else ""
             table.add_row(
-                u, self.state.get(u, ""), str(self.cases[u]), bad, self.current.get(u, ""), f"{rate:.1f}"
+                cell(u),
+                self.state.get(u, ""),
+                str(self.cases[u]),
+                bad,
+                cell(self.current.get(u, "")),
+                f"{rate:.1f}",
             )
         return table
 
 
 def render_summary(report: dict[str, Any], console: Console) -> None:
-    """The final table, the findings as sentences, and the last line `exit: <verdict>`."""
+    """The final table, the findings as sentences, and the last line `exit: <verdict>`.
+
+    `report` is one `sdcscan.report.validate_report` accepted: every field read here has its type.
+    Everything from the report is shown literally (`cell`, `literal`): it may come from another host.
+    """
     table = Table(box=None)
     for col in ("unit", "verdict", "cases", "workloads", "mismatches", "reason"):
         table.add_column(col, justify="right" if col in ("cases", "mismatches") else "left")
     for u in report["units"]:
-        style = _STYLE.get(u["verdict"], "")
         table.add_row(
-            u["id"],
-            f"[{style}]{u['verdict']}[/{style}]",
+            cell(u["id"]),
+            cell(u["verdict"], _STYLE.get(u["verdict"], "")),
             str(u["cases_run"]),
-            ", ".join(u["workloads"]),
+            cell(", ".join(u["workloads"])),
             str(u["mismatches"]),
-            u["reason"] or "",
+            cell(u["reason"] or ""),
         )
     console.print(table)
     first_bits = _flipped_bits(report)
     for f in report["findings"]:
         unit = f"{f['unit']}: " if f["unit"] and not f["message"].startswith(f["unit"]) else ""
-        console.print(f"- {unit}{f['message']}")
+        console.print(cell(f"- {unit}{f['message']}"))
         if f["kind"] == "invariant" and f["unit"] in first_bits:
-            console.print(f"  first mismatches: {first_bits[f['unit']]}")
+            console.print(cell(f"  first mismatches: {first_bits[f['unit']]}"))
         if f.get("next"):
-            console.print(f"  next: {f['next']}")
+            console.print(cell(f"  next: {f['next']}"))
     verdict = report["verdict"]
-    style = _STYLE.get(verdict, "")
-    console.print(f"exit: [{style}]{verdict}[/{style}]")
+    console.print(Text("exit: ").append(cell(verdict, _STYLE.get(verdict, ""))))
 
 
 def _flipped_bits(report: dict[str, Any]) -> dict[str, str]:
@@ -171,11 +183,11 @@ def print_profiles(rows: list[dict[str, Any]], console: Console) -> None:
         table.add_column(col)
     for r in rows:
         table.add_row(
-            r["name"],
+            cell(r["name"]),
             f"{r['budget_s']:g} s",
-            str(r["seed"] or "week"),
-            ", ".join(r["workloads"]),
-            r["description"],
+            cell(r["seed"] or "week"),
+            cell(", ".join(r["workloads"])),
+            cell(r["description"]),
         )
     console.print(table)
 
@@ -185,19 +197,21 @@ def print_workloads(rows: list[dict[str, Any]], console: Console) -> None:
     for col in ("workload", "quality", "evidence", "description"):
         table.add_column(col)
     for r in rows:
-        table.add_row(r["name"], r["quality"], ", ".join(r["evidence"]), r["description"])
+        table.add_row(
+            cell(r["name"]), cell(r["quality"]), cell(", ".join(r["evidence"])), cell(r["description"])
+        )
     console.print(table)
 
 
 def print_info(info: dict[str, Any], console: Console) -> None:
     host = info["host"]
-    console.print(f"host {host['hostname']}: {host['cpu_model']}, {host['logical_cpus']} logical CPUs")
+    console.print(cell(f"host {host['hostname']}: {host['cpu_model']}, {host['logical_cpus']} logical CPUs"))
     console.print(
-        f"software: {', '.join(f'{k} {v}' for k, v in info['software'].items() if v and k != 'pins')}"
+        cell(f"software: {', '.join(f'{k} {v}' for k, v in info['software'].items() if v and k != 'pins')}")
     )
     table = Table(box=None)
     for col in ("unit", "kind", "model", "cohort"):
         table.add_column(col)
     for u in info["units"]:
-        table.add_row(u["id"], u["kind"], u["model"], u["cohort"])
+        table.add_row(cell(u["id"]), cell(u["kind"]), cell(u["model"]), cell(u["cohort"]))
     console.print(table)

@@ -6,6 +6,9 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
+
+from sdcscan.render.console import cell
 
 
 def _pct(x: float | None) -> str:
@@ -20,7 +23,7 @@ def selftest_table(result: dict[str, Any]) -> Table:
             col, justify="right" if col in ("bit", "trials", "detected", "rate", "floor") else "left"
         )
     for r in result["rows"]:
-        mark = "[green]ok[/green]" if r["passed"] else "[red]FAIL[/red]"
+        mark = Text("ok", style="green") if r["passed"] else Text("FAIL", style="red")
         if r["site"] == "clean":
             detected, rate = f"{r['false_positives']} FP", f"{r['rows_checked']} rows"
             floor = "0 FP"
@@ -29,7 +32,15 @@ def selftest_table(result: dict[str, Any]) -> Table:
             floor = "silent" if r["negative_control"] else _pct(r["floor"])
         bit = "" if r["bit"] is None else str(r["bit"])
         table.add_row(
-            r["workload"], r["variant"], r["site"], bit, str(r["trials"]), detected, rate, floor, mark
+            cell(r["workload"]),
+            cell(r["variant"]),
+            cell(r["site"]),
+            bit,
+            str(r["trials"]),
+            detected,
+            rate,
+            floor,
+            mark,
         )
     return table
 
@@ -40,7 +51,9 @@ def render_selftest(result: dict[str, Any], console: Console) -> None:
     for r in result["rows"]:
         if not r["passed"]:
             what = "clean trials fired" if r["site"] == "clean" else f"{r['site']} bit {r['bit']}"
-            console.print(f"[red]failed:[/red] {r['workload']}/{r['variant']}: {what}")
+            console.print(
+                Text("failed:", style="red").append(cell(f" {r['workload']}/{r['variant']}: {what}"))
+            )
     console.print(f"selftest: {'pass' if result['passed'] else 'fail'}")
 
 
@@ -50,6 +63,6 @@ def render_calibration(table: dict[str, Any], console: Console) -> None:
     for col in ("device model", "dtype", "checker", "rows", "K ≤", "needed", "e_max"):
         t.add_column(col)
     for e in table["entries"]:
-        row = (e["device_model"], e["dtype"], e["checker"], str(e["rows"]), str(e["k_max"]))
+        row = (cell(e["device_model"]), cell(e["dtype"]), cell(e["checker"]), str(e["rows"]), str(e["k_max"]))
         t.add_row(*row, f"{e['needed']:.3g}", f"{e['e_max']:.3g}")
     console.print(t)

@@ -2,7 +2,11 @@
 
 The parent process (profile validation, `sdcscan workloads`) reads only this module; the worker calls
 `load(name)`, which imports `sdcscan/workloads/<name>.py` and returns the class it registered. Adding a
-workload is its module, its `WorkloadSpec` entry in `SPECS` below, and its row in README's table.
+workload is its module, its `WorkloadSpec` entry in `SPECS` below (with a `Param` for every parameter:
+what values its module accepts and which break it), and its row in README's table.
+
+The limits below restate what the workload modules (and sdcscan.checks) enforce or need, because those
+modules import torch; tests/test_catalogue.py checks each restated constant against its source.
 """
 
 from __future__ import annotations
@@ -10,15 +14,32 @@ from __future__ import annotations
 import difflib
 import enum
 import importlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sdcscan.errors import UsageError
 from sdcscan.outcomes import CONSENSUS, INVARIANT, REPEAT
+from sdcscan.workloads.params import (
+    CalibrationPath,
+    Choice,
+    Flag,
+    Int,
+    ListOf,
+    Number,
+    Param,
+    Shape,
+    one_per_dtype,
+    shown,
+)
 
 if TYPE_CHECKING:
     from sdcscan.workloads.base import Workload
+
+
+# Rule: a check of the merged parameters (defaults < profile < command line) that no single one decides;
+# it returns (key, problem) or None.
+Rule = Callable[[Mapping[str, Any]], tuple[str, str] | None]
 
 
 class Quality(enum.Enum):
@@ -35,10 +56,11 @@ class WorkloadSpec:
         description: one line, shown by `sdcscan workloads`.
         evidence: the kinds of evidence it supports, a subset of outcomes.EVIDENCE.
         quality: BETA or PROD.
-        defaults: every parameter and its default; a profile may set these keys only, to values of
-            the same type.
+        defaults: every parameter and its default; a profile may set these keys only.
         fault_sites: sites the workload passes through `ctx.fault`; the first is the one `--inject` uses.
         tiny: parameter overrides that make a case take milliseconds (tests, CI).
+        params: every parameter's accepted values (the same keys as `defaults`).
+        rules: checks across parameters, run on the merged parameters a unit will get.
     """
 
     name: str
@@ -48,6 +70,77 @@ class WorkloadSpec:
     defaults: Mapping[str, Any]
     fault_sites: tuple[str, ...]
     tiny: Mapping[str, Any] = field(default_factory=dict)
+    params: Mapping[str, Param] = field(default_factory=dict)
+    rules: tuple[Rule, ...] = ()
+
+    def param_problem(self, key: str, value: Any) -> str | None:
+        """What is wrong with `value` for parameter `key` (None: accepted); `key` must be in `params`."""
+        return self.params[key].problem(value)
+
+    def rules_problem(self, merged: Mapping[str, Any]) -> tuple[str, str] | None:
+        """(key, problem) from the first rule the merged parameters break, or None."""
+        for rule in self.rules:
+            found = rule(merged)
+            if found:
+                return found
+        return None
+
+
+# Restated limits (see the module docstring); each names where it comes from.
+TRAIN_DTYPES = ("float32", "float64", "bfloat16")  # train._DTYPES
+GOLDEN_DTYPES = ("float32", "float64", "bfloat16", "float16")  # matmul_golden.DTYPES
+GOLDEN_EXACT_LIMIT = 2**24  # matmul_golden: k * max_abs^2 below it keeps every fp32 partial sum exact
+INT8_SCHEMES = ("mod2_32", "mod127")  # checks.int8.SCHEMES
+INT8_PATHS = ("auto", "unsigned", "signed")  # gemm_int8.PATHS
+INT8_MIN_K = 2  # gemm_int8.MIN_K: k = 1 returned uninitialised memory from torch's CPU _int_mm
+INT8_MAX_K = 65_793  # checks.int8.max_exact_k(): beyond it a u8·s8 dot product overflows int32
+INT8_MAX_N_MOD2_32 = 64_770  # checks.int8.MAX_N_MOD2_32: column sums must fit three checksum digits
+EMBBAG_MODES = ("exact", "realistic")  # embbag_int8.MODES
+EMBBAG_MAX_POOLING = 21_845  # embbag_int8: pooling[1] * 3 < 2^16
+FP_DTYPES = ("float32", "float64", "bfloat16", "float16")  # calibration.DTYPES
+FP_INPUTS = ("abs_normal", "normal", "shifted_normal", "uniform", "student_t3", "llm_like")  # DISTRIBUTIONS
+FP_CHECKERS = ("float32", "float64")  # a float16 checksum overflows (inf: every row fails on clean data)
+FP_CALIBRATED_C = 2.5  # checks.vabft.SIGMA_C: e_max is measured at this c; a smaller c flags clean rows
+
+_DIGITS = {"bfloat16": 8, "float16": 11, "float32": 24, "float64": 53}  # significand bits
+
+
+def _golden_rules(p: Mapping[str, Any]) -> tuple[str, str] | None:
+    if p["k"] * p["max_abs"] ** 2 >= GOLDEN_EXACT_LIMIT:
+        k, top = p["k"], p["max_abs"]
+        return "k", f"k * max_abs^2 must be below 2^24 for exact fp32 partial sums (got {k} * {top}^2)"
+    return one_per_dtype(p, ("repeats",))
+
+
+def _int8_rules(p: Mapping[str, Any]) -> tuple[str, str] | None:
+    if p["scheme"] == "mod2_32":
+        for i, (_, _, n) in enumerate(p["shapes"]):
+            if n > INT8_MAX_N_MOD2_32:
+                return (
+                    "shapes",
+                    f"item [{i}] n must be at most {INT8_MAX_N_MOD2_32} with scheme mod2_32 (got {n})",
+                )
+    return None
+
+
+def _embbag_rules(p: Mapping[str, Any]) -> tuple[str, str] | None:
+    low, high = p["pooling"]
+    if high < 1 or low > high:
+        return (
+            "pooling",
+            f"must be [min, max] lookups per bag with min <= max and max >= 1 (got [{low}, {high}])",
+        )
+    return None
+
+
+def _fp_rules(p: Mapping[str, Any]) -> tuple[str, str] | None:
+    found = one_per_dtype(p, ("shapes", "repeats", "checkers"))
+    if found:
+        return found
+    for i, (dtype, checker) in enumerate(zip(p["dtypes"], p["checkers"], strict=True)):
+        if _DIGITS[checker] < _DIGITS[dtype]:  # checksums coarser than the data they check
+            return "checkers", f"item [{i}] must be at least as precise as its dtype {dtype} (got {checker})"
+    return None
 
 
 _CATALOGUE = (
@@ -70,6 +163,17 @@ _CATALOGUE = (
         },
         fault_sites=("weight",),  # hidden-layer weight, half way through the case
         tiny={"hidden": 16, "batch": 8, "steps": 6},
+        params={
+            "inputs": Int(1),  # 0: a Linear without inputs (its init divides by inputs)
+            "hidden": Int(1),
+            "classes": Int(2),  # 1: the loss is 0 and every gradient too, so backward checks nothing
+            "batch": Int(1),  # 0: the loss of an empty batch is NaN, reported as a miscompute
+            "steps": Int(1),
+            # AdamW moves each weight by about lr per step; lr 1000 made the loss NaN (measured), and
+            # a NaN loss is reported as a miscompute. lr <= 1 stayed finite for 3000 steps in every dtype.
+            "lr": Number(0.0, 1.0, low_open=True),
+            "dtype": Choice(TRAIN_DTYPES),
+        },
     ),
     WorkloadSpec(
         name="matmul_golden",
@@ -88,6 +192,15 @@ _CATALOGUE = (
         },
         fault_sites=("output",),
         tiny={"m": 16, "k": 64, "n": 16, "repeats": [2, 2, 1, 1]},
+        params={
+            "m": Int(1),
+            "k": Int(1),
+            "n": Int(1),
+            "max_abs": Int(1),  # operands in [-max_abs, max_abs]; 0 would make them all zero
+            "dtypes": ListOf(Choice(GOLDEN_DTYPES)),  # cases cycle through them: empty divides by 0
+            "repeats": ListOf(Int(1)),  # per dtype; 0 repeats compute nothing to compare
+        },
+        rules=(_golden_rules,),
     ),
     WorkloadSpec(
         name="gemm_int8",
@@ -110,6 +223,13 @@ _CATALOGUE = (
         },
         fault_sites=("output", "encoded", "operand"),
         tiny={"shapes": [[1, 64, 40], [20, 32, 24]], "ops_per_case": 1.0e5},
+        params={
+            "scheme": Choice(INT8_SCHEMES),
+            "shapes": ListOf(Shape(k=Int(INT8_MIN_K, INT8_MAX_K))),
+            "ops_per_case": Number(0.0, low_open=True),
+            "path": Choice(INT8_PATHS),
+        },
+        rules=(_int8_rules,),
     ),
     WorkloadSpec(
         name="embbag_int8",
@@ -129,6 +249,15 @@ _CATALOGUE = (
         # use the hashed id, so the check cannot see it (a negative control for `sdcscan selftest`).
         fault_sites=("output", "table", "indices"),
         tiny={"rows": 2048, "dim": 16, "bags": 16, "pooling": [1, 8]},
+        params={
+            "mode": Choice(EMBBAG_MODES),
+            "rows": Int(1),
+            "dim": Int(4, multiple_of=4),
+            "bags": Int(1),
+            "pooling": ListOf(Int(0, EMBBAG_MAX_POOLING), length=2),  # max 0: every bag empty
+            "weighted": Flag(),
+        },
+        rules=(_embbag_rules,),
     ),
     WorkloadSpec(
         name="gemm_fp",
@@ -149,6 +278,16 @@ _CATALOGUE = (
         },
         fault_sites=("output", "operand_b_encoded", "operand_a"),
         tiny={"shapes": [[16, 64, 16]] * 4, "repeats": [1, 1, 1, 1]},
+        params={
+            "dtypes": ListOf(Choice(FP_DTYPES)),
+            "shapes": ListOf(Shape()),
+            "repeats": ListOf(Int(1)),  # 0 repeats compute no product to check
+            "checkers": ListOf(Choice(FP_CHECKERS)),
+            "inputs": Choice(FP_INPUTS),
+            "c": Number(FP_CALIBRATED_C),
+            "calibration": CalibrationPath(),
+        },
+        rules=(_fp_rules,),
     ),
 )
 SPECS: dict[str, WorkloadSpec] = {s.name: s for s in _CATALOGUE}
@@ -165,7 +304,7 @@ def spec(name: str) -> WorkloadSpec:
     except KeyError:
         close = difflib.get_close_matches(name, SPECS, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(sorted(SPECS))})"
-        raise UsageError(f"unknown workload {name!r}{hint}") from None
+        raise UsageError(f"unknown workload {shown(name)}{hint}") from None  # shown: it may come from a file
 
 
 def load(name: str) -> type[Workload]:

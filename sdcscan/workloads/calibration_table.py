@@ -1,0 +1,156 @@
+"""The calibration table's format, checked without torch: the CLI parent refuses a bad `--calibration` at once.
+
+`sdcscan.workloads.calibration` measures and looks up e_max (it needs torch); a worker reads the table in
+its `prepare`, long after the run started. Checking the file here first turns a missing or foreign table
+into exit 2 before any worker starts, instead of every gemm_fp unit failing its set-up (exit 3).
+Messages name the file and what is wrong with it, never its content: `--calibration` may point anywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import stat
+from typing import Any
+
+from sdcscan.errors import UsageError
+
+SCHEMA = "sdcscan-calibration/1"
+MAX_TABLE_BYTES = 16 << 20  # a table holds a few entries per device model; anything larger is not one
+_KEY_FIELDS = ("device_model", "dtype", "checker")  # what `calibration.lookup` matches on
+
+
+def check_table_file(path: str) -> dict[str, Any]:
+    """Read and check the calibration table at `path`, without importing torch.
+
+    Returns:
+        The table (a mapping with `schema` and `entries`).
+    Raises:
+        UsageError: an empty path, a missing file, one that is not a regular file (a directory, FIFO
+            or device), unreadable, too large, not UTF-8 JSON, or not a calibration table; the message
+            names the file and the problem, never the file's content.
+    """
+    label = f"calibration table {path}"
+    if not path:
+        raise UsageError("calibration table: the path is empty")
+    data = _parse(label, _read_regular_file(label, path))
+    return check_table(data, label=label)
+
+
+def check_schema(data: Any, *, label: str) -> dict[str, Any]:
+    """Check a parsed document is a calibration table: the schema, and a list of entries.
+
+    Raises:
+        UsageError: the schema is not SCHEMA, or `entries` is not a list.
+    """
+    if (
+        not isinstance(data, dict)
+        or data.get("schema") != SCHEMA
+        or not isinstance(data.get("entries"), list)
+    ):
+        raise UsageError(f"{label}: not an sdcscan calibration table (schema {SCHEMA!r})")
+    return data
+
+
+def check_table(data: Any, *, label: str) -> dict[str, Any]:
+    """`check_schema`, and every entry one that `calibration.lookup` and gemm_fp can use.
+
+    Raises:
+        UsageError: not a table, or an entry lacks a key field, has an e_max that is not a positive
+            finite number (0 would flag every row of correct hardware) or a k_max that is not an
+            integer >= 1 (gemm_fp divides by it).
+    """
+    check_schema(data, label=label)
+    for i, entry in enumerate(data["entries"]):
+        problem = _entry_problem(entry)
+        if problem:
+            raise UsageError(f"{label}: entries[{i}]{problem}")
+    return data
+
+
+def _entry_problem(entry: Any) -> str:
+    """'' for a usable entry, else `.key: what is wrong` (no values: they are the file's content)."""
+    if not isinstance(entry, dict):
+        return ": must be a mapping"
+    for key in _KEY_FIELDS:
+        if not isinstance(entry.get(key), str):
+            return f".{key}: must be a string"
+    e_max = entry.get("e_max")
+    if isinstance(e_max, bool) or not isinstance(e_max, int | float) or not 0 < e_max < math.inf:
+        return ".e_max: must be a positive finite number"
+    k_max = entry.get("k_max")
+    if isinstance(k_max, bool) or not isinstance(k_max, int) or k_max < 1:
+        return ".k_max: must be an integer >= 1"
+    return ""
+
+
+def _read_regular_file(label: str, path: str) -> bytes:
+    """At most MAX_TABLE_BYTES + 1 bytes of a regular file; a FIFO or device is refused, never read.
+
+    O_NONBLOCK keeps the open of a FIFO from waiting for a writer; the type is taken from the open
+    descriptor, so a file swapped after a check cannot slip through.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    except FileNotFoundError:
+        raise UsageError(f"{label}: no such file") from None
+    except OSError as err:
+        raise UsageError(f"{label}: cannot open: {err.strerror or type(err).__name__}") from None
+    except ValueError:  # a NUL in the path
+        raise UsageError(f"{label}: not a valid path") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UsageError(f"{label}: not a regular file ({_kind(st.st_mode)})")
+        if st.st_size > MAX_TABLE_BYTES:
+            raise UsageError(f"{label}: {st.st_size} bytes; a calibration table is at most {MAX_TABLE_BYTES}")
+        raw = _read_at_most(fd, MAX_TABLE_BYTES + 1)  # bounded even if the file grows while it is read
+    except OSError as err:
+        raise UsageError(f"{label}: cannot read: {err.strerror or type(err).__name__}") from None
+    finally:
+        os.close(fd)
+    if len(raw) > MAX_TABLE_BYTES:
+        raise UsageError(f"{label}: more than {MAX_TABLE_BYTES} bytes; a calibration table is not that large")
+    return raw
+
+
+def _read_at_most(fd: int, limit: int) -> bytes:
+    """Up to `limit` bytes from `fd`."""
+    chunks, size = [], 0
+    while size < limit:
+        chunk = os.read(fd, min(1 << 16, limit - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
+
+
+def _parse(label: str, raw: bytes) -> Any:
+    """The JSON document; errors give the line and column only (json's messages never quote the text)."""
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise UsageError(f"{label}: not UTF-8 text, so not a calibration table") from None
+    except json.JSONDecodeError as err:
+        raise UsageError(
+            f"{label}: not JSON (line {err.lineno}, column {err.colno}), so not a calibration table"
+        ) from None
+    except (RecursionError, ValueError):  # nesting too deep; an integer too long to convert
+        raise UsageError(
+            f"{label}: not a calibration table (JSON nested too deeply or a number too long)"
+        ) from None
+
+
+def _kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return name
+    return "not a plain file"
