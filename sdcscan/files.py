@@ -209,13 +209,14 @@ def read_json(path: str | os.PathLike[str], *, what: str = "report", max_bytes: 
             anything else that is not a regular file, a file over `max_bytes`, text that is not
             UTF-8, not JSON, holds a number too long, or is nested too deeply.
     """
-    return parse_json(read_json_bytes(path, what=what, max_bytes=max_bytes), what=what, label=str(path))
+    return parse_json(read_bounded(path, what=what, max_bytes=max_bytes), what=what, label=str(path))
 
 
-def read_json_bytes(
+def read_bounded(
     path: str | os.PathLike[str], *, what: str = "report", max_bytes: int = MAX_JSON_BYTES
 ) -> bytes:
-    """The raw bytes of a JSON file, bounded (for callers that also hash them); `read_json` parses them.
+    """The raw bytes of a file a person names, bounded: the one reader of reports, goldens, calibration
+    tables and profiles (`read_json` parses JSON; callers that also hash the bytes use this directly).
 
     Raises:
         JSONFileError: missing or unreadable, not a regular file, or larger than `max_bytes`.
@@ -262,7 +263,7 @@ def open_regular(path: str | os.PathLike[str], *, what: str) -> BinaryIO:
 
 def _refuse_irregular(label: str, mode: int, what: str) -> None:
     if stat.S_ISDIR(mode):
-        raise JSONFileError(label, f"is a directory, not a {what} file")
+        raise JSONFileError(label, f"is a directory, not a regular file (a {what} is read from a file)")
     if not stat.S_ISREG(mode):
         raise JSONFileError(
             label, f"is {_file_kind(mode)}, not a regular file (a {what} is read from a file)"

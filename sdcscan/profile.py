@@ -17,9 +17,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
-import os
 import re
-import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +26,7 @@ from typing import Any
 import yaml
 
 from sdcscan.errors import ProfileError, UsageError
+from sdcscan.files import JSONFileError, read_bounded
 from sdcscan.timefmt import parse_duration
 from sdcscan.units import parse_units_spec
 from sdcscan.workloads import WorkloadSpec
@@ -205,32 +204,9 @@ def _read(path: Path, label: str) -> bytes:
         ProfileError: cannot open or read it, not a regular file, or too large.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
-    except OSError as err:
-        raise ProfileError(f"{label}: cannot read: {err.strerror or type(err).__name__}") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ProfileError(f"{label}: not a regular file, so not a profile")
-        raw = _read_at_most(fd, MAX_PROFILE_BYTES + 1)
-    except OSError as err:
-        raise ProfileError(f"{label}: cannot read: {err.strerror or type(err).__name__}") from None
-    finally:
-        os.close(fd)
-    if len(raw) > MAX_PROFILE_BYTES:
-        raise ProfileError(f"{label}: file is larger than {MAX_PROFILE_BYTES} bytes, the limit for a profile")
-    return raw
-
-
-def _read_at_most(fd: int, limit: int) -> bytes:
-    """Up to `limit` bytes from `fd`, whatever size the file claims (it may grow while it is read)."""
-    chunks, size = [], 0
-    while size < limit:
-        chunk = os.read(fd, min(1 << 16, limit - size))
-        if not chunk:
-            break
-        chunks.append(chunk)
-        size += len(chunk)
-    return b"".join(chunks)
+        return read_bounded(path, what="profile", max_bytes=MAX_PROFILE_BYTES)
+    except JSONFileError as err:
+        raise ProfileError(f"{label}: {err.reason}") from None
 
 
 # PyYAML quotes the characters it stumbled on; of those, only tokens and punctuation are kept.

@@ -19,8 +19,8 @@ from sdcscan.files import (
     FILE_MODE,
     JSONFileError,
     parse_json,
+    read_bounded,
     read_json,
-    read_json_bytes,
     write_json_atomic,
     write_text_atomic,
 )
@@ -114,7 +114,7 @@ def test_a_good_file_reads(tmp_path: Path) -> None:
     path = tmp_path / "r.json"
     write_json_atomic(path, {"a": [1, {"b": "ü"}]})
     assert read_json(path) == {"a": [1, {"b": "ü"}]}
-    assert read_json_bytes(path, max_bytes=path.stat().st_size) == path.read_bytes()
+    assert read_bounded(path, max_bytes=path.stat().st_size) == path.read_bytes()
 
 
 def _bad_file(tmp_path: Path, kind: str) -> Path:
@@ -137,7 +137,7 @@ def _bad_file(tmp_path: Path, kind: str) -> Path:
     ("kind", "reason"),
     [
         ("missing", "cannot read golden: No such file or directory"),
-        ("directory", "is a directory, not a golden file"),
+        ("directory", "is a directory, not a regular file (a golden is read from a file)"),
         ("too-large", "203 bytes is too large for a golden (the limit is 100 bytes)"),
         ("binary", "not UTF-8 JSON text"),
         ("truncated", "truncated or not JSON"),
@@ -218,7 +218,7 @@ def test_anything_but_a_regular_file_is_refused_without_reading(
             read_json(path, what="golden")
         assert err.value.reason.startswith(reason) and str(err.value).startswith(f"{path}: ")
         with pytest.raises(JSONFileError, match=re.escape(reason)):
-            read_json_bytes(path)
+            read_bounded(path)
 
 
 def test_a_symlink_to_a_regular_file_is_read(tmp_path: Path) -> None:
@@ -235,7 +235,7 @@ def test_a_number_too_long_is_one_clear_line(tmp_path: Path) -> None:
     with pytest.raises(JSONFileError) as err:
         read_json(path)
     assert err.value.reason == "holds a number too long to be a report (over 4300 digits)"
-    assert read_json_bytes(path) == path.read_bytes()  # the bytes alone are fine
+    assert read_bounded(path) == path.read_bytes()  # the bytes alone are fine
     assert parse_json('{"seed": ' + "9" * 4000 + "}") == {"seed": int("9" * 4000)}  # within the limit
 
 

@@ -186,9 +186,9 @@ def test_calibration_files_that_are_not_tables_are_refused_without_reading_them(
     cases = {
         "": "the path is empty",
         str(tmp_path / "missing.json"): "no such file",
-        str(tmp_path): "not a regular file (a directory)",
-        str(fifo): "not a regular file (a FIFO)",
-        "/dev/zero": "not a regular file (a character device)",
+        str(tmp_path): "is a directory, not a regular file",
+        str(fifo): "is a FIFO (named pipe), not a regular file",
+        "/dev/zero": "is a character device, not a regular file",
         str(tmp_path / "text.json"): "not JSON (line 1, column 1)",
         str(tmp_path / "bytes.json"): "not UTF-8",
     }

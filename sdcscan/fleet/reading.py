@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from sdcscan.errors import ReportError, UsageError
-from sdcscan.files import JSONFileError, parse_json, read_json_bytes
+from sdcscan.files import JSONFileError, parse_json, read_bounded
 from sdcscan.fleet.model import Extractor, HostReport, Skipped
 from sdcscan.report import MAX_REPORT_BYTES, printable
 
@@ -61,7 +61,7 @@ def read_report(path: str, extractor: Extractor) -> HostReport:
         ReportError: the file is not a usable report; the message is the reason, without the path.
     """
     try:
-        raw = read_json_bytes(path, what="report", max_bytes=MAX_REPORT_BYTES)
+        raw = read_bounded(path, what="report", max_bytes=MAX_REPORT_BYTES)
         data = parse_json(raw, what="report")
     except JSONFileError as err:
         raise ReportError(err.reason) from None

@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 import math
 import os
-import stat
 from typing import Any
 
 from sdcscan.errors import UsageError
+from sdcscan.files import JSONFileError, read_bounded
 
 SCHEMA = "sdcscan-calibration/1"
 MAX_TABLE_BYTES = 16 << 20  # a table holds a few entries per device model; anything larger is not one
@@ -86,45 +86,16 @@ def _entry_problem(entry: Any) -> str:
 
 
 def _read_regular_file(label: str, path: str) -> bytes:
-    """At most MAX_TABLE_BYTES + 1 bytes of a regular file; a FIFO or device is refused, never read.
-
-    O_NONBLOCK keeps the open of a FIFO from waiting for a writer; the type is taken from the open
-    descriptor, so a file swapped after a check cannot slip through.
-    """
+    """At most MAX_TABLE_BYTES of a regular file, through the one bounded reader (a FIFO or device is
+    refused, never read)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
-    except FileNotFoundError:
-        raise UsageError(f"{label}: no such file") from None
-    except OSError as err:
-        raise UsageError(f"{label}: cannot open: {err.strerror or type(err).__name__}") from None
+        if not os.path.lexists(path):  # the commonest mistake, said plainly
+            raise UsageError(f"{label}: no such file")
+        return read_bounded(path, what="calibration table", max_bytes=MAX_TABLE_BYTES)
+    except JSONFileError as err:
+        raise UsageError(f"{label}: {err.reason}") from None
     except ValueError:  # a NUL in the path
         raise UsageError(f"{label}: not a valid path") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise UsageError(f"{label}: not a regular file ({_kind(st.st_mode)})")
-        if st.st_size > MAX_TABLE_BYTES:
-            raise UsageError(f"{label}: {st.st_size} bytes; a calibration table is at most {MAX_TABLE_BYTES}")
-        raw = _read_at_most(fd, MAX_TABLE_BYTES + 1)  # bounded even if the file grows while it is read
-    except OSError as err:
-        raise UsageError(f"{label}: cannot read: {err.strerror or type(err).__name__}") from None
-    finally:
-        os.close(fd)
-    if len(raw) > MAX_TABLE_BYTES:
-        raise UsageError(f"{label}: more than {MAX_TABLE_BYTES} bytes; a calibration table is not that large")
-    return raw
-
-
-def _read_at_most(fd: int, limit: int) -> bytes:
-    """Up to `limit` bytes from `fd`."""
-    chunks, size = [], 0
-    while size < limit:
-        chunk = os.read(fd, min(1 << 16, limit - size))
-        if not chunk:
-            break
-        chunks.append(chunk)
-        size += len(chunk)
-    return b"".join(chunks)
 
 
 def _parse(label: str, raw: bytes) -> Any:
@@ -141,16 +112,3 @@ def _parse(label: str, raw: bytes) -> Any:
         raise UsageError(
             f"{label}: not a calibration table (JSON nested too deeply or a number too long)"
         ) from None
-
-
-def _kind(mode: int) -> str:
-    for test, name in (
-        (stat.S_ISDIR, "a directory"),
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISSOCK, "a socket"),
-    ):
-        if test(mode):
-            return name
-    return "not a plain file"
