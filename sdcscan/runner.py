@@ -3,9 +3,10 @@
 Workers stream outcomes; the parent appends each to the journal as it arrives, so a crash or a
 signal loses nothing that finished. A worker that dies or stops answering makes its unit invalid;
 the other units go on. Each worker talks to the parent over its own pipe: nothing is shared between
-workers, so killing one (it hung, or its set-up failed) can never block or corrupt another's messages,
-as a kill in the middle of a write to one shared queue could. When a worker counts as stuck is `watchdog.Watchdog`'s decision, and which
-re-run goes where and when is `rerun_schedule.RerunSchedule`'s; this module applies both.
+workers, so killing one (it hung, or its set-up failed) can never block or corrupt another's
+messages, as a kill in the middle of a write to one shared queue could. When a worker counts as
+stuck is `watchdog.Watchdog`'s decision, and which re-run goes where and when is
+`rerun_schedule.RerunSchedule`'s; this module applies both.
 """
 
 from __future__ import annotations
@@ -162,8 +163,8 @@ class Runner:
         """Start one worker per unit and send each the plan.
 
         Signals stay live here: the first `Process.start` waits for the fork server's torch import
-        (seconds), and a Ctrl-C then must stop the run, not be ignored. The workers themselves ignore
-        SIGINT and SIGTERM (see `warm_up_workers`), so only this process reacts.
+        (seconds), and a Ctrl-C then must stop the run, not be ignored. The workers have SIGINT and
+        SIGTERM blocked (see `warm_up_workers`), so only this process reacts.
         """
         warm_up_workers()
         for uid, state in self.states.items():
