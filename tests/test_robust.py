@@ -173,6 +173,7 @@ def test_unwritable_report_path_is_exit_3_and_the_journal_keeps_the_results(run_
     assert proc.returncode == 3, stderr
     lines = [ln for ln in stderr.splitlines() if ln.startswith("Error:")]
     assert len(lines) == 1 and "cannot write" in lines[0] and "--from-journal" in lines[0]
+    assert stderr.rstrip().splitlines()[-1].startswith("exit: invalid")  # the last line, not the Error
     assert "Traceback" not in stderr
     p = run_cli("report", "--from-journal", str(journal), "--json")
     units = units_of(json.loads(p.stdout))
