@@ -165,6 +165,7 @@ class Trial:
 
     tmp: Path
     budget: str = "6s"
+    extra: tuple[str, ...] = ()  # more arguments for `sdcscan run`
     proc: subprocess.Popen[str] = field(init=False)
     lines: list[tuple[float, str]] = field(default_factory=list)  # (time read, stderr line)
     descendants: set[int] = field(default_factory=set)
@@ -173,7 +174,17 @@ class Trial:
         self.out = self.tmp / "r.json"
         env = {**child_env(), "XDG_STATE_HOME": str(self.tmp / "state")}
         self.proc = subprocess.Popen(
-            sdcscan_cmd("run", "--budget", self.budget, "--units", TWO, "-o", str(self.out), "--no-history"),
+            sdcscan_cmd(
+                "run",
+                "--budget",
+                self.budget,
+                "--units",
+                TWO,
+                "-o",
+                str(self.out),
+                "--no-history",
+                *self.extra,
+            ),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
@@ -292,6 +303,19 @@ def test_two_sigterms_a_second_apart_end_in_143_with_the_report(tmp_path):
     assert trial.finish() == 143, trial.stderr
     assert "interrupted before any case ran" not in trial.stderr
     assert json.loads(trial.out.read_text())["verdict"] == "interrupted"
+    trial.assert_clean_end()
+
+
+@pytest.mark.slow
+@needs_two_cpus
+def test_sigterm_during_the_re_runs_ends_in_143_with_every_case(tmp_path):
+    """A bit flip on every case of cpu:1 makes disputes; SIGTERM once the re-runs have begun."""
+    trial = Trial(tmp_path, budget="5s", extra=("--inject", f"{TWO.split(',')[1]}:bitflip"))
+    trial.wait_for_line("re-running disputed cases")
+    trial.proc.send_signal(signal.SIGTERM)
+    assert trial.finish() == 143, trial.stderr
+    report = json.loads(trial.out.read_text())
+    assert report["verdict"] == "interrupted" and report["run"]["interrupted_by"] == "SIGTERM"
     trial.assert_clean_end()
 
 
