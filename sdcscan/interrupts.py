@@ -9,7 +9,7 @@ exit code is 130 (SIGINT) or 143 (SIGTERM) - never a traceback, never 1. So:
   that must not be cut in half (recording one worker message in the journal and the run state) are
   deferred.
 - Once the runner begins to stop (`hold()`), and after the first `Interrupted`, signals are only
-  counted: stopping the workers, judging and writing the outputs take a few seconds at most and must
+  recorded: stopping the workers, judging and writing the outputs take a few seconds at most and must
   finish, or the report would be lost.
 - `received()` says which signal came first, so the command exits 130/143 even when the signal arrived
   while the outputs were being written.
@@ -63,9 +63,8 @@ def exit_code(signum: int) -> int:
 class _State:
     def __init__(self) -> None:
         self.first: int | None = None  # the first signal received
-        self.count = 0
         self.raised = False  # Interrupted was raised once: never again
-        self.holding = False  # the run is stopping: count signals, raise nothing
+        self.holding = False  # the run is stopping: record signals, raise nothing
         self.deferring = 0  # depth of deferred() sections
 
     def may_raise(self) -> bool:
@@ -78,7 +77,6 @@ _state = _State()
 def _on_signal(signum: int, frame: FrameType | None) -> None:
     if _state.first is None:
         _state.first = signum
-    _state.count += 1
     if _state.may_raise():
         _state.raised = True
         raise Interrupted(_state.first)
@@ -88,7 +86,7 @@ def install() -> bool:
     """Handle SIGINT and SIGTERM as this module says from now on, with a fresh state (no signal yet).
 
     For a process that ends after its run (the command line): a signal that comes after the verdict was
-    decided is counted, not acted on. Returns False (and changes nothing) outside the main thread, where
+    decided is recorded, not acted on. Returns False (and changes nothing) outside the main thread, where
     Python cannot set handlers.
     """
     global _state
@@ -136,7 +134,7 @@ def raise_pending() -> None:
 
 
 def hold() -> int | None:
-    """From now on signals are only counted. Returns the signal received before, if any."""
+    """From now on signals are only recorded. Returns the signal received before, if any."""
     _state.holding = True
     return _state.first
 

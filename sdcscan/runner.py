@@ -131,7 +131,7 @@ class Runner:
         """Run the main pass and the re-runs, then stop the workers.
 
         The first SIGINT or SIGTERM (see `sdcscan.interrupts`) ends the run early; from the moment the
-        workers are being stopped, further signals are only counted, so stopping, judging and writing
+        workers are being stopped, further signals are only recorded, so stopping, judging and writing
         the report always finish.
         """
         started = time.time()
