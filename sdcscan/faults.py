@@ -39,15 +39,64 @@ class Injection:
         return {"unit": self.unit, "kind": self.kind, "rate": self.rate}
 
 
+# Fault models of two or more coordinated changes in a matrix (rows × columns), for the self-test's
+# tables: each is built to defeat one checksum on its own (a plain row sum is blind to a swap within
+# the row, a column swap, a compensating pair; a mod-2^32 sum to two flips of bit 31 in a row).
+# Their parameter, after a colon in a label such as "double_flip:31" or "relerr:1e-3", is a bit for
+# double_flip, an offset for the *_offset models (absolute on integer tensors; relative to the largest
+# |value| of the row or column on float tensors) and ε for relerr.
+MATRIX_KINDS = (
+    "swap_in_row",  # two elements of one row exchange places
+    "swap_columns",  # two whole columns exchange places
+    "pair_in_row",  # +δ on one element and −δ on another of the same row
+    "double_flip",  # the same bit flipped in two elements of one row
+    "row_offset",  # δ added to every element of one row
+    "column_offset",  # δ added to every element of one column
+    "relerr",  # one element multiplied by (1 + ε) (float tensors only)
+)
+
+
 @dataclass(frozen=True, slots=True)
 class FaultSpec:
-    """One armed data fault: where to strike and, when given, which element and bit (else drawn by seed)."""
+    """One armed data fault: where to strike and, when given, which element and bit (else drawn by seed).
+
+    `repeat` picks which pass through the site strikes, for workloads that repeat work inside a case
+    (None: drawn from the seed among the passes the workload declares). `param` is a matrix fault's
+    parameter (see MATRIX_KINDS).
+    """
 
     kind: str
     site: str
     seed: int
     element: int | None = None
     bit: int | None = None  # negative counts from the top: -1 is the sign (or most significant) bit
+    repeat: int | None = None
+    param: float | None = None
+
+    def strikes_pass(self, index: int, passes: int) -> bool:
+        """Whether pass `index` of `passes` through the site is the one this fault corrupts."""
+        target = (
+            self.repeat if self.repeat is not None else random.Random(f"{self.seed}:pass").randrange(passes)
+        )
+        return index == target % max(1, passes)
+
+
+def from_label(label: int | str, site: str, seed: int) -> FaultSpec:
+    """The fault a self-test label names: a bit (int), "any" (a random bit), or a matrix fault model.
+
+    Raises:
+        ValueError: an unknown model, or a parameter that is not a number.
+    """
+    if isinstance(label, int):
+        return FaultSpec("bitflip", site, seed, bit=label)
+    if label == "any":
+        return FaultSpec("bitflip", site, seed)
+    kind, _, param = label.partition(":")
+    if kind not in MATRIX_KINDS:
+        raise ValueError(f"unknown fault model {label!r}; expected a bit, 'any' or one of {MATRIX_KINDS}")
+    if kind == "double_flip":
+        return FaultSpec(kind, site, seed, bit=int(param))
+    return FaultSpec(kind, site, seed, param=float(param) if param else None)
 
 
 def parse_inject(text: str) -> Injection:
@@ -76,17 +125,20 @@ def draws(injection: Injection, case_seed: int, attempt: int = 0) -> bool:
     return random.Random(f"{case_seed}:{injection.unit}:{injection.kind}:{attempt}").random() < injection.rate
 
 
-def corrupt_(tensor: Any, spec: FaultSpec) -> dict[str, Any]:
+def corrupt_(tensor: Any, spec: FaultSpec, columns: int | None = None) -> dict[str, Any]:
     """Corrupt one element of `tensor` in place (a bit flip or a NaN) and say what was done.
 
     Args:
         tensor: a contiguous torch tensor of any dtype, on any device.
         spec: the fault; element and bit are drawn from `spec.seed` when not given.
+        columns: matrix fault models only: confine them to the first `columns` columns (the data).
     Returns:
         {"kind", "element", "bit", "value_changed"} describing the corruption (bit is None for NaN).
     """
     if spec.kind == "raise":
         raise InjectedError(f"injected exception at fault site {spec.site!r}")
+    if spec.kind in MATRIX_KINDS:
+        return corrupt_matrix_(tensor, spec, columns)
     rng = random.Random(spec.seed)
     flat = tensor.view(-1)
     element = spec.element if spec.element is not None else rng.randrange(flat.numel())
@@ -121,3 +173,61 @@ def flip_bit_(tensor: Any, flat_index: int, bit: int) -> None:
     # The sign bit of a signed word is -(1 << (nbits-1)); a plain 1 << 31 would overflow int32.
     mask = 1 << bit if (size == 1 or bit < nbits - 1) else -(1 << (nbits - 1))
     word[flat_index] ^= torch.tensor(mask, dtype=word.dtype, device=tensor.device)
+
+
+def corrupt_matrix_(matrix: Any, spec: FaultSpec, columns: int | None = None) -> dict[str, Any]:
+    """Apply a matrix fault model (MATRIX_KINDS) in place to a 2-D tensor, or to its first `columns` columns.
+
+    Row, columns and values are drawn from `spec.seed`. A swap of equal values changes nothing and is
+    reported as such (`value_changed` False), as is a flip of +0.0 to −0.0.
+
+    Raises:
+        ValueError: not a 2-D tensor, too few columns for the model, or relerr on an integer tensor.
+    """
+    import torch
+
+    cols = matrix.shape[1] if columns is None else columns
+    if matrix.dim() != 2 or cols < 2 or matrix.shape[0] < 1:
+        raise ValueError(
+            f"fault model {spec.kind} needs a matrix of at least 1 x 2, got {tuple(matrix.shape)}"
+        )
+    rng = random.Random(spec.seed)
+    i = rng.randrange(matrix.shape[0])
+    j1, j2 = rng.sample(range(cols), 2)
+    view = matrix[:, :cols]
+    before = view.clone()
+    if spec.kind == "swap_in_row":
+        view[i, j1], view[i, j2] = before[i, j2], before[i, j1]
+    elif spec.kind == "swap_columns":
+        view[:, [j1, j2]] = before[:, [j2, j1]]
+    elif spec.kind == "pair_in_row":
+        delta = _offset(view[i], spec.param, rng)
+        view[i, j1] += delta
+        view[i, j2] -= delta
+    elif spec.kind == "double_flip":
+        bit = spec.bit if spec.bit is not None else rng.randrange(8 * matrix.element_size())
+        for j in (j1, j2):
+            cell = view[i, j : j + 1].clone()
+            flip_bit_(cell, 0, bit)
+            view[i, j] = cell[0]
+    elif spec.kind == "row_offset":
+        view[i] += _offset(view[i], spec.param, rng)
+    elif spec.kind == "column_offset":
+        view[:, j1] += _offset(view[:, j1], spec.param, rng)
+    else:  # relerr
+        if not matrix.is_floating_point():
+            raise ValueError("fault model relerr needs a float tensor")
+        eps = spec.param if spec.param is not None else 10.0 ** -rng.uniform(1, 6)
+        view[i, j1] = before[i, j1] * (1.0 + eps)
+    words = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[matrix.element_size()]
+    changed = not torch.equal(before.view(words), view.view(words)) and not torch.equal(before, view)
+    return {"kind": spec.kind, "row": i, "columns": [j1, j2], "bit": spec.bit, "value_changed": changed}
+
+
+def _offset(values: Any, param: float | None, rng: random.Random) -> Any:
+    """δ for the offset and pair models: `param` as is on integers (else a random 1..2^16); on floats,
+    `param` (default 0.5) times the largest |value| of the row or column (1.0 where all are zero)."""
+    if not values.is_floating_point():
+        return int(param) if param is not None else rng.randrange(1, 2**16)
+    scale = float(values.double().abs().max()) or 1.0
+    return (param if param is not None else 0.5) * scale

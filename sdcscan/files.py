@@ -171,6 +171,15 @@ def check_output_target(path: str | os.PathLike[str], *, option: str) -> None:
         raise UsageError(f"{option} {target}: the directory {directory} is not writable")
 
 
+def default_state_dir() -> Path:
+    """`$XDG_STATE_HOME/sdcscan`, else `~/.local/state/sdcscan` (the XDG base-directory default).
+
+    sdcscan creates it, and any missing parent, 0700 (`make_state_dir`).
+    """
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "sdcscan"
+
+
 def make_state_dir(path: str | os.PathLike[str]) -> None:
     """Create the directory `path`, and its missing parents, for sdcscan's own state, mode 0700.
 

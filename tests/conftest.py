@@ -28,6 +28,21 @@ def _signal_handlers_restored() -> Iterator[None]:
     signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _state_dir_of_the_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """In-process work (the self-test, workloads' `prepare`) writes to the state directory, e.g. gemm_fp's
+    calibration cache: one temporary state directory for the session, never the user's own."""
+    import os
+
+    saved = os.environ.get("XDG_STATE_HOME")
+    os.environ["XDG_STATE_HOME"] = str(tmp_path_factory.mktemp("state"))
+    yield
+    if saved is None:
+        os.environ.pop("XDG_STATE_HOME", None)
+    else:
+        os.environ["XDG_STATE_HOME"] = saved
+
+
 @pytest.fixture
 def run_cli(tmp_path: Path):
     """Run `python -m sdcscan ARGS` with XDG_STATE_HOME in a temporary directory; returns CompletedProcess."""

@@ -42,7 +42,7 @@ def test_calibrate_writes_a_table_that_gemm_fp_loads(tmp_path: Path):
     ctx = Context(unit="cpu:0", device=torch.device("cpu"), run_seed=0, params=params)
     workload = cls(params)
     workload.prepare(ctx)
-    assert ctx.notes == [] and all(e is not None for e in workload.e_max)
+    assert ctx.notes == [] and all(t is not None and t.source == "file" for t in workload.thresholds)
 
 
 def test_calibrate_merges_into_an_existing_file(tmp_path: Path):

@@ -168,6 +168,44 @@ def column_check(
     return row_check(b.t(), c_out.t(), encode(a.t(), checker), e_max, c)
 
 
+@dataclass(frozen=True, slots=True)
+class Expected:
+    """What the row and the column checksums of `C = A @ B` must be, and their thresholds, computed once
+    per pair of operands; each repeat of the product then costs two reductions of C (`verify`)."""
+
+    rows: torch.Tensor  # (M,) checker dtype: A_i · (B · 1_N)
+    row_t: torch.Tensor  # (M,) float64
+    cols: torch.Tensor  # (N,) checker dtype: (1_Mᵀ A) · B_j
+    col_t: torch.Tensor  # (N,) float64
+
+
+def expected(
+    a: torch.Tensor, b: torch.Tensor, enc: Encoding, checker: torch.dtype, e_max: float, c: float = SIGMA_C
+) -> Expected:
+    """Row and column expectations of `a @ b`, with the row side from B's encoding `enc` (taken before
+    any fault could touch B) and the column side from A and B as given.
+
+    The arithmetic is that of `row_check` and `column_check`, expression for expression, so the values
+    e_max was calibrated with are the values checked.
+    """
+    mu, var = bhatia_davis(a)
+    row_t = vabft_threshold(mu, var, enc.summary, e_max, c)
+    bt, enc_a = b.t(), encode(a.t(), checker)
+    mu_b, var_b = bhatia_davis(bt)
+    col_t = vabft_threshold(mu_b, var_b, enc_a.summary, e_max, c)
+    return Expected(a.to(checker) @ enc.rowsum, row_t, bt.to(checker) @ enc_a.rowsum, col_t)
+
+
+def verify(c_out: torch.Tensor, exp: Expected) -> tuple[CheckResult, CheckResult]:
+    """(row check, column check) of one product against its expectations; NaN-safe."""
+    d_rows = c_out.to(exp.rows.dtype).sum(dim=1) - exp.rows
+    d_cols = c_out.t().to(exp.cols.dtype).sum(dim=1) - exp.cols
+    return (
+        CheckResult(d=d_rows, t=exp.row_t, bad=failing(d_rows, exp.row_t)),
+        CheckResult(d=d_cols, t=exp.col_t, bad=failing(d_cols, exp.col_t)),
+    )
+
+
 def rigorous_threshold(
     a: torch.Tensor, c_out: torch.Tensor, enc: Encoding, *, u_acc: float, u_chk: float, u_out: float
 ) -> torch.Tensor:
@@ -187,6 +225,18 @@ def rigorous_threshold(
     scale = a.to(torch.float64).abs() @ enc.abs_rowsum.to(torch.float64)  # (M,)
     out_abs = c_out.to(torch.float64).abs().sum(dim=1)  # (M,)
     return (gamma(k + 2, u_acc) + gamma(n + k + 2, u_chk)) * scale + (u_out + gamma(n, u_chk)) * out_abs
+
+
+def e_max_ceiling(*, k: int, width: int, u_acc: float, u_chk: float, u_out: float) -> float:
+    """The largest e_max any correct device may need, from the arithmetic alone (docs/abft.md §3.3)::
+
+        γ_{K+2}(u_acc) + γ_{W+K+2}(u_chk) + u_out + γ_{W}(u_chk),   W = the longer of M and N
+
+    These are the coefficients of `rigorous_threshold`, which bounds |D| for any summation order: for
+    operands of one sign, N·|μA|·S1 is |A_i|·(|B|·1), so an e_max above this accepts more than worst-case
+    rounding can produce. A calibration that needs more saw errors, not rounding.
+    """
+    return gamma(k + 2, u_acc) + gamma(width + k + 2, u_chk) + u_out + gamma(width, u_chk)
 
 
 def gamma(n: int, u: float) -> float:

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from sdcscan.errors import RunError, UsageError
-from sdcscan.files import FILE_MODE, make_state_dir
+from sdcscan.files import FILE_MODE, default_state_dir, make_state_dir
 from sdcscan.timefmt import iso_utc
 
 __all__ = [
@@ -69,15 +69,6 @@ _INSERT_RUN = (
 _UNIT_ROWS = (
     "SELECT unit, verdict, reason, cases_run, mismatches FROM unit_results WHERE run = ? ORDER BY rowid"
 )
-
-
-def default_state_dir() -> Path:
-    """`$XDG_STATE_HOME/sdcscan`, else `~/.local/state/sdcscan` (the XDG base-directory default).
-
-    sdcscan creates it, and any missing parent, 0700 (`sdcscan.files.make_state_dir`).
-    """
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "sdcscan"
 
 
 def default_history_path() -> Path:

@@ -18,9 +18,9 @@ def _pct(x: float | None) -> str:
 def selftest_table(result: dict[str, Any]) -> Table:
     """One line per (workload, variant, site, bit); clean trials first within each variant."""
     table = Table(title=f"sdcscan selftest (seed {result['seed']}, {result['trials']} trials)")
-    for col in ("workload", "variant", "site", "bit", "trials", "detected", "rate", "floor", ""):
+    for col in ("workload", "variant", "site", "fault", "trials", "detected", "rate", "floor", ""):
         table.add_column(
-            col, justify="right" if col in ("bit", "trials", "detected", "rate", "floor") else "left"
+            col, justify="right" if col in ("fault", "trials", "detected", "rate", "floor") else "left"
         )
     for r in result["rows"]:
         mark = Text("ok", style="green") if r["passed"] else Text("FAIL", style="red")
@@ -50,7 +50,7 @@ def render_selftest(result: dict[str, Any], console: Console) -> None:
     console.print(selftest_table(result))
     for r in result["rows"]:
         if not r["passed"]:
-            what = "clean trials fired" if r["site"] == "clean" else f"{r['site']} bit {r['bit']}"
+            what = "clean trials fired" if r["site"] == "clean" else f"{r['site']} {_fault_label(r['bit'])}"
             console.print(
                 Text("failed:", style="red").append(cell(f" {r['workload']}/{r['variant']}: {what}"))
             )
@@ -66,3 +66,8 @@ def render_calibration(table: dict[str, Any], console: Console) -> None:
         row = (cell(e["device_model"]), cell(e["dtype"]), cell(e["checker"]), str(e["rows"]), str(e["k_max"]))
         t.add_row(*row, f"{e['needed']:.3g}", f"{e['e_max']:.3g}")
     console.print(t)
+
+
+def _fault_label(label: object) -> str:
+    """"bit 14" for a bit, the model's name ("swap_in_row", "relerr:0.001") otherwise."""
+    return f"bit {label}" if isinstance(label, int) else str(label)

@@ -42,12 +42,32 @@ class Context:
         """A CPU generator: inputs are made on the CPU and moved, so every device sees the same data."""
         return torch.Generator().manual_seed(seed & (2**63 - 1))
 
-    def fault(self, site: str, tensor: torch.Tensor) -> torch.Tensor:
-        """Mark a fault site. A no-op unless the runner armed a fault for this site in this case."""
+    def fault(
+        self,
+        site: str,
+        tensor: torch.Tensor,
+        *,
+        repeat: int = 0,
+        repeats: int = 1,
+        columns: int | None = None,
+    ) -> torch.Tensor:
+        """Mark a fault site. A no-op unless the runner armed a fault for this site in this case.
+
+        A workload that repeats work inside a case passes every repeat's tensor with its index, so a fault
+        can strike any repeat (the armed spec's, or one drawn from its seed). `columns` confines matrix
+        fault models to the data columns of a tensor that also holds checksum columns.
+        """
         spec = self._armed
-        if spec is not None and spec.site == site and self.injected is None:
-            self.injected = faults.corrupt_(tensor, spec)
+        if (
+            spec is not None
+            and spec.site == site
+            and self.injected is None
+            and spec.strikes_pass(repeat, repeats)
+        ):
+            self.injected = faults.corrupt_(tensor, spec, columns)
             self.injected["site"] = site
+            if repeats > 1:
+                self.injected["repeat"] = repeat
         return tensor
 
     @contextmanager
@@ -104,7 +124,8 @@ class SelftestWorkload(Workload, Protocol):
 
     @classmethod
     def selftest_bits(cls, variant: str, site: str) -> Sequence[int | str]:
-        """Bit positions swept at `site` ("any": a random bit per trial)."""
+        """What is swept at `site`: bit positions, "any" (a random bit per trial), or matrix fault models
+        such as "swap_in_row" or "relerr:1e-3" (sdcscan.faults.MATRIX_KINDS)."""
 
     @classmethod
     def selftest_floor(cls, variant: str, site: str, bit: int | str) -> float | None:

@@ -1,17 +1,26 @@
-"""Calibration of V-ABFT's e_max: measure it on a device, write it to a table, look it up for `gemm_fp`.
+"""Calibration of V-ABFT's e_max: measure it on a device, cache it, look it up for `gemm_fp`.
 
 e_max depends on the device's GEMM kernels (blocking, split-K, FMA, accumulation precision), the dtype
-and the checker's precision, so it is measured per platform (docs/abft.md §3.2): many clean
-rows per inner dimension K over several input distributions, e_max = margin × max_rows |D_i| / T_i(e=1).
+and the checker's precision, so it is measured per platform (docs/abft.md §3.2): many clean rows and
+columns per inner dimension K over several input distributions, e_max = margin × max |D| / T(e=1).
 The measurement uses the very functions `gemm_fp` checks with, so the two cannot drift apart.
+
+No device goes uncalibrated: `resolve` takes e_max from a file the user named, else from the cache in
+the state directory, else from the shipped table when its entry was measured on this very fingerprint,
+else it measures now (about a second per dtype on one core) and caches the result. Every e_max is held
+against `e_max_ceiling`, which depends only on the arithmetic, so a unit cannot calibrate away its own
+faults: a measurement above it is refused, and gemm_fp on that unit is an error, never a quiet pass.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -20,9 +29,9 @@ import torch
 
 from sdcscan.checks import vabft
 from sdcscan.errors import ReportError, UsageError
-from sdcscan.files import parse_json, read_json, write_json_atomic
+from sdcscan.files import default_state_dir, make_state_dir, parse_json, read_json, write_json_atomic
 from sdcscan.timefmt import iso_utc
-from sdcscan.workloads.calibration_table import MAX_TABLE_BYTES, SCHEMA, check_schema
+from sdcscan.workloads.calibration_table import MAX_TABLE_BYTES, SCHEMA, check_schema, check_table
 
 DTYPES = {
     "float32": torch.float32,
@@ -42,6 +51,7 @@ DEFAULT_K = (256, 1024, 4096)
 DEFAULT_ROWS = 10_000
 DEFAULT_MARGIN = 3.0
 DEFAULT_MN = 256  # rows and columns of each calibration GEMM
+SHIPPED_TABLE = "data/calibration.json"  # inside the sdcscan package
 
 
 def _student_t3(shape: tuple[int, int], g: torch.Generator, dt: torch.dtype) -> torch.Tensor:
@@ -58,6 +68,16 @@ def _llm_like(shape: tuple[int, int], g: torch.Generator, dt: torch.dtype) -> to
     return x
 
 
+def _row_scales(shape: tuple[int, int], g: torch.Generator, dt: torch.dtype) -> torch.Tensor:
+    """Zero-mean rows whose scales span three orders of magnitude, plus outlier channels (every 64th
+    column ×10): trained weights and activations are like this, and small rows beside large ones are
+    where a threshold calibrated on one scale fails."""
+    scale = 10.0 ** (torch.rand((shape[0], 1), generator=g, dtype=dt) * -3.0)
+    x = torch.randn(shape, generator=g, dtype=dt) * scale
+    x[:, ::64] *= 10.0
+    return x
+
+
 # (shape, generator, dtype) -> a matrix of GEMM operands; not telemetry's Sampler
 OperandSampler = Callable[[tuple[int, int], torch.Generator, torch.dtype], torch.Tensor]
 DISTRIBUTIONS: dict[str, OperandSampler] = {
@@ -69,6 +89,7 @@ DISTRIBUTIONS: dict[str, OperandSampler] = {
     "uniform": lambda s, g, dt: torch.rand(s, generator=g, dtype=dt) * 2.0 - 1.0,
     "student_t3": _student_t3,
     "llm_like": _llm_like,
+    "row_scales": _row_scales,
 }
 
 
@@ -79,8 +100,10 @@ def sample(dist: str, shape: tuple[int, int], g: torch.Generator, dtype: torch.d
 
 
 def needed_e_max(a: torch.Tensor, b: torch.Tensor, c_out: torch.Tensor, checker: torch.dtype) -> float:
-    """max_i |D_i| / T_i(e_max = 1) for one clean GEMM: the e_max this case needed."""
-    return vabft.row_check(a, c_out, vabft.encode(b, checker), 1.0).ratio()
+    """max |D| / T(e_max = 1) over the rows and the columns of one clean GEMM: the e_max it needed
+    (gemm_fp checks both, with one e_max)."""
+    rows = vabft.row_check(a, c_out, vabft.encode(b, checker), 1.0).ratio()
+    return max(rows, vabft.column_check(a, b, c_out, checker, 1.0).ratio())
 
 
 def calibrate_dtype(
@@ -100,22 +123,42 @@ def calibrate_dtype(
     Returns:
         ({checker: {K: needed e_max}}, number of clean rows measured).
     """
-    dtype = DTYPES[dtype_name]
     m = min(mn, max(1, rows))
-    cells = len(k_values) * len(DISTRIBUTIONS)
-    trials = max(1, math.ceil(rows / (cells * m)))
-    g = torch.Generator().manual_seed(seed)
+    trials = max(1, math.ceil(rows / (len(k_values) * len(DISTRIBUTIONS) * m)))
     out: dict[str, dict[int, float]] = {chk: {} for chk in CHECKERS[dtype_name]}
     for k in k_values:
-        for dist in DISTRIBUTIONS:
-            for _ in range(trials):
-                a = sample(dist, (m, k), g, dtype).to(device)
-                b = sample(dist, (k, mn), g, dtype).to(device)
-                c_out = a @ b
-                for chk in out:
-                    need = needed_e_max(a, b, c_out, DTYPES[chk])
-                    out[chk][k] = max(out[chk].get(k, 0.0), need)
-    return out, trials * cells * m
+        needed = measure_needed(
+            dtype_name, list(out), device=device, shape=(m, k, mn), trials=trials, seed=seed
+        )
+        for chk, value in needed.items():
+            out[chk][k] = value
+    return out, trials * len(k_values) * len(DISTRIBUTIONS) * m
+
+
+def measure_needed(
+    dtype_name: str,
+    checkers: list[str],
+    *,
+    device: torch.device,
+    shape: tuple[int, int, int],
+    trials: int,
+    seed: int = 0,
+) -> dict[str, float]:
+    """The largest needed e_max per checker over `trials` clean GEMMs of `shape` per distribution.
+
+    Deterministic in its arguments: correct units of one fingerprint measure the same numbers.
+    """
+    dtype, (m, k, n) = DTYPES[dtype_name], shape
+    g = torch.Generator().manual_seed(seed)
+    out = dict.fromkeys(checkers, 0.0)
+    for dist in DISTRIBUTIONS:
+        for _ in range(trials):
+            a = sample(dist, (m, k), g, dtype).to(device)
+            b = sample(dist, (k, n), g, dtype).to(device)
+            c_out = a @ b
+            for chk in out:
+                out[chk] = max(out[chk], needed_e_max(a, b, c_out, DTYPES[chk]))
+    return out
 
 
 def calibrate(
@@ -171,6 +214,7 @@ def _entry(
         "needed": needed,
         "margin": margin,
         "k_max": max(per_k),
+        "checks": CHECKS,
         "needed_per_k": {str(k): v for k, v in sorted(per_k.items())},
         "rows": rows,
         "distributions": list(DISTRIBUTIONS),
@@ -203,7 +247,7 @@ def load_table(path: str = "") -> dict[str, Any]:
         if path:
             data = read_json(path, what="calibration table", max_bytes=MAX_TABLE_BYTES)
         else:
-            text = resources.files("sdcscan").joinpath("data/calibration.json").read_text(encoding="utf-8")
+            text = resources.files("sdcscan").joinpath(SHIPPED_TABLE).read_text(encoding="utf-8")
             data = parse_json(text, what="calibration table", label=label)
     except ReportError as err:
         raise UsageError(str(err)) from None  # a bad --calibration is a usage error (exit 2)
@@ -273,3 +317,198 @@ def _parse_device(text: str) -> torch.device:
     ):
         raise UsageError(f"--device {text}: no such CUDA device here")
     return torch.device(text)
+
+
+# --- Self-calibration: every device gets an e_max, from a file, the cache, the shipped table or a fresh
+# measurement, held against a ceiling the arithmetic sets.
+
+SELF_MAX_MN = 256  # rows and columns of a self-calibration GEMM at most: seconds per dtype, not minutes
+SELF_ROWS = 512  # clean rows (and as many columns) per distribution: 3,584 of each over the 7 distributions
+SOURCES = ("file", "cache", "shipped", "fresh")
+CHECKS = ["rows", "columns"]  # what a measurement covered; entries without it predate the column check
+UNIT_ROUNDOFF = {name: torch.finfo(dt).eps / 2 for name, dt in DTYPES.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class Threshold:
+    """Where one (dtype, checker, K) of a unit gets its e_max.
+
+    e_max: the value to use, already scaled to K; None when `refused` says why there is none.
+    source: one of SOURCES.  needed: what the measurement behind it needed (before the margin).
+    ceiling: `ceiling_for` at this shape; e_max never exceeds it.
+    """
+
+    e_max: float | None
+    source: str
+    needed: float | None
+    ceiling: float
+    refused: str = ""
+    cache_note: str = ""  # why a fresh measurement could not be cached, if it could not
+
+
+def ceiling_for(dtype: str, checker: str, shape: tuple[int, int, int]) -> float:
+    """`vabft.e_max_ceiling` for a GEMM of `shape` = (M, K, N) in `dtype` checked in `checker`."""
+    (m, k, n), u_out = shape, UNIT_ROUNDOFF[dtype]
+    u_acc = min(u_out, UNIT_ROUNDOFF["float32"])  # bf16/fp16 GEMMs accumulate in fp32
+    return vabft.e_max_ceiling(k=k, width=max(m, n), u_acc=u_acc, u_chk=UNIT_ROUNDOFF[checker], u_out=u_out)
+
+
+def fingerprint(device: torch.device, dtype: str, checker: str) -> dict[str, Any]:
+    """What e_max depends on besides the shape: device model, torch and BLAS build, ISA, threads, dtypes."""
+    from sdcscan.units import device_model
+
+    found: dict[str, Any] = {
+        "device_model": device_model(device),
+        "device_kind": device.type,
+        "torch": str(torch.__version__),
+        "dtype": dtype,
+        "checker": checker,
+    }
+    if device.type == "cuda":
+        found["compute_capability"] = ".".join(map(str, torch.cuda.get_device_capability(device)))
+        found["cuda"] = str(torch.version.cuda)
+    else:
+        found["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
+        found["threads"] = torch.get_num_threads()
+        found["blas"] = _blas_info()
+    return found
+
+
+def _blas_info() -> str:
+    """BLAS_INFO of torch's build (e.g. "mkl", "open"): a different BLAS blocks and sums differently."""
+    for part in torch.__config__.show().replace("\n", ",").split(","):
+        if part.strip().startswith("BLAS_INFO="):
+            return part.strip().removeprefix("BLAS_INFO=")
+    return "unknown"
+
+
+def resolve(
+    device: torch.device, dtype: str, checker: str, shape: tuple[int, int, int], path: str = ""
+) -> Threshold:
+    """The e_max gemm_fp uses for one (dtype, checker, shape) on `device`, and where it came from.
+
+    Order: the file at `path` (an entry for this device model), the cache (this exact fingerprint and
+    K), the shipped table (an entry measured on this exact fingerprint), a fresh measurement (cached).
+    An entry measured at a smaller K is scaled by sqrt(K / k_max), as the V-ABFT artifact does.
+
+    Raises:
+        UsageError: the file at `path` is not a calibration table.
+    """
+    k, ceiling = shape[1], ceiling_for(dtype, checker, shape)
+    fp = fingerprint(device, dtype, checker)
+    if path:
+        entry = lookup(load_table(path), fp["device_model"], dtype, checker)
+        if entry is not None:
+            return _held(entry, "file", k, ceiling)
+    cache = _cache_file(fp, shape)
+    entry = _read_cached(cache)
+    if entry is not None:
+        return _held(entry, "cache", k, ceiling)
+    entry = _shipped_match(fp, k)
+    if entry is not None:
+        return _held(entry, "shipped", k, ceiling)
+    entry = fresh_entry(device, fp, shape)
+    threshold = _held(entry, "fresh", k, ceiling)
+    if threshold.refused:
+        return threshold  # never cache a refused measurement: the next run measures again
+    return Threshold(**{**_fields(threshold), "cache_note": _write_cached(cache, entry)})
+
+
+def fresh_entry(device: torch.device, fp: dict[str, Any], shape: tuple[int, int, int]) -> dict[str, Any]:
+    """Measure e_max now at (min(M, 256), K, min(N, 256)) over every distribution; a table entry."""
+    m, k, n = min(shape[0], SELF_MAX_MN), shape[1], min(shape[2], SELF_MAX_MN)
+    trials = max(1, math.ceil(SELF_ROWS / m))
+    needed = measure_needed(fp["dtype"], [fp["checker"]], device=device, shape=(m, k, n), trials=trials)
+    value = needed[fp["checker"]]
+    return {
+        **fp,
+        "e_max": float(f"{value * DEFAULT_MARGIN:.3g}"),
+        "needed": value,
+        "margin": DEFAULT_MARGIN,
+        "k_max": k,
+        "checks": CHECKS,
+        "shape": [m, k, n],
+        "rows": trials * m * len(DISTRIBUTIONS),
+        "distributions": list(DISTRIBUTIONS),
+        "fingerprint": fp,
+        "measured_utc": iso_utc(time.time()),
+    }
+
+
+def _held(entry: dict[str, Any], source: str, k: int, ceiling: float) -> Threshold:
+    """The entry's e_max scaled to K, refused when it is above the ceiling (or not a positive number)."""
+    e_max, k_max = float(entry["e_max"]), int(entry["k_max"])
+    if k > k_max:  # e_max grows with K
+        e_max *= math.sqrt(k / k_max)
+    raw = entry.get("needed")
+    needed = float(raw) if isinstance(raw, int | float) and not isinstance(raw, bool) else None
+    if not 0.0 < e_max <= ceiling:
+        why = (
+            f"the {source} e_max {e_max:.3g} is above {ceiling:.3g}, the most any correct device can need "
+            f"at this shape: the measurement saw errors, not rounding"
+        )
+        return Threshold(None, source, needed, ceiling, refused=why)
+    return Threshold(e_max, source, needed, ceiling)
+
+
+def _fields(t: Threshold) -> dict[str, Any]:
+    return {name: getattr(t, name) for name in Threshold.__slots__}
+
+
+def cache_dir() -> Path:
+    """Where self-calibrations are cached: the state directory's `calibration/`."""
+    return default_state_dir() / "calibration"
+
+
+def _cache_file(fp: dict[str, Any], shape: tuple[int, int, int]) -> Path:
+    m, k, n = min(shape[0], SELF_MAX_MN), shape[1], min(shape[2], SELF_MAX_MN)
+    key = json.dumps({**fp, "shape": [m, k, n]}, sort_keys=True)
+    return cache_dir() / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
+
+
+def _read_cached(path: Path) -> dict[str, Any] | None:
+    """The one entry of a cache file; None when there is none or it is not a usable table (it is then
+    measured again and replaced)."""
+    if not path.exists():
+        return None
+    try:
+        table = check_table(
+            read_json(path, what="calibration table", max_bytes=MAX_TABLE_BYTES), label=str(path)
+        )
+    except (ReportError, UsageError):
+        return None
+    entries = table["entries"]
+    return entries[0] if len(entries) == 1 else None
+
+
+def _write_cached(path: Path, entry: dict[str, Any]) -> str:
+    """Write the cache file atomically; '' on success, else why not (the run goes on with the value)."""
+    try:
+        make_state_dir(path.parent)
+        write_json_atomic(path, {"schema": SCHEMA, "c": vabft.SIGMA_C, "entries": [entry]}, indent=2)
+    except (OSError, ReportError) as err:
+        return f"could not cache the calibration in {path.parent} ({err}); it is measured again next run"
+    return ""
+
+
+def _shipped_match(fp: dict[str, Any], k: int) -> dict[str, Any] | None:
+    """A shipped entry measured on this fingerprint (model, torch, ISA, threads) at K ≥ k, over rows and
+    columns, else None: a table measured on another CPU of the same name, or for the row check alone,
+    must not be trusted here."""
+    try:
+        shipped = load_table()["entries"]
+    except (OSError, UsageError):  # no shipped table (a trimmed install): calibrate here instead
+        return None
+    for entry in shipped:
+        same = all(entry.get(key) == fp.get(key) for key in ("device_model", "torch", "dtype", "checker"))
+        if fp["device_kind"] == "cpu":
+            same = (
+                same
+                and entry.get("cpu_capability") == fp["cpu_capability"]
+                and entry.get("threads") == fp["threads"]
+            )
+        else:
+            same = same and entry.get("compute_capability") == fp.get("compute_capability")
+        if same and entry.get("checks") == CHECKS and int(entry["k_max"]) >= k:
+            return entry
+    return None

@@ -1,30 +1,32 @@
-"""`gemm_fp`: fp32/fp64/bf16/fp16 matmuls row-checked with V-ABFT thresholds, errors located to an element.
+"""`gemm_fp`: fp32/fp64/bf16/fp16 matmuls checked by V-ABFT row AND column checksums, errors located to an element.
 
 B is encoded before the GEMM (its row sums and the statistics the threshold needs, "offline" as for a
-weight); after the GEMM each row sum of C is compared with A_i·(B·1) against a variance-based threshold
-scaled by an e_max calibrated for this device, dtype and checker (docs/abft.md §3). A failing
-row is paired with a failing column check to name the element. Uncalibrated devices fall back to a
-rigorous worst-case bound, which never fires on correct hardware but detects fewer small errors.
+weight) and the column side from A and B before B's fault site; after each repeat of the GEMM every row
+sum and every column sum of C is compared with its expectation against a variance-based threshold
+scaled by an e_max for this device, dtype and checker (docs/abft.md §3). Both checks always run: a row
+check alone is blind to two elements of a row swapped, to two columns swapped and to a compensating
+pair in a row; the column check sees each of them. A failing row and a failing column name the element.
+
+Every unit gets an e_max (`calibration.resolve`: a file, the cache, the shipped table or a fresh
+measurement, held against a ceiling the arithmetic sets). A unit whose e_max is refused reports each
+gemm_fp case as an error, so it is `invalid`, never a quiet pass.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import torch
 
 from sdcscan.checks import vabft
-from sdcscan.checks.digest import Digest
-from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
-from sdcscan.units import device_model
+from sdcscan.checks.digest import RepeatDigest
+from sdcscan.outcomes import STATUS_ERROR, STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
 from sdcscan.workloads import SPECS, WorkloadSpec, calibration
 from sdcscan.workloads.base import Context, register
 from sdcscan.workloads.gemm_fp_selftest import SelftestMixin
 
 DTYPES = calibration.DTYPES
-UNIT_ROUNDOFF = {name: torch.finfo(dt).eps / 2 for name, dt in DTYPES.items()}
 MAX_RECORDED = 8  # mismatching rows recorded per case; the count is always complete
 
 
@@ -51,7 +53,7 @@ class GemmFp(SelftestMixin):
             raise ValueError(
                 f"gemm_fp: shapes are [m, k, n]; inputs one of {', '.join(calibration.DISTRIBUTIONS)}"
             )
-        self.e_max: list[float | None] = [None] * n  # None: no calibration, use the rigorous bound
+        self.thresholds: list[calibration.Threshold | None] = [None] * n  # set by prepare
         self._memo: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None  # reuse_product: A, B, C
         self._setup_memo: tuple[tuple[int, int], torch.Tensor, torch.Tensor, vabft.Encoding] | None = None
 
@@ -61,63 +63,69 @@ class GemmFp(SelftestMixin):
         return cls(params, reuse_product=True)
 
     def prepare(self, ctx: Context) -> None:
-        """Look up e_max per (device model, dtype, checker); note any fallback or extrapolation."""
-        p, model = self.p, device_model(ctx.device)
-        table = calibration.load_table(p["calibration"])
+        """Resolve e_max per (dtype, checker, shape) on this device; note where each came from."""
+        p = self.p
         for slot, (dtype, chk) in enumerate(zip(p["dtypes"], p["checkers"], strict=True)):
-            entry = calibration.lookup(table, model, dtype, chk)
-            if entry is None:
+            shape = tuple(p["shapes"][slot])
+            found = calibration.resolve(ctx.device, dtype, chk, shape, p["calibration"])
+            self.thresholds[slot] = found
+            if found.refused:
+                ctx.note(f"gemm_fp: {dtype} ({chk} checker) cannot be checked on this unit: {found.refused}")
+            elif found.source == "fresh":
                 ctx.note(
-                    f"gemm_fp: no calibration for {model} ({dtype}, {chk} checker); using the conservative "
-                    "rigorous bound, which detects fewer small errors: run `sdcscan calibrate -o cal.json` "
-                    "and pass `--calibration cal.json`"
+                    f"gemm_fp: {dtype} ({chk} checker) K={shape[1]} calibrated on this unit: e_max "
+                    f"{found.e_max:.3g} (ceiling {found.ceiling:.3g})"
                 )
-                continue
-            e_max, k, k_max = float(entry["e_max"]), p["shapes"][slot][1], int(entry["k_max"])
-            if k > k_max:  # e_max grows with K; scale as the V-ABFT artifact does
-                e_max *= math.sqrt(k / k_max)
-                ctx.note(
-                    f"gemm_fp: {dtype} K={k} exceeds the calibrated K≤{k_max}; e_max scaled by sqrt(K/Kmax)"
-                )
-            self.e_max[slot] = e_max
+            if found.cache_note:
+                ctx.note(f"gemm_fp: {found.cache_note}")
 
     def run(self, ctx: Context, case: Case) -> Outcome:
         p = self.p
         slot = case.occurrence % len(p["dtypes"])
-        name = p["dtypes"][slot]
+        name, chk = p["dtypes"][slot], p["checkers"][slot]
         (m, k, n), repeats = p["shapes"][slot], p["repeats"][slot]
+        found = self.thresholds[slot]
+        assert found is not None, "prepare() was not called"
+        if found.e_max is None:  # refused: no threshold this unit may be trusted with
+            return Outcome(status=STATUS_ERROR, digest=None, error=f"gemm_fp {name}: {found.refused}")
         with ctx.phase("setup"):
             a, b, enc = self._setup(ctx, case, slot)
             ctx.fault("operand_a", a)  # negative control: A is not encoded, so the error is consistent
-            ctx.fault("operand_b_encoded", b)  # after encoding: the checksum no longer matches B
-        found: list[Mismatch] = []
-        bad_rows, ratio = 0, 0.0
+            expect = vabft.expected(a, b, enc, DTYPES[chk], found.e_max, p["c"])
+            ctx.fault("operand_b_encoded", b)  # after encoding: the checksums no longer match B
+        found_at: list[Mismatch] = []
+        bad_rows = bad_cols = 0
+        ratio, digest = 0.0, RepeatDigest()
         for r in range(repeats):
             with ctx.phase("compute"):
                 out = self._product(a, b)
-            if r == 0:
-                ctx.fault("output", out)
+            ctx.fault("output", out, repeat=r, repeats=repeats)
             with ctx.phase("check"):
-                rows = self._row_check(slot, a, out, enc)
-                ratio = max(ratio, rows.ratio())
-                if bool(rows.bad.any()):
-                    bad_rows += int(rows.bad.sum())
-                    found += self._locate(slot, (a, b, out), enc, rows, r)[: MAX_RECORDED - len(found)]
-        with ctx.phase("check"):
-            digest = Digest().tensor(out).hexdigest()
+                rows, cols = vabft.verify(out, expect)
+                ratio = max(ratio, rows.ratio(), cols.ratio())
+                if bool(rows.bad.any()) or bool(cols.bad.any()):
+                    bad_rows, bad_cols = bad_rows + int(rows.bad.sum()), bad_cols + int(cols.bad.sum())
+                    found_at += self._locate(slot, (a, b, out), enc, (rows, cols), r)[
+                        : MAX_RECORDED - len(found_at)
+                    ]
+                digest.add(out)
         return Outcome(
-            status=STATUS_MISMATCH if bad_rows else STATUS_OK,
-            digest=digest,
-            mismatches=found,
+            status=STATUS_MISMATCH if bad_rows or bad_cols else STATUS_OK,
+            digest=digest.hexdigest(),
+            mismatches=found_at,
             ops=2.0 * m * n * k * repeats,
             detail={
                 "dtype": name,
-                "checker": p["checkers"][slot],
-                "threshold": "vabft" if self.e_max[slot] is not None else "rigorous",
-                "e_max": self.e_max[slot],
+                "checker": chk,
+                "threshold": "vabft",
+                "threshold_source": found.source,
+                "e_max": found.e_max,
+                "e_max_ceiling": found.ceiling,
                 "bad_rows": bad_rows,
+                "bad_columns": bad_cols,
                 "rows_checked": m * repeats,
-                "max_ratio": ratio,  # max |D|/T: headroom left by the threshold (≥ 1 means a row failed)
+                "columns_checked": n * repeats,
+                "max_ratio": ratio,  # max |D|/T: headroom left by the threshold (≥ 1 means a check failed)
             },
         )
 
@@ -136,7 +144,7 @@ class GemmFp(SelftestMixin):
         (m, k, n), dtype, g = p["shapes"][slot], DTYPES[p["dtypes"][slot]], ctx.generator(case.seed)
         a = calibration.sample(p["inputs"], (m, k), g, dtype).to(ctx.device)
         b = calibration.sample(p["inputs"], (k, n), g, dtype).to(ctx.device)
-        enc = vabft.encode(b, DTYPES[p["checkers"][slot]], rigorous=self.e_max[slot] is None)
+        enc = vabft.encode(b, DTYPES[p["checkers"][slot]])
         if self.reuse_product:
             self._setup_memo = (key, a.clone(), b.clone(), enc)
         return a, b, enc
@@ -152,43 +160,27 @@ class GemmFp(SelftestMixin):
         self._memo = (a.clone(), b.clone(), out.clone())
         return out
 
-    def _row_check(
-        self, slot: int, a: torch.Tensor, out: torch.Tensor, enc: vabft.Encoding
-    ) -> vabft.CheckResult:
-        """V-ABFT with the calibrated e_max, or the rigorous bound where this device is uncalibrated."""
-        e_max, p = self.e_max[slot], self.p
-        if e_max is not None:
-            return vabft.row_check(a, out, enc, e_max, p["c"])
-        u_chk, u_out = UNIT_ROUNDOFF[p["checkers"][slot]], UNIT_ROUNDOFF[p["dtypes"][slot]]
-        u_acc = min(u_out, UNIT_ROUNDOFF["float32"])  # assumes bf16/fp16 GEMMs accumulate in fp32
-        d = vabft.row_residual(a, out, enc.rowsum)
-        t = vabft.rigorous_threshold(a, out, enc, u_acc=u_acc, u_chk=u_chk, u_out=u_out)
-        return vabft.CheckResult(d=d, t=t, bad=vabft.failing(d, t))
-
-    def _column_check(
-        self, slot: int, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor
-    ) -> vabft.CheckResult:
-        """Column check (roles of A and B swapped) with the same threshold model as the row check."""
-        p, e_max = self.p, self.e_max[slot]
-        chk = DTYPES[p["checkers"][slot]]
-        if e_max is not None:
-            return vabft.column_check(a, b, out, chk, e_max, p["c"])
-        u_chk, u_out = UNIT_ROUNDOFF[p["checkers"][slot]], UNIT_ROUNDOFF[p["dtypes"][slot]]
-        enc_a = vabft.encode(a.t(), chk, rigorous=True)
-        d = vabft.row_residual(b.t(), out.t(), enc_a.rowsum)
-        t = vabft.rigorous_threshold(
-            b.t(), out.t(), enc_a, u_acc=min(u_out, UNIT_ROUNDOFF["float32"]), u_chk=u_chk, u_out=u_out
-        )
-        return vabft.CheckResult(d=d, t=t, bad=vabft.failing(d, t))
-
     def _locate(
-        self, slot: int, abc: tuple[torch.Tensor, ...], enc: vabft.Encoding, rows: vabft.CheckResult, r: int
+        self,
+        slot: int,
+        abc: tuple[torch.Tensor, ...],
+        enc: vabft.Encoding,
+        checks: tuple[vabft.CheckResult, vabft.CheckResult],
+        r: int,
     ) -> list[Mismatch]:
         """Two-sided localisation: pair failing rows with failing columns; recompute the named element."""
-        (a, b, out), name, chk_name = abc, self.p["dtypes"][slot], self.p["checkers"][slot]
-        chk = DTYPES[chk_name]
+        (a, b, out), (rows, cols) = abc, checks
+        name, chk_name = self.p["dtypes"][slot], self.p["checkers"][slot]
+        chk, check = DTYPES[chk_name], f"vabft_{chk_name}"
+        if not bool(rows.bad.any()):  # row sums agree: values moved within rows (a swap, a compensating pair)
+            found = []
+            for j in cols.bad.nonzero().flatten()[:MAX_RECORDED].tolist():
+                total = out[:, j].to(chk).sum()
+                where = f"{name} C column {j} (column check; every row sum agrees) (repeat {r})"
+                found.append(Mismatch(check, where, repr(float(total - cols.d[j])), repr(float(total))))
+            return found
         found = []
-        for i, j in vabft.localize(rows, self._column_check(slot, a, b, out), MAX_RECORDED):
+        for i, j in vabft.localize(rows, cols, MAX_RECORDED):
             if j is None:
                 where = (
                     f"{name} C row {i} (row check; no single column fails: operand changed after encoding?)"
@@ -197,6 +189,5 @@ class GemmFp(SelftestMixin):
             else:
                 where = f"{name} C[{i}, {j}] (row {i} and column {j} checks)"
                 expected, actual = float(a[i].to(chk) @ b[:, j].to(chk)), float(out[i, j])  # recomputed dot
-            check = f"{'vabft' if self.e_max[slot] is not None else 'rigorous'}_{chk_name}"
             found.append(Mismatch(check, f"{where} (repeat {r})", repr(expected), repr(actual)))
         return found

@@ -9,17 +9,41 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+# Coordinated changes a row check alone cannot see (sdcscan.faults.MATRIX_KINDS), and one relative error
+# per decade: what the row and column checks catch together, and from what size on.
+MATRIX_MODELS = (
+    "swap_in_row", "swap_columns", "pair_in_row", "row_offset:0.01", "column_offset:0.01",
+    "relerr:0.1", "relerr:0.01", "relerr:0.001", "relerr:0.0001",
+)  # fmt: skip
 # (bits per element, lowest exponent bit) per dtype; the sign is the top bit
 _LAYOUT = {"float32": (32, 23), "float64": (64, 52), "bfloat16": (16, 7), "float16": (16, 10)}
 
 
-def _variant(dtype: str, shape: list[int]) -> dict[str, Any]:
+def _variant(dtype: str, shape: list[int], inputs: str = "abs_normal") -> dict[str, Any]:
     return {
         "dtypes": [dtype],
         "shapes": [shape],
         "repeats": [1],
         "checkers": ["float64" if dtype == "float64" else "float32"],
+        "inputs": inputs,
     }
+
+
+# Floors of the matrix fault models per dtype, measured with `sdcscan selftest -w gemm_fp` (100 trials)
+# and justified by the size of the change against the checks' rounding noise; None: report only.
+# pair_in_row and the offsets move a row or column sum by ≥ 1% of its largest element times its length:
+# far above rounding in every dtype. A swap moves two column sums by the difference of two elements and
+# a relative error ε moves one row and one column by ε·|C_ij|: detectable only where that exceeds the
+# output rounding of a whole row or column, which in bf16 (8 significant bits) it never does for one
+# element within 10% (docs/abft.md §3.4, "blind spots").
+_SURE = {"pair_in_row": 0.99, "row_offset:0.01": 0.99, "column_offset:0.01": 0.99, "relerr:0.1": 0.99}
+_MODEL_FLOORS: dict[str, dict[str, float]] = {
+    "float64": {**_SURE, "swap_in_row": 0.99, "swap_columns": 0.9, "relerr:0.01": 0.99, "relerr:0.001": 0.99,
+                "relerr:0.0001": 0.99},
+    "float32": {**_SURE, "swap_in_row": 0.9, "swap_columns": 0.9, "relerr:0.01": 0.99},
+    "bfloat16": {k: v for k, v in _SURE.items() if k != "relerr:0.1"} | {"swap_columns": 0.9},
+    "float16": {**_SURE, "swap_columns": 0.9},
+}  # fmt: skip
 
 
 class SelftestMixin:
@@ -29,6 +53,9 @@ class SelftestMixin:
         "float32": _variant("float32", [256, 1024, 256]),
         "float64": _variant("float64", [128, 512, 128]),
         "bfloat16": _variant("bfloat16", [128, 1024, 256]),  # the shape of the V-ABFT paper's Table 8
+        # Zero-mean inputs: the clean rows must stay silent (0 FP is required); detection is reported only,
+        # since a flip that shrinks an element already below its row's rounding noise cannot be seen.
+        "bfloat16_zero_mean": _variant("bfloat16", [128, 1024, 256], inputs="normal"),
         "float16": _variant("float16", [128, 256, 128]),
     }
 
@@ -37,10 +64,10 @@ class SelftestMixin:
         """Every bit of C; sign and exponent bits of the encoded B; for the negative control on A, bits
         that keep A finite (flipping the exponent MSB of |x| < 2 overflows to inf, which is not a
         consistent error and the NaN-safe check rightly reports it)."""
-        nbits, exp0 = _LAYOUT[variant]
+        nbits, exp0 = _LAYOUT[_dtype(variant)]
         if site == "output":
-            return list(range(nbits))
-        if variant in ("bfloat16", "float16"):  # a GEMM per trial costs ~70 ms here: sample a random bit
+            return [*range(nbits), *MATRIX_MODELS, f"double_flip:{nbits - 2}"]
+        if _dtype(variant) in ("bfloat16", "float16"):  # ~70 ms a GEMM here: sample a random bit
             return ["any"] if site == "operand_b_encoded" else [exp0, nbits - 1]
         if site == "operand_b_encoded":
             return list(range(exp0, nbits))
@@ -50,11 +77,22 @@ class SelftestMixin:
     def selftest_floor(cls, variant: str, site: str, bit: int | str) -> float | None:
         """Minimum detection fraction (None: report only): V-ABFT's published bf16 rates and the fp32 rates
         measured with a same-precision checker (docs/abft.md §3.4)."""
-        exp0 = _LAYOUT[variant][1]
+        dtype, exp0 = _dtype(variant), _LAYOUT[_dtype(variant)][1]
+        if variant != dtype:
+            return None  # zero-mean inputs: report only (see selftest_variants)
+        if isinstance(bit, str) and bit != "any":
+            if bit.startswith("double_flip"):
+                return 0.96  # two exponent-MSB flips: as a single exponent flip
+            return _MODEL_FLOORS[dtype].get(bit)
         if not isinstance(bit, int) or site not in ("output", "operand_b_encoded") or bit < exp0:
             return None  # mantissa bits: detection depends on the value, so it is reported, not required
-        if site == "output" and variant == "bfloat16" and bit in (10, 11, 12, 13, 14):
+        if site == "output" and dtype == "bfloat16" and bit in (10, 11, 12, 13, 14):
             # V-ABFT (Gao, Hua, Chen) §6.5, Table 8, bf16 (128, 1024, 256): > 99% at bit 10, 100% at bits 11-14
             return 0.99 if bit == 10 else 1.0
         # sign and exponent bits: measured 96-100% for fp32 with a same-precision checker (docs/abft.md §3.4)
         return 0.96
+
+
+def _dtype(variant: str) -> str:
+    """The GEMM dtype of a variant ("bfloat16_zero_mean" → "bfloat16")."""
+    return variant.removesuffix("_zero_mean")

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from sdcscan.checks.digest import Digest
+from sdcscan.checks.digest import RepeatDigest
 from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
 from sdcscan.workloads import SPECS, WorkloadSpec
 from sdcscan.workloads.base import Context, register
@@ -66,22 +66,20 @@ class MatmulGolden:
             a, b = a.to(dtype), b.to(dtype)
             expected = ref.to(dtype)  # exact in fp32; one RNE rounding to dtype
         mismatches: list[Mismatch] = []
-        bad_total = 0
+        bad_total, digest = 0, RepeatDigest()
         for r in range(repeats):
             with ctx.phase("compute"):
                 out = a @ b
-            if r == 0:
-                ctx.fault("output", out)
+            ctx.fault("output", out, repeat=r, repeats=repeats)
             with ctx.phase("check"):
                 if not torch.equal(out, expected):  # NaN-safe: NaN never equals
                     found, count = bitwise_mismatches(out, expected, p["dtypes"][slot], repeat=r)
                     bad_total += count
                     mismatches.extend(found[: MAX_RECORDED - len(mismatches)])
-        with ctx.phase("check"):
-            digest = Digest().tensor(out).hexdigest()
+                digest.add(out)
         return Outcome(
             status=STATUS_MISMATCH if bad_total else STATUS_OK,
-            digest=digest,
+            digest=digest.hexdigest(),
             mismatches=mismatches,
             ops=2.0 * p["m"] * p["n"] * p["k"] * repeats,
             ops_unit="flop",

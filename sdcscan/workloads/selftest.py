@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from sdcscan.errors import UsageError
-from sdcscan.faults import FaultSpec
+from sdcscan.faults import from_label
 from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case
 from sdcscan.workloads import SPECS, load
 from sdcscan.workloads.base import Context, SelftestWorkload, Workload, has_selftest
@@ -180,8 +180,7 @@ def _clean_trial(workload: Workload, ctx: Context, case: Case, clean: _Clean) ->
 
 def _fault_trial(workload: Workload, ctx: Context, case: Case, tally: _Tally) -> None:
     fault_seed = _derive(case.seed, tally.site, str(tally.bit))
-    bit = None if tally.bit == "any" else int(tally.bit)
-    ctx.begin_case(FaultSpec("bitflip", tally.site, fault_seed, bit=bit))
+    ctx.begin_case(from_label(tally.bit, tally.site, fault_seed))
     outcome = workload.run(ctx, case)
     if ctx.injected is None:
         tally.not_reached += 1
