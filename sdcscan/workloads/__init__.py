@@ -98,7 +98,8 @@ INT8_MAX_N_MOD2_32 = 64_770  # checks.int8.MAX_N_MOD2_32: column sums must fit t
 EMBBAG_MODES = ("exact", "realistic")  # embbag_int8.MODES
 EMBBAG_MAX_POOLING = 21_845  # embbag_int8: pooling[1] * 3 < 2^16
 FP_DTYPES = ("float32", "float64", "bfloat16", "float16")  # calibration.DTYPES
-FP_INPUTS = ("abs_normal", "normal", "shifted_normal", "uniform", "student_t3", "llm_like")  # DISTRIBUTIONS
+# calibration.DISTRIBUTIONS
+FP_INPUTS = ("abs_normal", "normal", "shifted_normal", "uniform", "student_t3", "llm_like", "row_scales")
 FP_CHECKERS = ("float32", "float64")  # a float16 checksum overflows (inf: every row fails on clean data)
 FP_CALIBRATED_C = 2.5  # checks.vabft.SIGMA_C: e_max is measured at this c; a smaller c flags clean rows
 
