@@ -99,8 +99,7 @@ class GemmInt8:
         for r in range(repeats):
             with ctx.phase("compute"):
                 c = self._mm(a[r], w_ext)
-            if r == 0:
-                ctx.fault("output", c)
+            ctx.fault("output", c, repeat=r, repeats=repeats, columns=n)
             with ctx.phase("check"):
                 check = int8.verify(c, n, p["scheme"])
                 if bool(check.bad.any()):
