@@ -69,5 +69,5 @@ def render_calibration(table: dict[str, Any], console: Console) -> None:
 
 
 def _fault_label(label: object) -> str:
-    """"bit 14" for a bit, the model's name ("swap_in_row", "relerr:0.001") otherwise."""
+    """The label shown for a fault: "bit 14" for a bit, else the model's name ("swap_in_row")."""
     return f"bit {label}" if isinstance(label, int) else str(label)
