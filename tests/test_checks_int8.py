@@ -1,19 +1,48 @@
-"""Pure int8 ABFT maths: checksum encoding, row verification, int32 limits and CUDA shape planning."""
+"""Pure int8 ABFT maths: checksum encoding, the row, weighted-row and column checks, limits, CUDA shapes."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from sdcscan.checks import int8
-from sdcscan.faults import flip_bit_
+from sdcscan.faults import corrupt_matrix_, flip_bit_, from_label
 from sdcscan.workloads.gemm_int8 import MIN_K
 
 
 def _product(a: torch.Tensor, w_ext: torch.Tensor) -> torch.Tensor:
     return torch._int_mm(a, w_ext.t())
+
+
+def _rows_bad(c: torch.Tensor, lay: int8.Layout) -> bool:
+    return bool(int8.check_rows(c, lay).bad.any())
+
+
+def _columns(a: torch.Tensor, w_ext: torch.Tensor, c: torch.Tensor, n: int) -> int8.ColumnCheck:
+    """The column check of product c against the A it was made from, as gemm_int8 does it."""
+    digits = int8.activation_digits(int8.activation_sums(a), a.shape[0] * 255)
+    expected = int8.expected_column_sums(_product(digits, w_ext), n)
+    return int8.check_columns(int8.check_rows(c, int8.layout(n, "mod127")).column_sums, expected)
+
+
+def _case(seed: int, m: int, k: int, n: int, scheme: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Random A (m, k), W_ext and C = A @ W_ext.T."""
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randint(0, 256, (m, k), generator=g, dtype=torch.uint8)
+    w_ext = int8.encode_weight(torch.randint(-128, 128, (n, k), generator=g, dtype=torch.int8), scheme)
+    return a, w_ext, _product(a, w_ext)
+
+
+def _verdicts(a: torch.Tensor, w_ext: torch.Tensor, c: torch.Tensor, n: int, scheme: str) -> dict[str, bool]:
+    """Which of the three checks fire on c."""
+    rows = int8.check_rows(c, int8.layout(n, scheme))
+    return {
+        "row": bool(rows.row.bad.any()),
+        "weighted": bool(rows.weighted_bad.any()),
+        "column": bool(_columns(a, w_ext, c, n).bad.any()),
+    }
 
 
 @st.composite
@@ -41,31 +70,56 @@ def test_balanced_digits_hand_worked() -> None:
 
 
 def test_encode_weight_hand_worked() -> None:
-    """Column sums [4, -2]: digit rows [4, -2], 0, 0 (mod2_32); checksum (−r) mod 127 = [123, 2] (mod127)."""
+    """Column sums r = [4, -2], weighted u = 1·[1, 2] + 2·[3, -4] = [7, -6]; mod127 row (−r) mod 127."""
     w = torch.tensor([[1, 2], [3, -4]], dtype=torch.int8)
     ext = int8.encode_weight(w, "mod2_32")
     assert ext.shape == (8, 2) and ext[:2].tolist() == w.tolist()
-    assert ext[2:5].tolist() == [[4, -2], [0, 0], [0, 0]] and not ext[5:].any()
+    assert ext[2:5].tolist() == [[4, -2], [0, 0], [0, 0]]  # row checksum digits
+    assert ext[5:7].tolist() == [[7, -6], [0, 0]] and not ext[7:].any()  # weighted digits, padding
     ext127 = int8.encode_weight(w, "mod127")
-    assert ext127.shape == (8, 2) and ext127[2].tolist() == [123, 2] and not ext127[3:].any()
+    assert ext127.shape == (8, 2) and ext127[2].tolist() == [123, 2]
+    assert ext127[3:5].tolist() == [[7, -6], [0, 0]] and not ext127[5:].any()
 
 
 def test_verify_hand_worked_row() -> None:
-    """A = [1, 1] against the example weight: C = [3, -1 | 2, 0, 0, pad]; one changed word is caught."""
+    """A = [1, 1]: C = [3, -1 | 2, 0, 0 | 1, 0 | pad]; weighted 1·3 + 2·(−1) = 1 = A·u; changes show."""
     w = torch.tensor([[1, 2], [3, -4]], dtype=torch.int8)
     a = torch.tensor([[1, 1]], dtype=torch.uint8)
+    lay = int8.layout(2, "mod2_32")
     c = _product(a, int8.encode_weight(w, "mod2_32"))
-    assert c[0, :5].tolist() == [3, -1, 2, 0, 0]
-    check = int8.verify(c, 2, "mod2_32")
-    assert not check.bad.any() and check.data_sum.tolist() == [2] and check.checksum.tolist() == [2]
+    assert c[0, :7].tolist() == [3, -1, 2, 0, 0, 1, 0]
+    check = int8.check_rows(c, lay)
+    assert not check.bad.any() and check.row.data_sum.tolist() == [2] and check.row.checksum.tolist() == [2]
+    assert check.weighted_sum.tolist() == [1] == check.weighted_checksum.tolist()
+    assert check.column_sums.tolist() == [3, -1]
     c[0, 1] += 5
-    assert int8.verify(c, 2, "mod2_32").bad.tolist() == [True]
+    assert int8.verify(c, 2, "mod2_32").bad.tolist() == [True] and _rows_bad(c, lay)
 
 
 def test_extended_rows_pads_to_multiple_of_eight() -> None:
-    """n + checksum rows rounds up to a multiple of 8."""
-    assert int8.extended_rows(5, "mod2_32") == 8 and int8.extended_rows(6, "mod2_32") == 16
-    assert int8.extended_rows(7, "mod127") == 8 and int8.extended_rows(8, "mod127") == 16
+    """n + row checksum rows + weighted rows (2 digits up to n = 22) rounds up to a multiple of 8."""
+    assert int8.extended_rows(3, "mod2_32") == 8 and int8.extended_rows(4, "mod2_32") == 16
+    assert int8.extended_rows(5, "mod127") == 8 and int8.extended_rows(6, "mod127") == 16
+    assert int8.extended_rows(1024, "mod2_32") == 1032  # 3 + 4 digits fit the padding n already had
+
+
+def test_weighted_digits_follow_the_largest_weighted_sum() -> None:
+    """|u| <= 128·n(n+1)/2 must fit the balanced digits; one more row than MAX_N_WEIGHTED needs a sixth."""
+    assert int8.digits_needed(127) == 1 and int8.digits_needed(128) == 2
+    assert int8.digits_needed(127 + 255 * 127) == 2 and int8.digits_needed(127 + 255 * 127 + 1) == 3
+    assert [int8.layout(n, "mod2_32").weighted_digits for n in (1, 40, 1024, 64770)] == [2, 3, 4, 5]
+    assert int8.layout(int8.MAX_N_WEIGHTED, "mod127").weighted_digits == int8.MAX_WEIGHTED_DIGITS
+    with pytest.raises(ValueError, match="weighted checksum"):
+        int8.layout(int8.MAX_N_WEIGHTED + 1, "mod127")
+
+
+def test_weighted_checksum_is_exact_at_the_extremes() -> None:
+    """All −128 weights at n = MAX_N_WEIGHTED: the 5 digits hold u = −128·n(n+1)/2 exactly."""
+    n = int8.MAX_N_WEIGHTED
+    w = torch.full((n, 1), -128, dtype=torch.int8)
+    lay = int8.layout(n, "mod127")
+    digits = int8.encode_weight(w, "mod127")[lay.weighted_start : lay.pad_start, 0].long().tolist()
+    assert sum(d * 255**t for t, d in enumerate(digits)) == -int8.weighted_magnitude(n)
 
 
 def test_unknown_scheme_is_rejected() -> None:
@@ -106,10 +160,11 @@ def test_mod2_32_holds_beyond_the_int32_limit_where_mod127_breaks() -> None:
 @settings(max_examples=60, deadline=None)
 @given(operands(), st.sampled_from(int8.SCHEMES))
 def test_clean_products_always_verify(ops: tuple[torch.Tensor, torch.Tensor], scheme: str) -> None:
-    """The identity holds for every A and W, extremes included: no false positive is possible."""
+    """Every identity holds for every A and W, extremes and m = 1 included: no false positive is possible."""
     a, w = ops
-    check = int8.verify(_product(a, int8.encode_weight(w, scheme)), w.shape[0], scheme)
-    assert not check.bad.any()
+    w_ext = int8.encode_weight(w, scheme)
+    c = _product(a, w_ext)
+    assert _verdicts(a, w_ext, c, w.shape[0], scheme) == {"row": False, "weighted": False, "column": False}
 
 
 @settings(max_examples=60, deadline=None)
@@ -117,50 +172,196 @@ def test_clean_products_always_verify(ops: tuple[torch.Tensor, torch.Tensor], sc
 def test_any_single_bit_flip_in_c_is_caught(
     ops: tuple[torch.Tensor, torch.Tensor], scheme: str, data: st.DataObject
 ) -> None:
-    """Data, checksum and padding columns: every bit of every int32 word, both schemes."""
+    """Data, checksum, weighted and padding columns: every bit of every int32 word, both schemes; a data
+    word fails its row in both row checks and its column in the column check."""
     a, w = ops
-    c = _product(a, int8.encode_weight(w, scheme))
+    n, lay = w.shape[0], int8.layout(w.shape[0], scheme)
+    w_ext = int8.encode_weight(w, scheme)
+    c = _product(a, w_ext)
     element = data.draw(st.integers(0, c.numel() - 1))
-    bit = data.draw(st.integers(0, 31))
-    flip_bit_(c, element, bit)
-    assert int8.verify(c, w.shape[0], scheme).bad[element // c.shape[1]]
+    flip_bit_(c, element, data.draw(st.integers(0, 31)))
+    row, column = divmod(element, c.shape[1])
+    assert int8.check_rows(c, lay).bad[row]
+    if column < n:
+        rows = int8.check_rows(c, lay)
+        assert rows.row.bad[row] and rows.weighted_bad[row] and _columns(a, w_ext, c, n).bad[column]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    operands(),
+    st.sampled_from(int8.SCHEMES),
+    st.sampled_from(
+        [
+            "swap_in_row",
+            "swap_columns",
+            "pair_in_row",
+            "double_flip:0",
+            "double_flip:31",
+            "row_offset:536870912",
+            "row_offset:127",
+            "column_offset",
+            "column_offset:127",
+        ]
+    ),
+    st.integers(0, 2**31),
+)
+def test_every_matrix_fault_model_is_caught(
+    ops: tuple[torch.Tensor, torch.Tensor], scheme: str, label: str, seed: int
+) -> None:
+    """Each model of faults.MATRIX_KINDS, on the data columns: some check fires once a value changed."""
+    a, w = ops
+    n = w.shape[0]
+    assume(n >= 2)
+    w_ext = int8.encode_weight(w, scheme)
+    c = _product(a, w_ext)
+    if corrupt_matrix_(c, from_label(label, "output", seed), columns=n)["value_changed"]:
+        assert any(_verdicts(a, w_ext, c, n, scheme).values())
+
+
+@pytest.mark.parametrize("scheme", int8.SCHEMES)
+@pytest.mark.parametrize("label", ["swap_in_row", "pair_in_row", "double_flip:0"])
+def test_row_neutral_faults_need_the_column_check(scheme: str, label: str) -> None:
+    """Faults within one row that leave its sum unchanged (or, for two flips of bit 0, cancel half the
+    time): over many seeds the row check alone misses some, the exact column check misses none."""
+    missed_by_row = 0
+    for seed in range(60):
+        a, w_ext, c = _case(seed, 8, 64, 40, scheme)
+        assert corrupt_matrix_(c, from_label(label, "output", seed), columns=40)["value_changed"]
+        found = _verdicts(a, w_ext, c, 40, scheme)
+        missed_by_row += not found["row"]
+        assert found["column"] and found["weighted"], seed
+    assert missed_by_row >= 10
+
+
+@pytest.mark.parametrize(
+    ("scheme", "label"),
+    [
+        ("mod2_32", "double_flip:31"),  # ±2^31 ± 2^31 ∈ {0, ±2^32}: 0 mod 2^32
+        ("mod2_32", "row_offset:536870912"),  # 40·2^29 = 5·2^32
+        ("mod127", "row_offset:127"),  # 40·127
+        ("mod127", "column_offset:127"),  # 127 in every row
+    ],
+)
+def test_faults_that_vanish_modulo_the_row_scheme_are_caught_exactly(scheme: str, label: str) -> None:
+    """The modular row check never sees these; the exact column and weighted checks always do."""
+    for seed in range(20):
+        a, w_ext, c = _case(seed, 8, 64, 40, scheme)
+        assert corrupt_matrix_(c, from_label(label, "output", seed), columns=40)["value_changed"]
+        found = _verdicts(a, w_ext, c, 40, scheme)
+        assert not found["row"] and found["column"] and found["weighted"], seed
+
+
+def test_swapped_columns_are_caught_by_the_weighted_check_in_every_row() -> None:
+    """Row sums do not move; row i's weighted sum moves by (j1 − j2)·(C[i, j2] − C[i, j1])."""
+    *_, c = _case(11, 8, 64, 40, "mod2_32")
+    before = c.clone()
+    c[:, [3, 17]] = before[:, [17, 3]]
+    rows = int8.check_rows(c, int8.layout(40, "mod2_32"))
+    assert not rows.row.bad.any()
+    assert rows.weighted_bad.tolist() == (before[:, 3] != before[:, 17]).tolist()
+    difference = (rows.weighted_sum - rows.weighted_checksum).tolist()
+    assert difference == ((3 - 17) * (before[:, 17] - before[:, 3]).long()).tolist()
+
+
+def test_a_rectangle_defeats_row_and_column_sums_but_not_the_weighted_check() -> None:
+    """+δ at (1, 2) and (4, 9), −δ at (1, 9) and (4, 2): every row and column sum stays the same."""
+    for scheme in int8.SCHEMES:
+        a, w_ext, c = _case(12, 8, 64, 40, scheme)
+        for i, j, sign in [(1, 2, 1), (4, 9, 1), (1, 9, -1), (4, 2, -1)]:
+            c[i, j] += sign * 1000
+        assert _verdicts(a, w_ext, c, 40, scheme) == {"row": False, "weighted": True, "column": False}
+
+
+def test_blind_spot_by_design_two_rows_of_second_differences() -> None:
+    """What all three checks miss: (+δ, −2δ, +δ) at equally spaced columns of one row and its negation in
+    another (6 coordinated errors). Sums, weighted sums and column sums are all unchanged."""
+    for scheme in int8.SCHEMES:
+        a, w_ext, c = _case(13, 8, 64, 40, scheme)
+        for j, e in [(5, 1), (9, -2), (13, 1)]:
+            c[2, j] += e * 1000
+            c[6, j] -= e * 1000
+        assert _verdicts(a, w_ext, c, 40, scheme) == {"row": False, "weighted": False, "column": False}
 
 
 def test_every_checksum_column_bit_is_visible_mod2_32() -> None:
     """Odd digit weights (base 255): high bits of digit columns move the identity (base 256 would not)."""
     w = torch.randint(-128, 128, (9, 16), generator=torch.Generator().manual_seed(3), dtype=torch.int8)
     a = torch.randint(0, 256, (1, 16), generator=torch.Generator().manual_seed(4), dtype=torch.uint8)
+    lay = int8.layout(9, "mod2_32")
     clean = _product(a, int8.encode_weight(w, "mod2_32"))
-    for col in (9, 10, 11):
+    for col in range(9, lay.pad_start):
         for bit in range(32):
             c = clean.clone()
             flip_bit_(c, col, bit)
-            assert int8.verify(c, 9, "mod2_32").bad.item(), (col, bit)
+            rows = int8.check_rows(c, lay)
+            assert (rows.row.bad if col < lay.weighted_start else rows.weighted_bad).item(), (col, bit)
 
 
-@settings(max_examples=40, deadline=None)
-@given(operands(), st.data())
-def test_weight_flip_after_encoding_is_caught_mod2_32(
-    ops: tuple[torch.Tensor, torch.Tensor], data: st.DataObject
+@settings(max_examples=60, deadline=None)
+@given(operands(), st.sampled_from(int8.SCHEMES), st.data())
+def test_weight_flip_after_encoding_is_caught(
+    ops: tuple[torch.Tensor, torch.Tensor], scheme: str, data: st.DataObject
 ) -> None:
-    """A flipped W_ext bit changes C[:, j] by A[:, l]·2^b: seen unless column l of A is all zero."""
+    """A flipped W_ext bit at (j, l) changes C[:, j] by ±2^b·A[:, l]: seen unless column l of A is zero
+    (mod127's row checksum row: unless every A[:, l] is 0, 127 or 254)."""
     a, w = ops
-    w_ext = int8.encode_weight(w, "mod2_32")
+    lay = int8.layout(w.shape[0], scheme)
+    w_ext = int8.encode_weight(w, scheme)
     element = data.draw(st.integers(0, w_ext.numel() - 1))
     flip_bit_(w_ext, element, data.draw(st.integers(0, 7)))
-    bad = int8.verify(_product(a, w_ext), w.shape[0], "mod2_32").bad
-    assert bool(bad.any()) == bool(a[:, element % w.shape[1]].any())
+    row, column = divmod(element, w.shape[1])
+    visible = a[:, column] % 127 != 0 if scheme == "mod127" and row == w.shape[0] else a[:, column] != 0
+    assert _rows_bad(_product(a, w_ext), lay) == bool(visible.any())
 
 
-def test_activation_corruption_is_invisible_to_a_row_check() -> None:
-    """Negative control: corrupting A before the GEMM leaves the product self-consistent."""
+def test_activation_corruption_is_invisible_to_every_check() -> None:
+    """Negative control: corrupting A before the GEMM leaves the product self-consistent, the column
+    check included when its sums come from the A that was multiplied."""
     g = torch.Generator().manual_seed(5)
     a = torch.randint(0, 256, (4, 32), generator=g, dtype=torch.uint8)
     w_ext = int8.encode_weight(torch.randint(-128, 128, (12, 32), generator=g, dtype=torch.int8), "mod2_32")
     for element in range(0, a.numel(), 7):
         corrupted = a.clone()
         flip_bit_(corrupted, element, element % 8)
-        assert not int8.verify(_product(corrupted, w_ext), 12, "mod2_32").bad.any()
+        found = _verdicts(corrupted, w_ext, _product(corrupted, w_ext), 12, "mod2_32")
+        assert found == {"row": False, "weighted": False, "column": False}
+
+
+def test_column_check_hand_worked() -> None:
+    """A = [[1, 1], [2, 0]], W = [[1, 2], [3, -4]]: C = [[3, -1], [2, 6]], column sums [5, 5] = W·[3, 1]."""
+    w = torch.tensor([[1, 2], [3, -4]], dtype=torch.int8)
+    a = torch.tensor([[1, 1], [2, 0]], dtype=torch.uint8)
+    w_ext = int8.encode_weight(w, "mod2_32")
+    c = _product(a, w_ext)
+    assert int8.activation_sums(a).tolist() == [3, 1]
+    check = _columns(a, w_ext, c, 2)
+    assert check.data_sum.tolist() == [5, 5] == check.expected.tolist() and not check.bad.any()
+    c[1, 0] += 1
+    assert _columns(a, w_ext, c, 2).bad.tolist() == [True, False]
+
+
+def test_exact_sums_at_the_int32_extremes() -> None:
+    """Every word at −2^31 or 2^31 − 1: column sums and weighted sums equal Python's exact integers, also
+    where the weighted sum is split into column chunks (n > 2,048)."""
+    g = torch.Generator().manual_seed(6)
+    c = torch.where(torch.rand(3, 4000, generator=g) < 0.5, -(2**31), 2**31 - 1).to(torch.int32)
+    rows = c.tolist()
+    data = c.double()
+    assert int8.column_sums(data).tolist() == [sum(col) for col in zip(*rows, strict=True)]
+    assert int8.weighted_row_sums(data).tolist() == [sum((j + 1) * x for j, x in enumerate(r)) for r in rows]
+    with pytest.raises(ValueError, match="rows per block"):
+        int8.column_sums(torch.zeros(1, 1, dtype=torch.float64).expand(int8.CHUNK_ROWS, 1))
+
+
+def test_activation_sums_and_digits_are_exact() -> None:
+    """300 rows of 255 (two int16 chunks and a remainder) sum to 76,500; base-128 digits rebuild it."""
+    a = torch.full((3, 100, 5), 255, dtype=torch.uint8)
+    s = int8.activation_sums(a)
+    assert s.tolist() == [76_500] * 5
+    digits = int8.activation_digits(s, 300 * 255)
+    assert digits.dtype == torch.uint8 and int(digits.max()) <= 127 and digits.shape == (3, 5)
+    assert (sum(digits[t].long() * 128**t for t in range(3))).tolist() == s.tolist()
 
 
 def test_plan_cuda_pads_m_and_k() -> None:

@@ -1,20 +1,26 @@
-"""gemm_int8 workload: clean cases pass, injected flips are caught, the negative control stays silent."""
+"""gemm_int8 workload: clean cases pass, injected flips and matrix faults are caught by the right check,
+the negative control stays silent."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
 import torch
 
+from sdcscan import faults
+from sdcscan.checks import int8
 from sdcscan.faults import FaultSpec
 from sdcscan.outcomes import Case
-from sdcscan.workloads import load
+from sdcscan.workloads import gemm_int8, load
 from sdcscan.workloads.base import Context, has_selftest
-from sdcscan.workloads.gemm_int8 import GemmInt8, _probe
+from sdcscan.workloads.gemm_int8 import OUTPUT_MODELS, GemmInt8, _probe
+
+CHECKS = {"abft_mod2_32", "abft_mod127", "abft_weighted_row", "abft_column"}
 
 
-def _ready(params: dict[str, Any], seed: int = 1) -> tuple[GemmInt8, Context]:
+def _ready(params: Mapping[str, Any], seed: int = 1) -> tuple[GemmInt8, Context]:
     workload = GemmInt8({**GemmInt8.spec.tiny, **params})
     ctx = Context(unit="cpu:0", device=torch.device("cpu"), run_seed=seed, params={})
     workload.prepare(ctx)
@@ -29,30 +35,58 @@ def _run(
 
 
 def test_registered_with_the_selftest_protocol() -> None:
-    """Registry entry, variants, bits and floors are what sdcscan selftest reads."""
+    """Registry entry, variants, bits, models and floors are what sdcscan selftest reads."""
     assert load("gemm_int8") is GemmInt8 and has_selftest(GemmInt8)
     assert set(GemmInt8.selftest_variants) == {"mod2_32", "mod127"}
     assert GemmInt8.negative_sites == ("operand",) and set(GemmInt8.negative_sites) <= set(
         GemmInt8.spec.fault_sites
     )
-    assert GemmInt8.selftest_bits("mod2_32", "output") == list(range(32))
+    assert GemmInt8.selftest_bits("mod2_32", "output") == [*range(32), *OUTPUT_MODELS]
+    assert {"swap_in_row", "swap_columns", "pair_in_row", "double_flip:31", "row_offset:4194304"} <= set(
+        OUTPUT_MODELS
+    ) and {"row_offset:127", "column_offset"} <= set(OUTPUT_MODELS)
+    assert all(faults.from_label(label, "output", 0).kind in faults.MATRIX_KINDS for label in OUTPUT_MODELS)
     assert GemmInt8.selftest_bits("mod127", "encoded") == list(range(8))
-    assert GemmInt8.selftest_floor("mod2_32", "encoded", 7) == 1.0
-    assert GemmInt8.selftest_floor("mod127", "output", 31) == 1.0
-    assert GemmInt8.selftest_floor("mod127", "encoded", 0) is None
+    for variant in GemmInt8.selftest_variants:
+        for label in [*GemmInt8.selftest_bits(variant, "output"), *range(8)]:
+            site = "output" if label in GemmInt8.selftest_bits(variant, "output") else "encoded"
+            assert GemmInt8.selftest_floor(variant, site, label) == 1.0
     assert GemmInt8.selftest_floor("mod2_32", "operand", 0) is None
 
 
 @pytest.mark.parametrize("scheme", ["mod2_32", "mod127"])
 @pytest.mark.parametrize("path", ["unsigned", "signed"])
 def test_clean_cases_pass_and_are_deterministic(scheme: str, path: str) -> None:
-    """Several seeds and both shapes pass; a second worker gets the same digests."""
+    """Several seeds and both shapes (m = 1 and m = 20) pass; a second worker gets the same digests."""
     first, ctx1 = _ready({"scheme": scheme, "path": path})
     second, ctx2 = _ready({"scheme": scheme, "path": path})
     for seed in range(4):
         a, b = _run(first, ctx1, seed, occurrence=seed), _run(second, ctx2, seed, occurrence=seed)
         assert a.status == "ok" and not a.mismatches and a.detail["path"] == path
         assert a.digest == b.digest and a.ops == b.ops > 0 and a.ops_unit == "op"
+        assert a.detail["bad_rows"] == a.detail["bad_weighted_rows"] == a.detail["bad_columns"] == 0
+
+
+@pytest.mark.parametrize("block_bytes", [1, 3 * 4 * 48, 4 << 20])
+def test_clean_cases_pass_in_blocks_of_any_size(monkeypatch: pytest.MonkeyPatch, block_bytes: int) -> None:
+    """One repeat per block, 3 per block with a partial last block (20 repeats), or all in one: many
+    seeds and shapes, skinny m = 1 included, stay silent."""
+    monkeypatch.setattr(gemm_int8, "CHECK_BLOCK_BYTES", block_bytes)
+    shapes = [[1, 64, 40], [3, 17, 9], [8, 64, 40], [20, 32, 24]]  # 40, 218, 5 and 7 repeats
+    for scheme in ("mod2_32", "mod127"):
+        workload, ctx = _ready({"scheme": scheme, "shapes": shapes, "ops_per_case": 2.0e5})
+        for seed in range(3 * len(shapes)):
+            outcome = _run(workload, ctx, seed, occurrence=seed)
+            assert outcome.status == "ok", (scheme, seed, outcome.mismatches[:2])
+
+
+def test_clean_cases_pass_at_the_smallest_shapes() -> None:
+    """n = 1, k = MIN_K, m = 1 and a few repeats: every identity holds (digit rows, weights, layout)."""
+    shapes = [[1, 2, 1], [2, 3, 1], [1, 2, 2], [5, 2, 3]]
+    for scheme in ("mod2_32", "mod127"):
+        workload, ctx = _ready({"scheme": scheme, "shapes": shapes, "ops_per_case": 60.0})
+        for seed in range(4 * len(shapes)):
+            assert _run(workload, ctx, seed, occurrence=seed).status == "ok", (scheme, seed)
 
 
 @pytest.mark.parametrize("variant", ["mod2_32", "mod127"])
@@ -60,12 +94,72 @@ def test_clean_cases_pass_and_are_deterministic(scheme: str, path: str) -> None:
 def test_bit_flips_after_encoding_are_caught(variant: str, site: str) -> None:
     """Every bit position of the site's word, several elements each: a mismatch with a record."""
     workload, ctx = _ready(GemmInt8.selftest_variants[variant])
-    for bit in GemmInt8.selftest_bits(variant, site):
+    for bit in range(32 if site == "output" else 8):
         for seed in range(3):
             outcome = _run(workload, ctx, seed, FaultSpec("bitflip", site, 1000 * bit + seed, bit=bit))
             assert ctx.injected is not None and ctx.injected["value_changed"]
             assert outcome.status == "mismatch", (bit, seed)
-            assert outcome.mismatches[0].check == f"abft_{variant}"
+            assert {m.check for m in outcome.mismatches} <= CHECKS
+            if site == "output" and ctx.injected["element"] % int8.layout(40, variant).n_ext < 40:
+                # one changed data word: every check names it
+                assert {f"abft_{variant}", "abft_weighted_row", "abft_column"} <= {
+                    m.check for m in outcome.mismatches
+                }
+
+
+@pytest.mark.parametrize("variant", ["mod2_32", "mod127"])
+@pytest.mark.parametrize("label", OUTPUT_MODELS)
+def test_matrix_fault_models_are_caught(variant: str, label: str) -> None:
+    """Each self-test model, armed through Context.fault with faults.from_label, in any repeat: caught."""
+    workload, ctx = _ready(GemmInt8.selftest_variants[variant])
+    for seed in range(8):
+        outcome = _run(workload, ctx, seed, faults.from_label(label, "output", 77 * seed))
+        assert ctx.injected is not None and ctx.injected["value_changed"], seed
+        assert outcome.status == "mismatch", seed
+
+
+@pytest.mark.parametrize(
+    ("variant", "label", "check"),
+    [
+        ("mod2_32", "swap_in_row", "abft_column"),
+        ("mod2_32", "pair_in_row", "abft_column"),
+        ("mod2_32", "double_flip:31", "abft_column"),
+        ("mod2_32", "row_offset:536870912", "abft_column"),
+        ("mod127", "row_offset:127", "abft_column"),
+        ("mod127", "column_offset:127", "abft_weighted_row"),
+        ("mod2_32", "swap_columns", "abft_weighted_row"),
+    ],
+)
+def test_faults_the_row_check_misses_are_named_by_the_check_that_fired(
+    variant: str, label: str, check: str
+) -> None:
+    """The row check stays silent (bad_rows 0) and the record says which check fired and where."""
+    workload, ctx = _ready(GemmInt8.selftest_variants[variant])
+    for seed in range(5):
+        outcome = _run(workload, ctx, seed, faults.from_label(label, "output", seed))
+        assert outcome.status == "mismatch" and outcome.detail["bad_rows"] == 0
+        fired = [m for m in outcome.mismatches if m.check == check]
+        assert fired, outcome.mismatches
+        if check == "abft_column":
+            assert fired[0].where.startswith("column ") and "repeat" in fired[0].where
+            assert outcome.detail["bad_columns"] > 0
+        else:
+            assert fired[0].where.startswith("row ") and " of C (repeat " in fired[0].where
+
+
+def test_a_fault_in_any_repeat_of_any_block_is_caught_and_located(monkeypatch: pytest.MonkeyPatch) -> None:
+    """20 repeats of m = 1 in blocks of 3: a flip or a swap in repeat r is reported in repeat r."""
+    monkeypatch.setattr(gemm_int8, "CHECK_BLOCK_BYTES", 3 * 4 * int8.layout(40, "mod2_32").n_ext)
+    workload, ctx = _ready({"shapes": [[1, 64, 40]], "ops_per_case": 1.0e5})
+    for repeat in range(20):
+        for spec in (
+            FaultSpec("bitflip", "output", repeat, bit=repeat, repeat=repeat),
+            FaultSpec("swap_in_row", "output", repeat, repeat=repeat),
+        ):
+            outcome = _run(workload, ctx, 5, spec)
+            assert outcome.status == "mismatch" and outcome.detail["repeats"] == 20
+            assert ctx.injected is not None and ctx.injected.get("repeat") == repeat
+            assert any(f"(repeat {repeat})" in m.where for m in outcome.mismatches), (repeat, spec.kind)
 
 
 @pytest.mark.parametrize("variant", ["mod2_32", "mod127"])
@@ -93,8 +187,16 @@ def test_probe_reports_saturation_and_passes_exact_kernels() -> None:
 
 
 def test_saturating_kernel_restricts_activations_and_is_not_a_fault(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Inexact probe: a note, activations in [0, 127], and clean cases still pass on that kernel."""
-    monkeypatch.setattr(GemmInt8, "_mm", lambda self, a, w: _saturating_mm(a, w))
+    """Inexact probe: a note, activations in [0, 127], and clean cases still pass on that kernel (the
+    column check's digit rows are in [0, 127] too)."""
+
+    def saturating(
+        self: GemmInt8, a: torch.Tensor, w: torch.Tensor, out: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        c = _saturating_mm(a, w)
+        return c if out is None else out.copy_(c)
+
+    monkeypatch.setattr(GemmInt8, "_mm", saturating)
     workload, ctx = _ready({"shapes": [[4, 64, 24]]})
     assert workload.a_max == 127 and any("restricted to [0, 127]" in n for n in ctx.notes)
     outcome = _run(workload, ctx, 3)
@@ -118,9 +220,12 @@ def test_defaults_have_profile_friendly_types() -> None:
         {"shapes": [[1, 2]]},
         {"shapes": [[1, 70000, 8]]},
         {"shapes": [[4, 1, 8]]},
+        {"scheme": "mod127", "shapes": [[1, 8, int8.MAX_N_WEIGHTED + 1]]},
+        {"shapes": [[int8.CHUNK_ROWS, 8, 8]]},
     ],
 )
 def test_bad_parameters_are_rejected(params: dict[str, Any]) -> None:
-    """Unknown scheme or path, malformed shape, k past the int32 limit, or k = 1 (a torch CPU bug)."""
+    """Unknown scheme or path, malformed shape, k past the int32 limit, k = 1 (a torch CPU bug), n past the
+    weighted checksum's digits, or m past the rows an exact fp64 column sum allows."""
     with pytest.raises(ValueError):
         GemmInt8(params)

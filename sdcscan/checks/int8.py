@@ -1,10 +1,23 @@
-"""Exact ABFT for int8 GEMM (u8 activations × s8 weights → s32): checksum rows, row verification, CUDA shapes.
+"""Exact ABFT for int8 GEMM (u8 activations × s8 weights → s32): checksum rows, three checks, CUDA shapes.
 
-The weight W (n, k) gets extra rows so that every row of C_ext = A @ W_ext.T satisfies an identity
-(Li et al. §IV; docs/abft.md §1.1). Everything here is integer arithmetic: no tolerance, no false
+The weight W (n, k) gets extra rows so that every row of C_ext = A @ W_ext.T satisfies identities
+(Li et al. §IV; docs/abft.md §1.1). Everything here is exact integer arithmetic: no tolerance, no false
 positives. Functions take tensors on any device and never choose one.
 
-Schemes:
+Three checks, all on every output row of every repeat (docs/abft.md §1.3 says what each one sees):
+    row: Σ_{j<n} C[i, j] against the row checksum columns, modulo 2^32 or 127 (the scheme).
+    column: Σ_i C[i, j] summed over every row of every repeat of a case, exactly in int64, against
+        W[j, :] · Σ_i A[i, :]. It sees any fault confined to one row (swaps, compensating pairs, paired
+        high-bit flips, row offsets) that a modular row sum cancels.
+    weighted row: Σ_{j<n} (j + 1)·C[i, j], exactly, against position-weighted checksum columns. It sees
+        any fault confined to one column, swapped columns, and the "rectangle" (+δ, −δ in two rows and
+        two columns) that plain row and column sums both cancel.
+The exact sums are fp64 sums of int32 words (one conversion of a block of C serves both): every word
+is at most 2^31 in magnitude, so sums of fewer than 2^22 such words (a weight counting as that many)
+stay below 2^53 and never round, in any order and on any device (CUDA has no int64 matmul; on CPU an
+int64 multiply-and-sum is 2–4× slower).
+
+Row checksum schemes:
     mod2_32: three checksum rows hold the column sums r = Σ_j W[j, :] as balanced base-255 digits
         d0 + 255·d1 + 255²·d2 (each digit in [-127, 127], so it fits int8). Then, for every row i,
             Σ_{j<n} C[i, j] ≡ C[i, n] + 255·C[i, n+1] + 255²·C[i, n+2]   (mod 2^32),
@@ -14,8 +27,9 @@ Schemes:
     mod127: the paper's single row chk = (−r) mod 127, so Σ_{j≤n} C[i, j] ≡ 0 (mod 127), summed in int64.
         127 is prime and 2^b mod 127 ≠ 0, so every single-bit flip of an output word is seen; errors
         that are multiples of 127 are not.
-Rows are zero-padded to a multiple of 8 (cuBLAS needs it, and it is faster on CPU); C's padding
-columns must be zero, which is checked too.
+After them come the weighted checksum rows, u = Σ_j (j + 1)·W[j, :] in balanced base-255 digits, then
+zero rows up to a multiple of 8 (cuBLAS needs it, and it is faster on CPU); C's padding columns must
+be zero, which is checked too.
 """
 
 from __future__ import annotations
@@ -29,10 +43,38 @@ DIGIT_BASE = 255
 N_DIGITS = 3
 DIGIT_MAX = 127  # balanced digits lie in [-127, 127]
 MAX_N_MOD2_32 = DIGIT_MAX * (1 + DIGIT_BASE + DIGIT_BASE**2) // 128  # |r| <= 128·n must fit 3 digits
+# Weighted checksum digits: at most 5, so that the int64 sum Σ_t 255^t·C[i, t] of int32 words stays below
+# 2^31·Σ_{t<5} 255^t < 2^63 and is exact, whatever the words hold.
+MAX_WEIGHTED_DIGITS = 5
 ROW_MULTIPLE = 8
 INT32_MAX = 2**31 - 1
+FP64_EXACT = 2**53  # every integer of smaller magnitude is a double, so such sums never round
+WORD = 2**31  # |an int32 word| <= WORD
+CHUNK_ROWS = FP64_EXACT // WORD  # 2^22: fewer int32 words than this sum exactly in fp64
+ACTIVATION_CHUNK = 128  # rows of u8 activations whose sum fits int16: 128·255 = 32,640
+# Base-128 digits of activation sums are u8 in [0, 127]: valid activations even on saturating kernels.
+ACTIVATION_DIGIT_BASE = 128
 CUDA_MIN_M = 17  # cuBLAS int8 path in torch._int_mm requires m > 16
 CUDA_PAD_M = 32  # pad skinny activations to this many rows
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """Where each kind of row of W_ext (column of C_ext) lies: data, row checksum, weighted, zeros."""
+
+    n: int
+    scheme: str
+    row_digits: int
+    weighted_digits: int
+    n_ext: int
+
+    @property
+    def weighted_start(self) -> int:
+        return self.n + self.row_digits
+
+    @property
+    def pad_start(self) -> int:
+        return self.weighted_start + self.weighted_digits
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,16 +93,84 @@ class RowCheck:
     pad_nonzero: torch.Tensor
 
 
+@dataclass(frozen=True, slots=True)
+class RowsCheck:
+    """Both per-row checks of a block of output rows, and the block's exact column sums.
+
+    row: the modular row check (with the padding columns).
+    weighted_bad, weighted_sum, weighted_checksum: (rows,) the exact position-weighted row check.
+    column_sums: (n,) int64 exact Σ_i C[i, j] over the block's rows, for check_columns.
+    """
+
+    row: RowCheck
+    weighted_bad: torch.Tensor
+    weighted_sum: torch.Tensor
+    weighted_checksum: torch.Tensor
+    column_sums: torch.Tensor
+
+    @property
+    def bad(self) -> torch.Tensor:
+        """(rows,) True where either per-row check fails."""
+        return self.row.bad | self.weighted_bad
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnCheck:
+    """The exact column check of a case: (n,) tensors, int64 sums over every row of every repeat."""
+
+    bad: torch.Tensor
+    data_sum: torch.Tensor
+    expected: torch.Tensor
+
+
 def checksum_rows(scheme: str) -> int:
-    """How many checksum rows a scheme appends to the weight."""
+    """How many row checksum rows a scheme appends to the weight (the weighted rows come on top)."""
     if scheme not in SCHEMES:
         raise ValueError(f"unknown int8 ABFT scheme {scheme!r}; expected one of {', '.join(SCHEMES)}")
     return N_DIGITS if scheme == "mod2_32" else 1
 
 
+def digits_needed(magnitude: int) -> int:
+    """Fewest balanced base-255 digits that hold every integer of |value| <= magnitude (at least 1)."""
+    count, largest = 1, DIGIT_MAX
+    while largest < magnitude:
+        count, largest = count + 1, largest * DIGIT_BASE + DIGIT_MAX
+    return count
+
+
+def weighted_magnitude(n: int) -> int:
+    """Largest |u| of the weighted column sums u = Σ_j (j + 1)·W[j, :] of an int8 weight with n rows."""
+    return 128 * n * (n + 1) // 2
+
+
+def _max_weighted_n() -> int:
+    n = 1
+    while digits_needed(weighted_magnitude(2 * n)) <= MAX_WEIGHTED_DIGITS:
+        n *= 2
+    while digits_needed(weighted_magnitude(n + 1)) <= MAX_WEIGHTED_DIGITS:
+        n += 1
+    return n
+
+
+MAX_N_WEIGHTED = _max_weighted_n()  # 91,778: past it the weighted checksum needs a sixth digit
+
+
+def layout(n: int, scheme: str) -> Layout:
+    """The row layout of W_ext for a weight of n rows.
+
+    Raises:
+        ValueError: unknown scheme, or n beyond MAX_N_WEIGHTED.
+    """
+    rows = checksum_rows(scheme)
+    if not 1 <= n <= MAX_N_WEIGHTED:
+        raise ValueError(f"int8 ABFT: n must be in [1, {MAX_N_WEIGHTED}] for the weighted checksum, got {n}")
+    weighted = digits_needed(weighted_magnitude(n))
+    return Layout(n, scheme, rows, weighted, _round_up(n + rows + weighted, ROW_MULTIPLE))
+
+
 def extended_rows(n: int, scheme: str) -> int:
     """n_ext: data rows plus checksum rows, rounded up to a multiple of ROW_MULTIPLE."""
-    return _round_up(n + checksum_rows(scheme), ROW_MULTIPLE)
+    return layout(n, scheme).n_ext
 
 
 def max_exact_k(a_max: int = 255, w_min: int = -128, w_max: int = 127) -> int:
@@ -73,44 +183,65 @@ def max_exact_k(a_max: int = 255, w_min: int = -128, w_max: int = 127) -> int:
     return min(2**31 // -lo if lo else INT32_MAX, INT32_MAX // hi if hi else INT32_MAX)
 
 
-def balanced_digits(r: torch.Tensor) -> torch.Tensor:
-    """Write integers r (int64, any shape) as N_DIGITS balanced base-255 digits, int8, digit axis first.
+def balanced_digits(r: torch.Tensor, count: int = N_DIGITS) -> torch.Tensor:
+    """Write integers r (int64, any shape) as `count` balanced base-255 digits, int8, digit axis first.
 
     Raises:
-        ValueError: some |r| is too large for N_DIGITS digits.
+        ValueError: some |r| is too large for `count` digits.
     """
     digits = []
-    for _ in range(N_DIGITS):
+    for _ in range(count):
         d = torch.remainder(r + DIGIT_MAX, DIGIT_BASE) - DIGIT_MAX  # in [-127, 127]
         digits.append(d.to(torch.int8))
         r = (r - d) // DIGIT_BASE  # exact division: r - d is a multiple of 255
     if bool((r != 0).any()):
-        raise ValueError(f"column sums too large for 3 base-255 digits: n must be <= {MAX_N_MOD2_32}")
-    return torch.stack(digits)  # (N_DIGITS, *r.shape)
+        raise ValueError(f"sums too large for {count} base-255 digits (mod2_32 needs n <= {MAX_N_MOD2_32})")
+    return torch.stack(digits)  # (count, *r.shape)
+
+
+def weight_sums(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """r = Σ_j W[j, :] and u = Σ_j (j + 1)·W[j, :] of an (n, k) int8 weight, (k,) int64 each.
+
+    One fp64 GEMM of (2, n) × (n, k): exact, because every product and partial sum is an integer of
+    magnitude at most 128·n(n + 1)/2 < 2^53 (n <= MAX_N_WEIGHTED), whatever the summation order, and
+    it is several times faster than an int64 reduction of W on CPU.
+    """
+    n = w.shape[0]
+    coefficients = torch.stack(
+        [torch.ones(n, dtype=torch.float64, device=w.device), position_weights(n, w.device).double()]
+    )
+    sums = (coefficients @ w.double()).to(torch.int64)
+    return sums[0], sums[1]
+
+
+def position_weights(n: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """(n,) int64 weights 1..n of the weighted row check: distinct (swaps show), non-zero (all columns do)."""
+    return torch.arange(1, n + 1, dtype=torch.int64, device=device)
 
 
 def encode_weight(w: torch.Tensor, scheme: str) -> torch.Tensor:
-    """Append checksum rows and zero padding to a weight.
+    """Append the row checksum rows, the weighted checksum rows and zero padding to a weight.
 
     Args:
         w: (n, k) int8 weight; C = A @ w.T.
         scheme: "mod2_32" or "mod127".
     Returns:
-        (n_ext, k) int8, contiguous: w, the checksum rows, then zero rows up to a multiple of 8.
+        (n_ext, k) int8, contiguous, laid out as `layout(n, scheme)` says.
+    Raises:
+        ValueError: unknown scheme, or n too large for the scheme's digits.
     """
     n, k = w.shape
-    r = w.sum(0, dtype=torch.int64)  # (k,) column sums; |r| <= 128·n
-    if scheme == "mod2_32":
-        chk = balanced_digits(r)  # (3, k)
-    else:
-        checksum_rows(scheme)  # validates the name
-        chk = torch.remainder(-r, 127).to(torch.int8).unsqueeze(0)  # (1, k), in [0, 126]
-    pad = w.new_zeros(extended_rows(n, scheme) - n - chk.shape[0], k)
-    return torch.cat([w, chk, pad]).contiguous()
+    lay = layout(n, scheme)
+    r, u = weight_sums(w)  # |r| <= 128·n, |u| <= weighted_magnitude(n)
+    # mod2_32: (3, k) digits of r; mod127: (1, k) row (−r) mod 127, in [0, 126]
+    chk = balanced_digits(r) if scheme == "mod2_32" else torch.remainder(-r, 127).to(torch.int8).unsqueeze(0)
+    weighted = balanced_digits(u, lay.weighted_digits)
+    pad = w.new_zeros(lay.n_ext - lay.pad_start, k)
+    return torch.cat([w, chk, weighted, pad]).contiguous()
 
 
 def verify(c_ext: torch.Tensor, n: int, scheme: str) -> RowCheck:
-    """Check every row of C_ext = A @ W_ext.T against its checksum columns.
+    """The modular row check: every row of C_ext = A @ W_ext.T against its row checksum columns.
 
     Args:
         c_ext: (m, n_ext) int32 product with an encoded weight of n data rows.
@@ -119,9 +250,10 @@ def verify(c_ext: torch.Tensor, n: int, scheme: str) -> RowCheck:
     Returns:
         RowCheck; exact, so any bad row is a wrong result, never rounding.
     """
-    rows = checksum_rows(scheme)
+    lay = layout(n, scheme)
+    rows = lay.row_digits
     chk = c_ext[:, n : n + rows].to(torch.int64)  # (m, rows)
-    pad_nonzero = (c_ext[:, n + rows :] != 0).any(1)  # (m,)
+    pad_nonzero = (c_ext[:, lay.pad_start :] != 0).any(1)  # (m,)
     if scheme == "mod2_32":
         data = c_ext[:, :n].sum(1, dtype=torch.int32).to(torch.int64) & 0xFFFFFFFF  # wraps mod 2^32
         weights = torch.tensor([1, DIGIT_BASE, DIGIT_BASE**2], dtype=torch.int64, device=c_ext.device)
@@ -130,6 +262,99 @@ def verify(c_ext: torch.Tensor, n: int, scheme: str) -> RowCheck:
         data = torch.remainder(c_ext[:, :n].sum(1, dtype=torch.int64), 127)  # int64: 2^32 ≢ 0 (mod 127)
         checksum = torch.remainder(-chk[:, 0], 127)
     return RowCheck((data != checksum) | pad_nonzero, data, checksum, pad_nonzero)
+
+
+def check_rows(c_ext: torch.Tensor, lay: Layout) -> RowsCheck:
+    """Both per-row checks of a block of output rows (any number, e.g. several repeats stacked), and
+    the block's column sums for check_columns.
+
+    Args:
+        c_ext: (rows, n_ext) int32 product, fewer than CHUNK_ROWS rows; it must not have wrapped
+            (k <= max_exact_k()).
+        lay: the layout of the weight the product was made with.
+    Returns:
+        RowsCheck; exact, so any bad row is a wrong result, never rounding.
+    Raises:
+        ValueError: CHUNK_ROWS rows or more.
+    """
+    data = c_ext[:, : lay.n].double()  # exact: int32 words are doubles; one copy serves both exact sums
+    weighted_sum = weighted_row_sums(data)
+    digits = c_ext[:, lay.weighted_start : lay.pad_start].to(torch.int64)
+    powers = DIGIT_BASE ** torch.arange(lay.weighted_digits, dtype=torch.int64, device=c_ext.device)
+    weighted_checksum = (digits * powers).sum(1)  # exact, see MAX_WEIGHTED_DIGITS
+    return RowsCheck(
+        row=verify(c_ext, lay.n, lay.scheme),
+        weighted_bad=weighted_sum != weighted_checksum,
+        weighted_sum=weighted_sum,
+        weighted_checksum=weighted_checksum,
+        column_sums=column_sums(data),
+    )
+
+
+def weighted_row_sums(data: torch.Tensor) -> torch.Tensor:
+    """(rows,) int64 Σ_j (j + 1)·data[i, j] of int32 words held as fp64, exactly.
+
+    fp64 dot products over chunks of fewer than 2^22/n columns, so that Σ_chunk (j + 1)·2^31 < 2^53:
+    every partial sum is an integer a double holds, in any summation order. One chunk up to n = 2,048.
+    """
+    n = data.shape[1]
+    weights = position_weights(n, data.device).double()
+    width = max(1, (FP64_EXACT - 1) // (n * WORD))  # Σ_{chunk} (j + 1)·|word| <= width·n·2^31
+    total = torch.zeros(data.shape[0], dtype=torch.int64, device=data.device)
+    for start in range(0, n, width):
+        total += (data[:, start : start + width] @ weights[start : start + width]).to(torch.int64)
+    return total
+
+
+def column_sums(data: torch.Tensor) -> torch.Tensor:
+    """(n,) int64 Σ_i data[i, j] of fewer than CHUNK_ROWS int32 words per column held as fp64, exactly."""
+    if data.shape[0] >= CHUNK_ROWS:
+        raise ValueError(f"int8 ABFT: at most {CHUNK_ROWS - 1} rows per block for exact fp64 sums")
+    ones = torch.ones(data.shape[0], dtype=torch.float64, device=data.device)
+    return (ones @ data).to(torch.int64)  # |partial sums| < 2^22·2^31 = 2^53; GEMV: 2× faster than sum(0)
+
+
+def activation_sums(a: torch.Tensor) -> torch.Tensor:
+    """(k,) int64 Σ over every row of u8 activations a (..., k): the A side of the column check.
+
+    int16 sums of ACTIVATION_CHUNK rows (128·255 < 2^15: exact), then int64: twice as fast as int32 on CPU.
+    """
+    k = a.shape[-1]
+    flat = a.reshape(-1, k)
+    rows = flat.shape[0]
+    whole = rows - rows % ACTIVATION_CHUNK
+    total = torch.zeros(k, dtype=torch.int64, device=a.device)
+    if whole:
+        total += (
+            flat[:whole].view(-1, ACTIVATION_CHUNK, k).sum(1, dtype=torch.int16).sum(0, dtype=torch.int64)
+        )
+    if whole < rows:
+        total += flat[whole:].sum(0, dtype=torch.int16)
+    return total
+
+
+def activation_digits(s: torch.Tensor, max_value: int) -> torch.Tensor:
+    """Base-128 digits of non-negative sums s (k,) <= max_value, as (count, k) u8 rows in [0, 127].
+
+    Appended to the activations of one GEMM (the column checksum rows of classic ABFT), they come out
+    multiplied by W_ext, exactly, for a few more rows of one GEMM per case instead of an fp64 or int64
+    pass over W. Each digit row is a valid activation row, also on kernels restricted to A <= 127.
+    """
+    count = max(1, -(-max(max_value, 1).bit_length() // 7))
+    shifts = 7 * torch.arange(count, dtype=torch.int64, device=s.device)
+    return ((s.unsqueeze(0) >> shifts.unsqueeze(1)) & (ACTIVATION_DIGIT_BASE - 1)).to(torch.uint8)
+
+
+def expected_column_sums(digit_products: torch.Tensor, n: int) -> torch.Tensor:
+    """(n,) int64 W·s from the products P of activation_digits and W_ext: Σ_t 128^t·P[t, :n], exact."""
+    count = digit_products.shape[0]
+    powers = ACTIVATION_DIGIT_BASE ** torch.arange(count, dtype=torch.int64, device=digit_products.device)
+    return (digit_products[:, :n].to(torch.int64) * powers.unsqueeze(1)).sum(0)
+
+
+def check_columns(data_sum: torch.Tensor, expected: torch.Tensor) -> ColumnCheck:
+    """Compare the exact column sums of every output of a case with W·(Σ A): no modulus, no tolerance."""
+    return ColumnCheck(data_sum != expected, data_sum, expected)
 
 
 # --- CUDA host-side planning: torch._int_mm on CUDA takes int8 × int8 only, m > 16, k % 8 == 0, n % 8 == 0.

@@ -95,6 +95,8 @@ INT8_PATHS = ("auto", "unsigned", "signed")  # gemm_int8.PATHS
 INT8_MIN_K = 2  # gemm_int8.MIN_K: k = 1 returned uninitialised memory from torch's CPU _int_mm
 INT8_MAX_K = 65_793  # checks.int8.max_exact_k(): beyond it a u8·s8 dot product overflows int32
 INT8_MAX_N_MOD2_32 = 64_770  # checks.int8.MAX_N_MOD2_32: column sums must fit three checksum digits
+INT8_MAX_N = 91_778  # checks.int8: the position-weighted checksum rows must fit their digits
+INT8_MAX_M = 2**22 - 1  # checks.int8: the column check's activation sums must fit their digit rows
 EMBBAG_MODES = ("exact", "realistic")  # embbag_int8.MODES
 EMBBAG_MAX_POOLING = 21_845  # embbag_int8: pooling[1] * 3 < 2^16
 FP_DTYPES = ("float32", "float64", "bfloat16", "float16")  # calibration.DTYPES
@@ -114,6 +116,9 @@ def _golden_rules(p: Mapping[str, Any]) -> tuple[str, str] | None:
 
 
 def _int8_rules(p: Mapping[str, Any]) -> tuple[str, str] | None:
+    for i, (m, _, n) in enumerate(p["shapes"]):
+        if n > INT8_MAX_N or m > INT8_MAX_M:
+            return "shapes", f"item [{i}] needs n <= {INT8_MAX_N} and m <= {INT8_MAX_M} (got m={m}, n={n})"
     if p["scheme"] == "mod2_32":
         for i, (_, _, n) in enumerate(p["shapes"]):
             if n > INT8_MAX_N_MOD2_32:
@@ -205,7 +210,10 @@ _CATALOGUE = (
     ),
     WorkloadSpec(
         name="gemm_int8",
-        description="u8×s8→s32 GEMMs (torch._int_mm) with exact ABFT row checksums (mod 2^32 or 127)",
+        description=(
+            "u8×s8→s32 GEMMs (torch._int_mm) with exact ABFT row (mod 2^32 or 127), column and "
+            "position-weighted row checksums"
+        ),
         evidence=(INVARIANT, CONSENSUS),
         quality=Quality.BETA,
         defaults={

@@ -1,9 +1,14 @@
-"""`gemm_int8`: u8 × s8 → s32 GEMMs through `torch._int_mm`, each output row verified by exact ABFT checksums.
+"""`gemm_int8`: u8 × s8 → s32 GEMMs through `torch._int_mm`, every output verified by exact ABFT checks.
 
-The weight is encoded once per case with checksum rows (sdcscan/checks/int8.py) and each int32 result
-is checked row by row before anything else touches it, as in Li et al.'s DLRM int8 GEMM. The check is
-integer arithmetic, so a failing row is a wrong product, never rounding. Shapes are DLRM-like and
-include skinny ones (m = 1…64); a case cycles through them by occurrence.
+The weight is encoded once per case with checksum rows (sdcscan/checks/int8.py) and every int32 result
+is checked before anything else touches it, as in Li et al.'s DLRM int8 GEMM, by three independent
+checks: the modular row checksum of the scheme, a position-weighted row checksum, and an exact column
+check of the whole case against W·(Σ A). The checks are integer arithmetic, so a failing check is a
+wrong product, never rounding. Shapes are DLRM-like and include skinny ones (m = 1…64); a case cycles
+through them by occurrence.
+
+The repeats of a case write into one block of outputs and are checked together (a few eager ops per
+block rather than per GEMM); the column check's reference is one few-row GEMM per case.
 
 Pre-VNNI int8 kernels may saturate u8·s8 pairs to int16 (docs/abft.md §1.2): `prepare`
 probes exactness and, where the probe fails, restricts activations to [0, 127] and says so, so that
@@ -14,6 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
@@ -24,13 +30,45 @@ from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
 from sdcscan.workloads import SPECS, WorkloadSpec
 from sdcscan.workloads.base import Context, register
 
-MAX_RECORDED = 8  # bad rows recorded per case; the count is always complete
+MAX_RECORDED = 8  # findings recorded per case, shared among the checks that fired; counts are complete
+# Outputs checked together: few eager ops per case (measured best of 0.25–16 MiB at the burnin shapes).
+CHECK_BLOCK_BYTES = 4 << 20
 PATHS = ("auto", "unsigned", "signed")  # signed = the CUDA route (int8 only), runnable on CPU for tests
 # torch 2.13's CPU `_int_mm` with a uint8 A and k = 1 returns uninitialised memory (seen on an AMD EPYC
 # with AVX-512 VNNI; k >= 2 verified exact there for m 1..33, n 8..24): a one-term dot product is no
 # test of anything, so such shapes are refused rather than worked around.
 MIN_K = 2
 _SMALL = [[8, 64, 40]]  # selftest shape: m = 8 rows make an all-zero activation column (a blind spot) ~2^-64
+
+
+# Matrix fault models swept at the output site besides every bit of one word (sdcscan/faults.py). Each
+# defeats the row check alone: swaps and a compensating pair leave row sums unchanged; two flips of bit
+# 31 (or of bit 0, half the time) cancel mod 2^32; an offset of 2^29 on every one of the 40 columns
+# of the self-test shape adds 5·2^32 ≡ 0 to the row sum; 127 vanishes mod 127; a column offset of 127
+# vanishes mod 127 in every row. 2^22 is the offset issue 11 measured at n = 1024 (here the row check
+# sees it too, since 40·2^22 ≢ 0 mod 2^32).
+OUTPUT_MODELS = (
+    "swap_in_row",
+    "swap_columns",
+    "pair_in_row",
+    "double_flip:0",
+    "double_flip:31",
+    "row_offset:4194304",
+    "row_offset:536870912",
+    "row_offset:127",
+    "column_offset",
+    "column_offset:127",
+)
+
+
+@dataclass(slots=True)
+class _Found:
+    """What the repeats of one case leave for the verdict."""
+
+    column_sums: torch.Tensor  # (n,) int64, exact Σ over every output row of the case
+    digit_products: torch.Tensor  # (digits, n_ext) int32: the digit rows of Σ A times W_ext
+    blocks: list[tuple[int, int8.RowsCheck]] = field(default_factory=list)  # (first repeat, its checks)
+    digest: Digest = field(default_factory=Digest)
 
 
 @register
@@ -55,6 +93,10 @@ class GemmInt8:
                 raise ValueError(f"gemm_int8: shape {shape}: k must be at least {MIN_K}")
             if shape[1] > int8.max_exact_k() or (p["scheme"] == "mod2_32" and shape[2] > int8.MAX_N_MOD2_32):
                 raise ValueError(f"gemm_int8: shape {shape} overflows int32 or the checksum digits")
+            if shape[2] > int8.MAX_N_WEIGHTED:
+                raise ValueError(f"gemm_int8: shape {shape}: n must be at most {int8.MAX_N_WEIGHTED}")
+            if shape[0] >= int8.CHUNK_ROWS:  # one repeat's rows at least are summed together in fp64
+                raise ValueError(f"gemm_int8: shape {shape}: m must be below {int8.CHUNK_ROWS}")
         self.a_max = 255
         self.signed = False
 
@@ -64,14 +106,27 @@ class GemmInt8:
 
     @classmethod
     def selftest_floor(cls, variant: str, site: str, bit: int | str) -> float | None:
-        """mod2_32 sees every flip in C and in W_ext; mod127 every single-bit flip in C only."""
-        if site == "output" or (variant == "mod2_32" and site == "encoded"):
+        """1.0 wherever detection is guaranteed by the arithmetic, which is every output fault swept.
+
+        Output: one changed word breaks the row check (mod 2^32: any change; mod 127: any ±2^b). A
+        fault confined to one row (swap_in_row, pair_in_row, double_flip, row_offset) changes that
+        column's exact sum by exactly its error there. A fault confined to one column (column_offset)
+        changes the exact weighted sum of a row by (j + 1)·δ, and swapped columns j1, j2 change it by
+        (j1 − j2)·(C[i, j2] − C[i, j1]) in every row where they differ: never 0 once a value changed.
+        Encoded: a flip at W_ext[j, l] moves column j of C by ±2^b·A[:, l] in every repeat, which the
+        weighted check (data and weighted rows), the row check (row checksum rows) or the padding check
+        sees unless column l of A is all 0 (mod127's checksum row: all in {0, 127, 254}): below
+        (3/256)^8 < 1e-15 with the 8 rows of the self-test shape.
+        """
+        if site in ("output", "encoded"):
             return 1.0
         return None
 
     @classmethod
     def selftest_bits(cls, variant: str, site: str) -> Sequence[int | str]:
-        return list(range(32 if site == "output" else 8))  # int32 output words, int8/uint8 operands
+        if site == "output":
+            return [*range(32), *OUTPUT_MODELS]  # every bit of an int32 word, then the matrix models
+        return list(range(8))  # int8/uint8 operands
 
     def prepare(self, ctx: Context) -> None:
         self.signed = self.p["path"] == "signed" or (self.p["path"] == "auto" and ctx.device.type == "cuda")
@@ -88,6 +143,7 @@ class GemmInt8:
         p = self.p
         m, k, n = p["shapes"][case.occurrence % len(p["shapes"])]
         repeats = max(1, math.ceil(p["ops_per_case"] / (2.0 * m * n * k)))
+        lay = int8.layout(n, p["scheme"])
         with ctx.phase("setup"):
             g = ctx.generator(case.seed)
             w = torch.randint(-128, 128, (n, k), generator=g, dtype=torch.int8).to(ctx.device)
@@ -95,20 +151,20 @@ class GemmInt8:
             a = a.to(ctx.device)
             w_ext = ctx.fault("encoded", int8.encode_weight(w, p["scheme"]))
             ctx.fault("operand", a[0])  # negative control: A is not encoded, the product stays consistent
-        digest, mismatches, bad_rows = Digest(), list[Mismatch](), 0
-        for r in range(repeats):
-            with ctx.phase("compute"):
-                c = self._mm(a[r], w_ext)
-            ctx.fault("output", c, repeat=r, repeats=repeats, columns=n)
-            with ctx.phase("check"):
-                check = int8.verify(c, n, p["scheme"])
-                if bool(check.bad.any()):
-                    bad_rows += int(check.bad.sum())
-                    mismatches.extend(_mismatches(check, p["scheme"], r)[: MAX_RECORDED - len(mismatches)])
-                digest.tensor(c)
+        with ctx.phase("check"):
+            # Σ A over the case as digit rows under the last repeat's activations (the column checksum
+            # rows of classic ABFT): that product carries W·(Σ A) for the column check, a few rows more.
+            digits = int8.activation_digits(int8.activation_sums(a), repeats * m * self.a_max)
+            last = torch.cat([a[-1], digits])
+        found = self._repeats(ctx, a, last, w_ext, lay)
+        with ctx.phase("check"):
+            columns = int8.check_columns(
+                found.column_sums, int8.expected_column_sums(found.digit_products, n)
+            )
+            counts, mismatches = _findings(found.blocks, columns, m, repeats, p["scheme"])
         return Outcome(
-            status=STATUS_MISMATCH if bad_rows else STATUS_OK,
-            digest=digest.hexdigest(),
+            status=STATUS_MISMATCH if any(counts.values()) else STATUS_OK,
+            digest=found.digest.hexdigest(),
             mismatches=mismatches,
             ops=2.0 * m * n * k * repeats,
             ops_unit="op",
@@ -118,18 +174,54 @@ class GemmInt8:
                 "repeats": repeats,
                 "activation_max": self.a_max,
                 "path": "signed" if self.signed else "unsigned",
-                "bad_rows": bad_rows,
+                "rows_checked": repeats * m,
+                **counts,
             },
         )
 
-    def _mm(self, a_u8: torch.Tensor, w_ext: torch.Tensor) -> torch.Tensor:
+    def _repeats(
+        self, ctx: Context, a: torch.Tensor, last: torch.Tensor, w_ext: torch.Tensor, lay: int8.Layout
+    ) -> _Found:
+        """Every repeat's GEMM, written block by block into one buffer, each block checked and hashed whole.
+
+        The last repeat multiplies `last` (its activations and the digit rows); its digit rows land just
+        below its own output, where no later repeat writes.
+        """
+        repeats, m, _ = a.shape
+        block = max(1, min(repeats, CHECK_BLOCK_BYTES // (4 * m * lay.n_ext)))
+        with ctx.phase("check"):
+            outputs = torch.empty(
+                (block * m + last.shape[0] - m, lay.n_ext), dtype=torch.int32, device=a.device
+            )
+        digits_start = (repeats - 1) % block * m + m  # just below the last repeat's rows in its block
+        digit_products = outputs[digits_start : digits_start + last.shape[0] - m]
+        found = _Found(torch.zeros(lay.n, dtype=torch.int64, device=a.device), digit_products)
+        for first in range(0, repeats, block):
+            count = min(block, repeats - first)
+            for r in range(first, first + count):
+                operand = a[r] if r < repeats - 1 else last
+                start = (r - first) * m
+                with ctx.phase("compute"):
+                    self._mm(operand, w_ext, out=outputs[start : start + operand.shape[0]])
+                ctx.fault("output", outputs[start : start + m], repeat=r, repeats=repeats, columns=lay.n)
+            with ctx.phase("check"):
+                checked = int8.check_rows(outputs[: count * m], lay)
+                found.column_sums += checked.column_sums
+                found.blocks.append((first, checked))
+                found.digest.tensor(outputs[: count * m])
+        return found
+
+    def _mm(self, a_u8: torch.Tensor, w_ext: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """C = A_u8 @ W_ext.T in int32, through the native u8 path or the padded signed (CUDA) path."""
         if not self.signed:
-            return torch._int_mm(a_u8, w_ext.t())
+            return (
+                torch._int_mm(a_u8, w_ext.t(), out=out) if out is not None else torch._int_mm(a_u8, w_ext.t())
+            )
         plan = int8.plan_cuda(a_u8.shape[0], a_u8.shape[1], w_ext.shape[0])
         a_s8, w_s8 = int8.signed_operands(a_u8, w_ext, plan)
         c = torch._int_mm(a_s8, w_s8.t())[: a_u8.shape[0]]
-        return c + int8.unsigned_correction(w_ext)  # exact: the same int32 words as the unsigned product
+        correction = int8.unsigned_correction(w_ext)  # exact: the same int32 words as the unsigned product
+        return torch.add(c, correction, out=out) if out is not None else c + correction
 
 
 def _probe(mm: Any, device: torch.device) -> str:
@@ -153,13 +245,66 @@ def _probe(mm: Any, device: torch.device) -> str:
     return ""
 
 
-def _mismatches(check: int8.RowCheck, scheme: str, repeat: int) -> list[Mismatch]:
-    """One record per bad row: checksum side as expected, data side as actual, XOR of the two."""
+def _findings(
+    blocks: list[tuple[int, int8.RowsCheck]], columns: int8.ColumnCheck, m: int, repeats: int, scheme: str
+) -> tuple[dict[str, int], list[Mismatch]]:
+    """Complete counts per check, and up to MAX_RECORDED records taken in turn from each check that fired."""
+    counts = {
+        "bad_rows": sum(int(rows.row.bad.sum()) for _, rows in blocks),
+        "bad_weighted_rows": sum(int(rows.weighted_bad.sum()) for _, rows in blocks),
+        "bad_columns": int(columns.bad.sum()),
+    }
+    row: list[Mismatch] = []
+    weighted: list[Mismatch] = []
+    for first, rows in blocks:
+        if bool(rows.bad.any()):
+            found_row, found_weighted = _row_records(rows, first, m, scheme)
+            row.extend(found_row[: MAX_RECORDED - len(row)])
+            weighted.extend(found_weighted[: MAX_RECORDED - len(weighted)])
+    return counts, _interleave([row, weighted, _column_records(columns, repeats)])
+
+
+def _row_records(
+    rows: int8.RowsCheck, first: int, m: int, scheme: str
+) -> tuple[list[Mismatch], list[Mismatch]]:
+    """Records of the row and weighted-row checks of one block, each at most MAX_RECORDED long."""
+
+    def where(index: int) -> str:
+        return f"row {index % m} of C (repeat {first + index // m})"
+
+    row, weighted = [], []
+    for i in _first_true(rows.row.bad):
+        exp, act = int(rows.row.checksum[i]), int(rows.row.data_sum[i])
+        text = where(i) + (", padding column non-zero" if rows.row.pad_nonzero[i] else "")
+        row.append(Mismatch(f"abft_{scheme}", text, str(exp), str(act), f"{exp ^ act:#x}"))
+    for i in _first_true(rows.weighted_bad):
+        exp, act = int(rows.weighted_checksum[i]), int(rows.weighted_sum[i])
+        weighted.append(Mismatch("abft_weighted_row", where(i), str(exp), str(act), _mask(exp, act)))
+    return row, weighted
+
+
+def _column_records(columns: int8.ColumnCheck, repeats: int) -> list[Mismatch]:
+    """One record per bad column, at most MAX_RECORDED: the sums cover every repeat, so no repeat is named."""
     found = []
-    for i in check.bad.nonzero().flatten()[:MAX_RECORDED].tolist():
-        exp, act = int(check.checksum[i]), int(check.data_sum[i])
-        where = f"row {i} of C (repeat {repeat})"
-        if check.pad_nonzero[i]:
-            where += ", padding column non-zero"
-        found.append(Mismatch(f"abft_{scheme}", where, str(exp), str(act), f"{exp ^ act:#x}"))
+    for j in _first_true(columns.bad):
+        exp, act = int(columns.expected[j]), int(columns.data_sum[j])
+        where = f"column {j} of C (summed over all {repeats} repeats)"
+        found.append(Mismatch("abft_column", where, str(exp), str(act), _mask(exp, act)))
     return found
+
+
+def _first_true(flags: torch.Tensor) -> list[int]:
+    return flags.nonzero().flatten()[:MAX_RECORDED].tolist()
+
+
+def _mask(expected: int, actual: int) -> str:
+    """XOR of two signed int64 sums as their 64-bit two's-complement words (never a negative hex)."""
+    return f"{(expected ^ actual) & (2**64 - 1):#x}"
+
+
+def _interleave(kinds: list[list[Mismatch]]) -> list[Mismatch]:
+    """Round-robin over the checks, so that every check that fired is named even when one floods."""
+    merged: list[Mismatch] = []
+    for turn in range(MAX_RECORDED):
+        merged.extend(kind[turn] for kind in kinds if turn < len(kind))
+    return merged[:MAX_RECORDED]
