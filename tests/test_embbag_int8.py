@@ -1,74 +1,119 @@
-"""embbag_int8 workload: clean cases pass, table and output flips are caught, raw-id flips stay silent."""
+"""embbag_int8 workload: 8- and 4-bit tables in both modes; clean cases pass, table, output and fetch
+faults are caught, raw-id flips stay silent, and every bag output reaches the digest."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
 import torch
 
+from sdcscan.checks import embbag
 from sdcscan.faults import FaultSpec
 from sdcscan.outcomes import Case
-from sdcscan.workloads import embbag_int8, load
+from sdcscan.workloads import SPECS, embbag_int8, load
 from sdcscan.workloads.base import Context, has_selftest
-from sdcscan.workloads.embbag_int8 import EmbbagInt8, fit_rows
+from sdcscan.workloads.embbag_int8 import EmbbagInt8, exact_table, fit_rows
+
+VARIANTS = list(EmbbagInt8.selftest_variants)
 
 
-def _ready(params: dict[str, Any], seed: int = 1) -> tuple[EmbbagInt8, Context]:
+def _ready(params: Mapping[str, Any], seed: int = 1) -> tuple[EmbbagInt8, Context]:
     workload = EmbbagInt8({**EmbbagInt8.spec.tiny, **params})
     ctx = Context(unit="cpu:0", device=torch.device("cpu"), run_seed=seed, params={})
     workload.prepare(ctx)
     return workload, ctx
 
 
-def _run(workload: EmbbagInt8, ctx: Context, seed: int, fault: FaultSpec | None = None) -> Any:
+def _run(
+    workload: EmbbagInt8, ctx: Context, seed: int, fault: FaultSpec | None = None, occurrence: int = 0
+) -> Any:
     ctx.begin_case(fault)
-    return workload.run(ctx, Case(seed, "embbag_int8", seed, seed))
+    return workload.run(ctx, Case(seed, "embbag_int8", seed, occurrence))
 
 
 def test_registered_with_the_selftest_protocol() -> None:
     """Registry entry, variants, bits and floors are what sdcscan selftest reads."""
     assert load("embbag_int8") is EmbbagInt8 and has_selftest(EmbbagInt8)
-    assert set(EmbbagInt8.selftest_variants) == {"exact", "realistic"}
+    assert set(VARIANTS) == {"exact", "exact_4bit", "realistic", "realistic_4bit"}
     assert EmbbagInt8.negative_sites == ("indices",)
     assert EmbbagInt8.selftest_bits("exact", "table") == list(range(8))
     assert EmbbagInt8.selftest_bits("exact", "output") == list(range(32))
-    assert EmbbagInt8.selftest_floor("exact", "table", 0) == 0.999
-    assert EmbbagInt8.selftest_floor("realistic", "table", 7) is None
+    assert EmbbagInt8.selftest_bits("realistic", "fetch") == list(range(12))  # 4096 rows
+    for variant in ("exact", "exact_4bit"):
+        assert [EmbbagInt8.selftest_floor(variant, s, 0) for s in ("output", "table", "fetch")] == [1.0] * 3
     assert EmbbagInt8.selftest_floor("exact", "indices", 3) is None
-    assert EmbbagInt8.spec.defaults["rows"] >= 1_000_000
+    assert [EmbbagInt8.selftest_floor("realistic", "table", b) for b in range(8)] == [None] * 4 + [0.99] * 4
+    assert [EmbbagInt8.selftest_floor("realistic_4bit", "table", b) for b in range(8)] == [0.99] * 8
+    assert EmbbagInt8.selftest_floor("realistic", "output", 30) is None
+    assert EmbbagInt8.selftest_floor("realistic_4bit", "fetch", 5) == 0.99
+    assert EmbbagInt8.spec.defaults["rows"] >= 1_000_000 and EmbbagInt8.spec.defaults["bits"] == [8, 4]
 
 
 @pytest.mark.parametrize("mode", ["exact", "realistic"])
 @pytest.mark.parametrize("weighted", [False, True])
-def test_clean_cases_pass_and_are_deterministic(mode: str, weighted: bool) -> None:
-    """Several seeds pass; a second worker with the same run seed builds the same table and digests."""
+def test_clean_cases_pass_are_deterministic_and_cycle_the_bit_widths(mode: str, weighted: bool) -> None:
+    """Several cases pass; a second worker with the same run seed builds the same tables and digests;
+    occurrences alternate 8- and 4-bit tables."""
     first, ctx1 = _ready({"mode": mode, "weighted": weighted})
     second, ctx2 = _ready({"mode": mode, "weighted": weighted})
     for seed in range(4):
-        a, b = _run(first, ctx1, seed), _run(second, ctx2, seed)
+        a, b = _run(first, ctx1, seed, occurrence=seed), _run(second, ctx2, seed, occurrence=seed)
         assert a.status == "ok" and not a.mismatches
+        assert a.detail["bits"] == (8, 4)[seed % 2]
         assert a.digest == b.digest and a.ops == b.ops and a.ops_unit == "lookup"
 
 
-@pytest.mark.parametrize("site", ["output", "table"])
-def test_exact_mode_catches_every_value_changing_flip(site: str) -> None:
-    """Every bit of an output word or of a pooled table byte; the table is restored after the case."""
-    workload, ctx = _ready(EmbbagInt8.selftest_variants["exact"])
-    assert workload.packed is not None
-    pristine = workload.packed.clone()
-    for bit in EmbbagInt8.selftest_bits("exact", site):
+def test_the_digest_folds_in_every_bag() -> None:
+    """A change in the first or the last bag's output alone changes the case digest."""
+    workload, ctx = _ready({"mode": "realistic"})
+    clean = _run(workload, ctx, 0).digest
+    for element in (0, EmbbagInt8.spec.tiny["bags"] * EmbbagInt8.spec.tiny["dim"] - 1):
+        outcome = _run(workload, ctx, 0, FaultSpec("bitflip", "output", 1, element=element, bit=0))
+        assert outcome.digest != clean, element
+
+
+@pytest.mark.parametrize("variant", ["exact", "exact_4bit"])
+@pytest.mark.parametrize("site", ["output", "table", "fetch"])
+def test_exact_mode_catches_every_value_changing_flip(variant: str, site: str) -> None:
+    """Every bit of an output word, of a pooled table byte (both nibbles), and of a fetched row id within
+    the table; the table is restored after the case."""
+    workload, ctx = _ready(EmbbagInt8.selftest_variants[variant])
+    bits = EmbbagInt8.selftest_variants[variant]["bits"][0]
+    pristine = workload.tables[bits].clone()
+    for bit in EmbbagInt8.selftest_bits(variant, site):
+        assert isinstance(bit, int)
         for seed in range(3):
             outcome = _run(workload, ctx, seed, FaultSpec("bitflip", site, 100 * bit + seed, bit=bit))
             assert ctx.injected is not None
             if ctx.injected["value_changed"]:
                 assert outcome.status == "mismatch", (bit, seed)
                 assert outcome.mismatches[0].check == "embbag_exact"
-    assert torch.equal(workload.packed, pristine)
+    assert torch.equal(workload.tables[bits], pristine)
     assert _run(workload, ctx, 0).status == "ok"
 
 
-@pytest.mark.parametrize("variant", ["exact", "realistic"])
+@pytest.mark.parametrize("variant", ["realistic", "realistic_4bit"])
+def test_realistic_mode_catches_high_table_bits_and_wrong_rows(variant: str) -> None:
+    """The bits the selftest holds to 99% (the top of each quantized value) and every wrong-row fetch,
+    over a few cases; the check names realistic mode and the bags it recomputed."""
+    workload, ctx = _ready(EmbbagInt8.selftest_variants[variant])
+    sites = {
+        "table": [b for b in range(8) if EmbbagInt8.selftest_floor(variant, "table", b)],
+        "fetch": range(12),
+    }
+    for site, labels in sites.items():
+        for bit in labels:
+            for seed in range(3):
+                outcome = _run(workload, ctx, seed, FaultSpec("bitflip", site, 7 * bit + seed, bit=bit))
+                assert ctx.injected is not None and ctx.injected["value_changed"]
+                assert outcome.status == "mismatch", (site, bit, seed)
+                assert outcome.mismatches[0].check == "embbag_realistic"
+                assert outcome.detail["flagged_bags"] >= 1
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
 def test_raw_id_flips_stay_silent(variant: str) -> None:
     """Negative control: the lookup and the checksum both use the corrupted, re-hashed id."""
     workload, ctx = _ready(EmbbagInt8.selftest_variants[variant])
@@ -77,11 +122,40 @@ def test_raw_id_flips_stay_silent(variant: str) -> None:
         assert ctx.injected is not None and outcome.status == "ok"
 
 
-def test_realistic_mode_catches_high_bit_output_flips() -> None:
-    """Exponent flips exceed the rigorous bound (low mantissa bits are below it: report only)."""
-    workload, ctx = _ready(EmbbagInt8.selftest_variants["realistic"])
-    for seed in range(3):
-        assert _run(workload, ctx, seed, FaultSpec("bitflip", "output", seed, bit=30)).status == "mismatch"
+def test_a_flip_in_a_row_of_scale_zero_is_recorded_as_no_change() -> None:
+    """FBGEMM stores a constant 8-bit row with scale 0: its q bits change no value, so the trial is not
+    counted (like +0.0 → −0.0), and the case passes."""
+    workload, ctx = _ready({"mode": "realistic", "bits": [8]})
+    packed = workload.tables[8]
+    idx, _, _ = workload._case_inputs(ctx, Case(0, "embbag_int8", 0, 0), packed.shape[0])
+    row = int(idx[0])  # the row the table fault strikes
+    constant = (packed[:, -8:].contiguous().view(torch.float32)[:, 0] == 0).nonzero().flatten()
+    assert constant.numel() > 0  # the mixed table holds some
+    saved = packed[row].clone()
+    packed[row] = packed[int(constant[0])]  # bag 0 now reads a constant row: no checksum changes
+    workload.stats[8] = embbag.row_stats(packed, 8, weighted=False)
+    outcome = _run(workload, ctx, 0, FaultSpec("bitflip", "table", 3, bit=6))
+    assert ctx.injected is not None and ctx.injected["value_changed"] is False
+    assert outcome.status == "ok"
+    packed[row] = saved
+
+
+def test_a_fetch_flip_that_wraps_onto_the_same_row_is_no_change() -> None:
+    """Flipping bit 40 of a row id of a 2048-row table wraps back onto the intended row."""
+    workload, ctx = _ready({"mode": "exact", "bits": [8]})
+    outcome = _run(workload, ctx, 0, FaultSpec("bitflip", "fetch", 1, bit=40))
+    assert ctx.injected is not None and ctx.injected["value_changed"] is False
+    assert outcome.status == "ok"
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+def test_exact_rows_carry_the_parity_of_their_index(bits: int) -> None:
+    """Each row's sum of q has the parity of its index's popcount, so rows r and r XOR 2^k always differ."""
+    packed = exact_table(torch.Generator().manual_seed(0), 1000, 16, bits)
+    q, _, _ = embbag.split_packed(packed, bits)
+    popcount = torch.tensor([bin(r).count("1") % 2 for r in range(1000)])
+    assert torch.equal(q.sum(1, dtype=torch.int64) % 2, popcount)
+    assert q.max() <= embbag.layout(bits).q_max
 
 
 def test_fit_rows_scales_down_to_the_memory_share() -> None:
@@ -92,17 +166,42 @@ def test_fit_rows_scales_down_to_the_memory_share() -> None:
 
 
 def test_short_memory_is_noted(monkeypatch: pytest.MonkeyPatch) -> None:
-    """prepare shrinks the table and says so in a note the report shows."""
-    monkeypatch.setattr(embbag_int8, "_mem_available", lambda: 4 * (16 + 16) * 500)
+    """prepare shrinks the tables (8- and 4-bit rows and their checksums) and says so in a note."""
+    per_row = (16 + 8) + (8 + 4) + 2 * embbag_int8.CHECK_BYTES_PER_ROW
+    monkeypatch.setattr(embbag_int8, "_mem_available", lambda: 4 * per_row * 500)
     monkeypatch.setattr(embbag_int8.os, "cpu_count", lambda: 1)
     workload, ctx = _ready({})
-    assert workload.packed is not None and workload.packed.shape[0] == 500
+    assert {b: t.shape[0] for b, t in workload.tables.items()} == {8: 500, 4: 500}
     assert any("scaled down" in n for n in ctx.notes)
     assert _run(workload, ctx, 0).status == "ok"
 
 
-@pytest.mark.parametrize("params", [{"mode": "sum"}, {"dim": 10}, {"pooling": [5, 2]}, {"pooling": [3]}])
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"mode": "sum"},
+        {"dim": 10},
+        {"pooling": [5, 2]},
+        {"pooling": [3]},
+        {"bits": [5]},
+        {"bits": []},
+        {"dim": 12},
+    ],
+)
 def test_bad_parameters_are_rejected(params: dict[str, Any]) -> None:
-    """Unknown mode, a dim the CUDA kernel cannot take, or a bad pooling range."""
+    """Unknown mode, a dim the CUDA kernels cannot take (4-bit: a multiple of 8), a bad pooling range or
+    bit width."""
     with pytest.raises(ValueError):
         EmbbagInt8(params)
+
+
+@pytest.mark.parametrize(("params", "key"), [({"bits": [5]}, "bits"), ({"bits": [8, 4], "dim": 12}, "dim")])
+def test_the_catalogue_refuses_what_the_workload_cannot_run(params: dict[str, Any], key: str) -> None:
+    """Refused at profile load (exit 2), not by every worker: a width other than 8 or 4, or a 4-bit
+    table whose dim is not a multiple of 8."""
+    spec = SPECS["embbag_int8"]
+    merged = {**spec.defaults, **params}
+    problems = [k for k, v in params.items() if spec.param_problem(k, v)]
+    found = spec.rules_problem(merged)
+    assert key in problems or (found is not None and found[0] == key)
+    assert spec.rules_problem({**spec.defaults, "bits": [8], "dim": 12}) is None

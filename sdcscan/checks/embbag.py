@@ -1,23 +1,31 @@
-"""Checksums for 8-bit rowwise-quantized EmbeddingBag (FBGEMM `embedding_bag_byte_rowwise_offsets`).
+"""Checksums for rowwise-quantized EmbeddingBag (FBGEMM `embedding_bag_byte_rowwise_offsets` and
+`embedding_bag_4bit_rowwise_offsets`).
 
-A packed row is D bytes q, then fp32 scale and fp32 bias; an element is scale·q + bias. FBGEMM sums a
-bag in fp32 as buf_j = fma(w·scale, q_j, buf_j + w·bias) (its EmbeddingSpMDM_ref; docs/abft.md §2.1).
-With row sums C_T[r] = Σ_j q_rj precomputed from the intended table, the bag checksum identity
-(Li et al. §V-B, eq. 5; docs/abft.md §2.2) is
+Packed rows (docs/abft.md §2.1): 8-bit rows are D bytes q, then fp32 scale and bias; 4-bit rows are D/2
+bytes of nibbles (element 2k in the low nibble, 2k + 1 in the high one), then fp16 scale and bias. An
+element is scale·q + bias. FBGEMM sums a bag in fp32 as buf_j = fma(w·scale, q_j, buf_j + w·bias), one
+member after another in bag order. With row sums C_T[r] = Σ_j q_rj of the intended table, the bag
+checksum identity (Li et al. §V-B, eq. 5; docs/abft.md §2.2) is
 
     S_out(b) = Σ_j out[b, j]  =  S_exp(b) = Σ_{i in b} w_i (scale_i·C_T[i] + D·bias_i)
 
 where S_exp gathers the row sums of the INTENDED indices, so a fetch of the wrong row is seen too.
 
-Two tolerance models:
+Two checks:
     exact: scale = 2^-7 and bias = k·2^-7 (k integer) are written into the table and weights are small
-        integers, so every fp32 step is exact; the identity is checked for equality in integers
-        (units of 2^-7), plus an integrality check on every output element (docs/abft.md §2.4).
-    realistic: any FBGEMM-quantized table; |S_out − S_exp| <= T, a rigorous bound (docs/abft.md §2.3) built
-        from γ_n = n·u/(1 − n·u) and A(b) = Σ|w_i|(scale_i·C_T[i] + D·|bias_i|).
+        integers, so every fp32 step is exact; the identity is checked for equality in integers (units
+        of 2^-7), plus an integrality check on every output element (docs/abft.md §2.4).
+    realistic, two levels (docs/abft.md §2.3): any FBGEMM-quantized table. A cheap per-bag trigger
+        compares the residuals of two checksums, the plain one above and a signed one (balanced ±1
+        weights, which cancel the rounding FBGEMM makes alike in every element), with a variance model
+        of the fp32 rounding noise; only the bags it flags are recomputed element by element in fp64
+        from the intended rows (whose bytes are first checked against per-row fingerprints) and
+        compared with a rigorous running-error bound, so a confirmed mismatch is never rounding.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
@@ -25,41 +33,115 @@ UNIT = 2**-7  # exact mode: every value is an integer multiple of this
 UNIT_INV = 2**7
 U32 = 2.0**-24  # unit roundoff of fp32 and fp64
 U64 = 2.0**-53
+TINY32 = 2.0**-126  # the smallest normal fp32: below it, rounding errors are absolute, not relative
+BITS = (8, 4)
+# The trigger fires beyond these many modelled standard deviations of the plain and the signed checksum.
+# Measured on clean bags of every table family (docs/abft.md §2.5): a firing costs only the recompute of
+# that bag, a miss costs detection. The plain checksum's model is rougher (coherent roundings), so it
+# sits further out; the signed one is the sensitive check.
+PLAIN_SIGMAS = 5.0
+SIGNED_SIGMAS = 4.0
+CONFIRM_CHUNK_BAGS = 64  # flagged bags recomputed together: bounds the fp64 scratch memory
+# The running-error bound below needs L·u small; pooling is at most 21,845 lookups (2·L·u < 0.003).
+_MAX_CONFIRM_LENGTH = 21_845
 
 
-def dyadic_pack(q: torch.Tensor, bias_units: torch.Tensor) -> torch.Tensor:
+@dataclass(frozen=True)
+class Layout:
+    """How one packed row of a `bits`-bit table is laid out."""
+
+    bits: int
+    meta_bytes: int  # trailing bytes holding scale then bias
+    meta_dtype: torch.dtype
+    per_byte: int  # elements per q byte
+    q_max: int
+
+
+LAYOUTS = {
+    8: Layout(8, 8, torch.float32, 1, 255),
+    4: Layout(4, 4, torch.float16, 2, 15),
+}
+_BAG_OPS = {
+    8: "embedding_bag_byte_rowwise_offsets",
+    4: "embedding_bag_4bit_rowwise_offsets",
+}
+
+
+def layout(bits: int) -> Layout:
+    """The row layout of a `bits`-bit table.
+
+    Raises:
+        ValueError: bits other than 8 or 4.
+    """
+    if bits not in LAYOUTS:
+        raise ValueError(f"bits must be one of {BITS} (got {bits})")
+    return LAYOUTS[bits]
+
+
+def packed_dim(packed: torch.Tensor, bits: int) -> int:
+    """The embedding dimension D of a packed table."""
+    lay = layout(bits)
+    return (packed.shape[1] - lay.meta_bytes) * lay.per_byte
+
+
+def embedding_bag(
+    packed: torch.Tensor,
+    bits: int,
+    indices: torch.Tensor,
+    offsets: torch.Tensor,
+    weights: torch.Tensor | None,
+) -> torch.Tensor:
+    """The quantized EmbeddingBag op for the table's bit width (sum pooling; torch ignores `mode`)."""
+    op = getattr(torch.ops.quantized, _BAG_OPS[layout(bits).bits])  # layout() rejects other widths
+    return op(packed, indices, offsets, False, 0, False, weights, None, False)
+
+
+def unpack_q(packed: torch.Tensor, bits: int = 8) -> torch.Tensor:
+    """(N, D) uint8 quantized values: a view for 8-bit tables, the nibbles spread out for 4-bit ones."""
+    lay = layout(bits)
+    body = packed[:, : packed.shape[1] - lay.meta_bytes]
+    if bits == 8:
+        return body
+    return torch.stack([body & 15, body >> 4], 2).reshape(packed.shape[0], -1)
+
+
+def split_packed(packed: torch.Tensor, bits: int = 8) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Packed rows → q (N, D) uint8, scale (N,) fp32, bias (N,) fp32 (fp16 widens exactly)."""
+    lay = layout(bits)
+    meta = packed[:, -lay.meta_bytes :].contiguous().view(lay.meta_dtype).to(torch.float32)  # (N, 2)
+    return unpack_q(packed, bits), meta[:, 0], meta[:, 1]
+
+
+def dyadic_pack(q: torch.Tensor, bias_units: torch.Tensor, bits: int = 8) -> torch.Tensor:
     """Build an exact-mode packed table by hand.
 
     Args:
-        q: (N, D) uint8 quantized values.
-        bias_units: (N,) integers k in [-255, 0]; bias = k·2^-7, scale = 2^-7.
+        q: (N, D) uint8 quantized values, below 2^bits.
+        bias_units: (N,) integers k in [-(2^bits − 1), 0]; bias = k·2^-7, scale = 2^-7 (exact in fp16 too).
+        bits: 8 or 4.
     Returns:
-        (N, D + 8) uint8: q, then the fp32 scale and bias bytes (the layout FBGEMM's prepack writes).
+        (N, packed bytes) uint8 in the layout FBGEMM's prepack writes.
     """
+    lay = layout(bits)
     scale = torch.full((q.shape[0],), UNIT, dtype=torch.float32, device=q.device)
-    meta = torch.stack([scale, bias_units.to(torch.float32) * UNIT], 1)  # (N, 2) fp32, exact
-    return torch.cat([q, meta.view(torch.uint8)], 1).contiguous()
+    meta = torch.stack([scale, bias_units.to(torch.float32) * UNIT], 1).to(lay.meta_dtype)  # exact
+    body = q if bits == 8 else q[:, 0::2] | (q[:, 1::2] << 4)
+    return torch.cat([body, meta.view(torch.uint8)], 1).contiguous()
 
 
-def split_packed(packed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(N, D + 8) uint8 → q (N, D) uint8 view, scale (N,) fp32, bias (N,) fp32."""
-    meta = packed[:, -8:].contiguous().view(torch.float32)  # (N, 2)
-    return packed[:, :-8], meta[:, 0], meta[:, 1]
-
-
-def exact_row_sums(packed: torch.Tensor) -> torch.Tensor:
+def exact_row_sums(packed: torch.Tensor, bits: int = 8) -> torch.Tensor:
     """Per-row sums in units of 2^-7: C_T + D·k, exact integers, int16 when they fit (a cheaper gather).
 
     Raises:
         ValueError: the table is not dyadic (scale ≠ 2^-7 or bias not a multiple of 2^-7).
     """
-    q, scale, bias = split_packed(packed)
+    q, scale, bias = split_packed(packed, bits)
     dim = q.shape[1]
     k = bias * UNIT_INV
     if not bool((scale == UNIT).all()) or not torch.equal(k, k.round()):
         raise ValueError("exact_row_sums needs a dyadic table: scale 2^-7 and bias a multiple of 2^-7")
-    sums = q.sum(1, dtype=torch.int32) + dim * k.to(torch.int32)  # |sums| <= 255·D
-    return sums.to(torch.int16) if 255 * dim < 2**15 else sums
+    sums = q.sum(1, dtype=torch.int32) + dim * k.to(torch.int32)  # |sums| <= q_max·D
+    return sums.to(torch.int16) if layout(bits).q_max * dim < 2**15 else sums
 
 
 def exact_expected(
@@ -100,56 +182,279 @@ def exact_bad_bags(out: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
     return bad
 
 
-def realistic_row_sums(packed: torch.Tensor) -> torch.Tensor:
-    """(N, 2) fp32: [scale·C_T + D·bias (rounded), scale·C_T + D·|bias| (rounded up)] per row.
+# ---------------------------------------------------------------------------------------------------
+# Realistic mode: level 1, the trigger.
 
-    fp32 halves the gather of the check; the rounding of column 0 (<= u·column 1) is in the bound, and
-    column 1 is rounded up so that the bound stays an upper bound.
+
+@dataclass(frozen=True)
+class RowStats:
+    """What the realistic check keeps per row of the intended table, computed once per table.
+
+    Attributes:
+        sums: (N,) complex64, each element two fp32 values gathered together (one 8-byte gather per
+            lookup costs about a third of a 16-byte one): the row sum s = scale·C_T + D·bias and the
+            signed row sum s± = scale·Σ_j c_j·q_j over the balanced ±1 pattern c of `diff_pattern`.
+        shares: (N,) complex64, the row's shares (per unit w²) of the variance models of the plain and
+            the signed checksum (see `row_stats`).
+        fingerprints: (N,) int64 Σ_k (2k + 1)·byte_k over every byte of the packed row: no single or
+            double bit flip of a row leaves it unchanged, since (2k + 1)·2^b determines k and b.
+        bits: the table's bit width.
+        weighted: whether the shares include the rounding of w·scale and w·bias (per-sample weights).
     """
-    q, scale, bias = split_packed(packed)
-    c_t = q.sum(1, dtype=torch.int32).to(torch.float64)  # exact
-    dim = q.shape[1]
-    s = scale.double() * c_t + dim * bias.double()  # (N,) fp64, error <= 2·U64·a
-    a = (scale.double() * c_t + dim * bias.double().abs()) * (1 + 4 * U64)
-    a32 = a.float()
-    a32 = torch.where(a32.double() < a, torch.nextafter(a32, torch.tensor(float("inf"))), a32)
-    return torch.stack([s.float(), a32], 1)
+
+    sums: torch.Tensor
+    shares: torch.Tensor
+    fingerprints: torch.Tensor
+    bits: int
+    weighted: bool
+
+    def to(self, device: torch.device) -> RowStats:
+        """The same statistics on `device`."""
+        return RowStats(
+            self.sums.to(device),
+            self.shares.to(device),
+            self.fingerprints.to(device),
+            self.bits,
+            self.weighted,
+        )
 
 
-def realistic_expected(
-    row_sums: torch.Tensor, indices: torch.Tensor, lengths: torch.Tensor, weights: torch.Tensor | None
+def diff_pattern(dim: int, device: torch.device | None = None) -> torch.Tensor:
+    """(D,) fp64 weights of the signed checksum: ±1, as many of each (a 0 last when D is odd).
+
+    The rounding of buf + bias errs identically in every element whose partial sum lies in one binade
+    (the error depends only on the bias and the ulp), so it adds up coherently in a plain row sum;
+    weights that sum to zero cancel it, and a change of one element still moves the signed sum by the
+    full change. Drawn from a fixed seed, so every unit and device uses the same pattern.
+    """
+    signs = torch.ones(dim, dtype=torch.float64)
+    signs[torch.randperm(dim, generator=torch.Generator().manual_seed(0x5DC))[: dim // 2]] = -1.0
+    if dim % 2:
+        signs[(signs > 0).nonzero()[-1]] = 0.0
+    return signs.to(device) if device is not None else signs
+
+
+def row_stats(packed: torch.Tensor, bits: int, *, weighted: bool, chunk_rows: int = 1 << 16) -> RowStats:
+    """Per-row checksums, variance shares and fingerprints of a packed table, in chunks (bounded fp64
+    scratch).
+
+    The plain checksum's share is 2·D·bias² + s² [+ (scale·C_T)² + (D·bias)² with weights]: the rounding
+    of buf + bias is up to u·|buf + bias| per element (|buf + bias|² <= 2|buf|² + 2·bias²); s is stored
+    in fp32 (an error up to u·|s| per lookup); with weights, fl(w·scale) and fl(w·bias) err coherently
+    across the D elements, by up to u·w·scale·C_T and u·w·D·bias in the bag sum. The signed checksum's
+    share is s±² [× 2 with weights]: its fp32 storage and the rounding of w·scale (w·bias cancels).
+    """
+    sums, shares, prints = [], [], []
+    pattern: torch.Tensor | None = None
+    for start in range(0, packed.shape[0], chunk_rows):
+        chunk = packed[start : start + chunk_rows]
+        q, scale, bias = split_packed(chunk, bits)
+        dim = q.shape[1]
+        pattern = diff_pattern(dim, q.device) if pattern is None else pattern
+        q64 = q.to(torch.float64)
+        scaled, b = scale.double() * q64.sum(1), bias.double()  # the sum of q is exact in fp64
+        s = scaled + dim * b
+        signed = scale.double() * (q64 @ pattern)
+        plain_share = 2 * dim * b.square() + s.square()
+        signed_share = signed.square()
+        if weighted:
+            plain_share = plain_share + scaled.square() + (dim * b).square()
+            signed_share = 2 * signed_share
+        sums.append(torch.stack([s, signed], 1).float())
+        shares.append(torch.stack([plain_share, signed_share], 1).float())
+        prints.append(_fingerprints(chunk))
+    return RowStats(
+        torch.cat(sums).contiguous().view(torch.complex64).view(-1),
+        torch.cat(shares).contiguous().view(torch.complex64).view(-1),
+        torch.cat(prints),
+        bits,
+        weighted,
+    )
+
+
+def trigger_bags(
+    out: torch.Tensor,
+    stats: RowStats,
+    indices: torch.Tensor,
+    lengths: torch.Tensor,
+    weights: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """S_exp(b) and A(b) = Σ|w_i|·a_i per bag, fp64 (B,) each, from realistic_row_sums (N, 2)."""
-    # Gather both fp32 columns as one int64 word: a 1-D gather is ~10× faster than a (N, 2) one.
-    pairs = row_sums.contiguous().view(torch.int64).view(-1).index_select(0, indices)
-    vals = pairs.view(torch.float32).view(-1, 2).to(torch.float64)  # (L_total, 2); w·v exact in fp64
-    if weights is not None:
-        vals = vals * torch.stack([weights, weights.abs()], 1).to(torch.float64)
-    sums = torch.segment_reduce(vals, "sum", lengths=lengths, axis=0)  # (B, 2)
-    return sums[:, 0], sums[:, 1]
+    """Level 1: (B,) bool of bags where either checksum's residual exceeds PLAIN_SIGMAS (SIGNED_SIGMAS)
+    modelled deviations, and (B,) fp64 S_exp.
 
+    Each residual (plain: Σ_j out_j − Σ_i w_i·s_i; signed: Σ_j c_j·out_j − Σ_i w_i·s±_i) sums the
+    rounding errors of the D·L accumulation steps. Modelling each rounding as uniform within ±u·|value|
+    (variance u²·value²/3), with the partial sums' energy Σ_t |S_t|² estimated as 1.5·L·|out|² (a random
+    walk ends near Σ_t |x_t|², a drift at L²/3·|x|², so 1.5·L·|out|² covers both with room for the
+    bias additions):
 
-def gamma(n: torch.Tensor | float, u: float) -> torch.Tensor | float:
-    """γ_n = n·u / (1 − n·u): the classic bound on n compounded roundings (Higham)."""
-    return n * u / (1 - n * u)
+        var_plain(b)  = u²/3 · (1.5·L·|out_b|² + Σ_i w_i²·k_i)
+        var_signed(b) = u²/3 · (1.5·L·|out_b|² + (1 + weighted)·Σ_i (w_i·s±_i)²)
 
-
-def realistic_threshold(abs_sums: torch.Tensor, lengths: torch.Tensor, dim: int) -> torch.Tensor:
-    """Rigorous |S_out − S_exp| bound per bag, fp64 (B,).
-
-    FBGEMM rounds 2 times per member (add, fma) and psw adds one more (w·scale, w·bias): γ_{2L+2} in
-    fp32. The fp32 row sum adds u. The fp64 sides (row sums, S_exp over L terms, S_out over D
-    elements) add γ_{L+D+8} in fp64. A final 2^-20 covers the rounding of this formula itself.
+    the last term being the fp32 storage of s± and, with weights, the rounding of w·scale. The signed
+    checksum needs no bias term (see `diff_pattern`), so it is the sensitive one for a change of one
+    element; the plain one sees a change common to every element (a wrong bias). It is a model, not a
+    bound: correlated roundings (a row many times in a bag, rows of one constant value) exceed it, and
+    then the bag is only recomputed. Non-finite residuals or models fire.
     """
-    n32 = 2 * lengths.to(torch.float64) + 2
-    n64 = lengths.to(torch.float64) + dim + 8
-    return (gamma(n32, U32) + U32 + gamma(n64, U64)) * abs_sums * (1 + 2**-20)
+    dim = out.shape[1]
+    expected = stats.sums.index_select(0, indices).view(torch.float32).view(-1, 2).to(torch.float64)
+    shares = stats.shares.index_select(0, indices).view(torch.float32).view(-1, 2)  # fp32 is enough
+    if weights is not None:
+        expected = expected * weights.to(torch.float64).unsqueeze(1)
+        shares = shares * weights.to(torch.float32).square().unsqueeze(1)
+    sums = _segment_float_sums(expected, lengths)  # (B, 2): S_exp, S±_exp
+    spread = _segment_float_sums(shares, lengths).to(torch.float64)  # (B, 2)
+    checks = torch.stack(
+        [torch.ones(dim, dtype=torch.float64, device=out.device), diff_pattern(dim, out.device)], 1
+    )
+    got = out.double() @ checks  # (B, 2): an fp64 copy then a product, ~10× faster than sum(dtype=float64)
+    energy = 1.5 * lengths.to(torch.float64) * torch.linalg.vector_norm(out, dim=1).double().square()
+    var_plain = (U32 * U32 / 3) * (energy + spread[:, 0])
+    var_signed = (U32 * U32 / 3) * (energy + spread[:, 1])
+    fired = torch.zeros(out.shape[0], dtype=torch.bool, device=out.device)
+    for resid, var, sigmas in (
+        (got[:, 0] - sums[:, 0], var_plain, PLAIN_SIGMAS),
+        (got[:, 1] - sums[:, 1], var_signed, SIGNED_SIGMAS),
+    ):
+        limit = sigmas * var.sqrt()
+        fired |= ~(resid.abs() <= limit) | ~torch.isfinite(limit)
+    return fired, sums[:, 0]
 
 
-def realistic_bad_bags(out: torch.Tensor, expected: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
-    """(B,) bool: bags with |Σ_j out[b, j] − S_exp(b)| beyond the bound; NaN-safe (NaN is bad)."""
-    diff = (out.sum(1, dtype=torch.float64) - expected).abs()
-    return ~(diff <= threshold)
+# ---------------------------------------------------------------------------------------------------
+# Realistic mode: level 2, the rigorous recompute of flagged bags.
+
+
+def confirm_bags(
+    out: torch.Tensor,
+    packed: torch.Tensor,
+    stats: RowStats,
+    indices: torch.Tensor,
+    lengths: torch.Tensor,
+    weights: torch.Tensor | None,
+    flagged: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Level 2: recompute each flagged bag from its intended rows and bound its fp32 rounding rigorously.
+
+    Args:
+        out: (B, D) fp32 output of the op.
+        packed: the table in memory; each intended row is first checked against its fingerprint.
+        stats: RowStats of the intended table.
+        indices, lengths, weights: the intended lookups, as for `trigger_bags`.
+        flagged: (B,) bool from `trigger_bags`.
+    Returns:
+        (B,) bool confirmed bags (an element beyond its bound, or a row whose bytes changed), and (B,)
+        bool bags confirmed because a row's bytes changed (a corrupted table in memory).
+    Raises:
+        ValueError: a bag longer than 21,845 lookups (the bound's premise 2·L·u < 0.003 fails).
+    """
+    confirmed = torch.zeros_like(flagged)
+    corrupt = torch.zeros_like(flagged)
+    bags = flagged.nonzero().flatten()
+    if bags.numel() == 0:
+        return confirmed, corrupt
+    if int(lengths[bags].max()) > _MAX_CONFIRM_LENGTH:
+        raise ValueError(f"confirm_bags: bags of more than {_MAX_CONFIRM_LENGTH} lookups are not supported")
+    starts = torch.cumsum(lengths, 0) - lengths
+    for chunk in bags.split(CONFIRM_CHUNK_BAGS):
+        members, present = _members(starts[chunk], lengths[chunk])
+        rows = indices[members] if indices.numel() else torch.zeros_like(members)  # (n, Lmax), padded
+        w = None if weights is None else weights[members]
+        fetched = packed[rows.flatten()]
+        changed = (_fingerprints(fetched) != stats.fingerprints[rows.flatten()]).view(rows.shape)
+        row_bad = (changed & present).any(1)
+        reference, bound = bag_reference(fetched, stats.bits, present, w)
+        elem_bad = (~((out[chunk].double() - reference).abs() <= bound)).any(1)  # NaN-safe
+        confirmed[chunk] = row_bad | elem_bad
+        corrupt[chunk] = row_bad
+    return confirmed, corrupt
+
+
+def running_bound(
+    x: torch.Tensor, a: torch.Tensor, present: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """fp64 reference sums and rigorous bounds on |fp32 result − reference| for sequential bags.
+
+    Args:
+        x: (n, Lmax, D) fp64 member values w·(scale·q + bias), zero where absent.
+        a: (n, Lmax, D) fp64 magnitudes |w|·(|scale|·q + |bias|), zero where absent.
+        present: (n, Lmax) bool.
+    Returns:
+        (n, D) fp64 reference Ŝ_L and (n, D) fp64 bound T.
+
+    Any kernel that adds a bag's members one at a time, in bag order, into an fp32 accumulator errs at
+    member t by at most u(1 + 2u)·(|buf_t| + |buf_{t−1}| + 4·A_t), whatever its per-member formula
+    (FBGEMM's fma(w·scale, q, buf + w·bias), torch CUDA's buf + w·fma(q, scale, bias), with or without
+    fma). With S_t the exact partial sums, |buf_t| <= |S_t| + Ē, Ē = 6.1·L·u·M and M = Σ_t A_t
+    (valid while 2·L·u < 0.003). The fp64 side: Ŝ_t differs from S_t by at most
+    η = 1.1·(L + 2)·2^-53·M (member values and the prefix sums). Hence
+
+        |out − Ŝ_L| <= u(1 + 2u)·(Σ_t (|Ŝ_t| + |Ŝ_{t−1}| + 4·A_t) + 2L·(η + Ē)) + η + 4L·2^-126,
+
+    the last term for results below fp32's normal range (absolute errors, up to 2^-126 per operation
+    where a kernel flushes them to zero), and a factor 1 + 2^-30 covers the rounding of this formula
+    itself (docs/abft.md §2.3). The accumulator must be fp32 (u = 2^-24), as in every torch kernel.
+    """
+    length = present.sum(1, dtype=torch.int64).to(torch.float64)[:, None]  # (n, 1)
+    partial = torch.cumsum(x, 1)  # Ŝ_t
+    prev = torch.cat([torch.zeros_like(partial[:, :1]), partial[:, :-1]], 1)  # Ŝ_{t−1}
+    mask = present.unsqueeze(2)
+    path = torch.where(mask, partial.abs() + prev.abs() + 4 * a, 0.0).sum(1)  # (n, D)
+    total = a.sum(1)  # M
+    eta = 1.1 * (length + 2) * U64 * total
+    e_bar = 6.1 * length * U32 * total
+    bound = U32 * (1 + 2 * U32) * (path + 2 * length * (eta + e_bar)) + eta + 4 * length * TINY32
+    return partial[:, -1], bound * (1 + 2.0**-30)
+
+
+def bag_reference(
+    fetched: torch.Tensor, bits: int, present: torch.Tensor, w: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """fp64 reference output and rigorous rounding bound of padded bags (see `running_bound`).
+
+    Args:
+        fetched: (n·Lmax, packed bytes) the members' packed rows, bag-major.
+        bits: the table's bit width.
+        present: (n, Lmax) bool, which members are real.
+        w: (n, Lmax) per-sample weights, or None.
+    Returns:
+        (n, D) fp64 reference and (n, D) fp64 bound.
+    """
+    q, scale, bias = split_packed(fetched, bits)
+    n, lmax = present.shape
+    q64 = q.to(torch.float64).view(n, lmax, -1)
+    s64, b64 = scale.double().view(n, lmax, 1), bias.double().view(n, lmax, 1)
+    x = s64 * q64 + b64  # scale·q exact in fp64, one rounding for the bias
+    a = s64.abs() * q64 + b64.abs()
+    if w is not None:
+        w64 = w.to(torch.float64).unsqueeze(2)
+        x, a = x * w64, a * w64.abs()
+    keep = present.unsqueeze(2)
+    return running_bound(torch.where(keep, x, 0.0), torch.where(keep, a, 0.0), present)
+
+
+def _members(starts: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(n, Lmax) positions of each bag's members in the index tensor (padded with the bag's start, or 0
+    for an empty bag) and the (n, Lmax) mask of real members."""
+    lmax = max(1, int(lengths.max()))
+    steps = torch.arange(lmax, device=starts.device)
+    present = steps.unsqueeze(0) < lengths.unsqueeze(1)
+    positions = torch.where(present, starts.unsqueeze(1) + steps, 0)
+    return positions, present
+
+
+def _fingerprints(packed: torch.Tensor) -> torch.Tensor:
+    """(N,) int64 Σ_k (2k + 1)·byte_k of each packed row (bytes below 2^8, so no overflow below 2^40)."""
+    weights = torch.arange(1, 2 * packed.shape[1], 2, dtype=torch.int64, device=packed.device)
+    return (packed.to(torch.int64) * weights).sum(1)  # no int64 matmul on CUDA
+
+
+def _segment_float_sums(vals: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """Per-bag sums of consecutive rows (zero for empty bags), accumulated in their own dtype."""
+    if vals.shape[0] == 0:
+        return torch.zeros((lengths.shape[0], *vals.shape[1:]), dtype=vals.dtype, device=vals.device)
+    return torch.segment_reduce(vals, "sum", lengths=lengths, axis=0, unsafe=True)
 
 
 def _segment_sums(vals: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
@@ -168,3 +473,38 @@ def _prefix_at(prefix: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
     if prefix.numel() == 0:  # every bag is empty
         return torch.zeros(count.shape, dtype=prefix.dtype, device=prefix.device)
     return torch.where(count > 0, prefix[(count - 1).clamp(min=0)], 0)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The realistic check of one batch of bags.
+
+    Attributes:
+        bad: (B,) bool, confirmed bags (never rounding).
+        expected: (B,) fp64 S_exp, for reporting.
+        flagged: bags the trigger sent to the recompute (the check's cost on clean data).
+        corrupt_rows: confirmed bags that read an intended row whose bytes changed in memory.
+    """
+
+    bad: torch.Tensor
+    expected: torch.Tensor
+    flagged: int
+    corrupt_rows: int
+
+
+def realistic_check(
+    out: torch.Tensor,
+    packed: torch.Tensor,
+    stats: RowStats,
+    indices: torch.Tensor,
+    lengths: torch.Tensor,
+    weights: torch.Tensor | None,
+) -> Verdict:
+    """Both levels: the trigger over every bag, the rigorous recompute over the flagged ones.
+
+    Raises:
+        ValueError: a flagged bag longer than 21,845 lookups.
+    """
+    flagged, expected = trigger_bags(out, stats, indices, lengths, weights)
+    bad, corrupt = confirm_bags(out, packed, stats, indices, lengths, weights, flagged)
+    return Verdict(bad, expected, int(flagged.sum()), int(corrupt.sum()))

@@ -99,6 +99,8 @@ INT8_MAX_N = 91_778  # checks.int8: the position-weighted checksum rows must fit
 INT8_MAX_M = 2**22 - 1  # checks.int8: the column check's activation sums must fit their digit rows
 EMBBAG_MODES = ("exact", "realistic")  # embbag_int8.MODES
 EMBBAG_MAX_POOLING = 21_845  # embbag_int8: pooling[1] * 3 < 2^16
+EMBBAG_BITS = (8, 4)  # checks.embbag.BITS: 8-bit rows (fp32 scale, bias) and 4-bit rows (fp16 scale, bias)
+EMBBAG_4BIT_DIM_MULTIPLE = 8  # embbag_int8: torch's CUDA 4-bit kernel needs D % 8 == 0 (CPU: D even)
 FP_DTYPES = ("float32", "float64", "bfloat16", "float16")  # calibration.DTYPES
 # calibration.DISTRIBUTIONS
 FP_INPUTS = ("abs_normal", "normal", "shifted_normal", "uniform", "student_t3", "llm_like", "row_scales")
@@ -136,6 +138,8 @@ def _embbag_rules(p: Mapping[str, Any]) -> tuple[str, str] | None:
             "pooling",
             f"must be [min, max] lookups per bag with min <= max and max >= 1 (got [{low}, {high}])",
         )
+    if 4 in p["bits"] and p["dim"] % EMBBAG_4BIT_DIM_MULTIPLE:
+        return "dim", f"must be a multiple of {EMBBAG_4BIT_DIM_MULTIPLE} with 4-bit tables (got {p['dim']})"
     return None
 
 
@@ -242,7 +246,9 @@ _CATALOGUE = (
     ),
     WorkloadSpec(
         name="embbag_int8",
-        description="8-bit rowwise-quantized EmbeddingBag (FBGEMM) with per-bag row-sum checksums",
+        description=(
+            "8- and 4-bit rowwise-quantized EmbeddingBag (FBGEMM) with per-bag checksums of the intended rows"
+        ),
         evidence=(INVARIANT, CONSENSUS),
         quality=Quality.BETA,
         defaults={
@@ -252,11 +258,13 @@ _CATALOGUE = (
             "bags": 32768,
             "pooling": [20, 100],  # lookups per bag, min and max
             "weighted": False,  # per-sample weights (small integers in exact mode)
+            "bits": [8, 4],  # table bit width per case, cycled by case occurrence
         },
-        # table: the D quantized bytes of one row the case pools, restored after the case (the table is
-        # shared by all cases). indices: raw sparse ids before `% rows`; both the lookup and the checksum
-        # use the hashed id, so the check cannot see it (a negative control for `sdcscan selftest`).
-        fault_sites=("output", "table", "indices"),
+        # table: the quantized bytes of one row the case pools, restored after the case (the table is
+        # shared by all cases). fetch: the hashed row ids the op reads, while the check uses the intended
+        # ones (a wrong-row fetch). indices: raw sparse ids before `% rows`; both the lookup and the
+        # checksum use the hashed id, so the check cannot see it (a negative control for the selftest).
+        fault_sites=("output", "table", "fetch", "indices"),
         tiny={"rows": 2048, "dim": 16, "bags": 16, "pooling": [1, 8]},
         params={
             "mode": Choice(EMBBAG_MODES),
@@ -265,6 +273,7 @@ _CATALOGUE = (
             "bags": Int(1),
             "pooling": ListOf(Int(0, EMBBAG_MAX_POOLING), length=2),  # max 0: every bag empty
             "weighted": Flag(),
+            "bits": ListOf(Int(4, 8, multiple_of=4)),  # 8 or 4; cases cycle through them
         },
         rules=(_embbag_rules,),
     ),
