@@ -14,6 +14,7 @@ faults: a measurement above it is refused, and gemm_fp on that unit is an error,
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -411,7 +412,7 @@ def resolve(
     threshold = _held(entry, "fresh", k, ceiling)
     if threshold.refused:
         return threshold  # never cache a refused measurement: the next run measures again
-    return Threshold(**{**_fields(threshold), "cache_note": _write_cached(cache, entry)})
+    return dataclasses.replace(threshold, cache_note=_write_cached(cache, entry))
 
 
 def fresh_entry(device: torch.device, fp: dict[str, Any], shape: tuple[int, int, int]) -> dict[str, Any]:
@@ -449,10 +450,6 @@ def _held(entry: dict[str, Any], source: str, k: int, ceiling: float) -> Thresho
         )
         return Threshold(None, source, needed, ceiling, refused=why)
     return Threshold(e_max, source, needed, ceiling)
-
-
-def _fields(t: Threshold) -> dict[str, Any]:
-    return {name: getattr(t, name) for name in Threshold.__slots__}
 
 
 def cache_dir() -> Path:
