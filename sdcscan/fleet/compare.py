@@ -21,10 +21,11 @@ from sdcscan.fleet.consensus import (
     tally,
     undecided_cases,
 )
+from sdcscan.fleet.coverage import coverage_findings
 from sdcscan.fleet.findings import KINDS, Collector, FleetFinding
 from sdcscan.fleet.golden import GoldenIndex, check_unit
 from sdcscan.fleet.model import HostReport, Invariant, PlanKey, Skipped, UnitRecord, dedupe
-from sdcscan.fleet.perf import coverage_findings, slow_findings
+from sdcscan.fleet.perf import slow_findings
 
 COMPARE_VERSION = 1
 FAILING_KINDS = frozenset({"divergent", "invariant", "slow"})  # these make `compare` exit 1

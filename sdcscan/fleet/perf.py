@@ -1,4 +1,4 @@
-"""Fleet statistics that need no digests: slow units (robust z-score) and coverage (missing, stale).
+"""Fleet statistics that need no digests: slow units (robust z-score).
 
 Thresholds come from the fleet itself (median and MAD of peers), not from per-model constants:
 DCGM's fixed thresholds missed a GPU running three times slower (DCGM #122). Pure: no I/O, no clock.
@@ -12,7 +12,6 @@ from typing import Any
 
 from sdcscan.fleet.findings import Collector
 from sdcscan.fleet.model import HostReport
-from sdcscan.timefmt import iso_utc
 
 MAD_TO_SIGMA = 0.6745  # robust z = 0.6745 (x - median) / MAD (Iglewicz and Hoaglin)
 
@@ -90,40 +89,3 @@ def _slow_in_group(
             }
             out.append((r, unit, ev))
     return out
-
-
-def coverage_findings(
-    reports: list[HostReport], col: Collector, hosts: tuple[str, ...], *, now: float, stale_s: float
-) -> int:
-    """Add `missing` and `stale` findings for the listed hosts.
-
-    Args:
-        reports: de-duplicated, usable reports (a corrupt file does not count as coverage).
-        col: where findings go.
-        hosts: hostnames that should have reported.
-        now: POSIX seconds to measure age against (passed in, so tests are deterministic).
-        stale_s: maximum age of a host's newest report.
-
-    Returns:
-        How many hosts reported but are not in the list.
-    """
-    newest: dict[str, float] = {}
-    for r in reports:
-        newest[r.host] = max(newest.get(r.host, -math.inf), r.ended_at)
-    listed = set(hosts)
-    for host in sorted(listed):
-        when = newest.get(host)
-        if when is None:
-            col.add_host(host, None, "missing", {"reason": "no usable report"})
-        elif now - when > stale_s:
-            col.add_host(
-                host,
-                None,
-                "stale",
-                {
-                    "newest_report_at": iso_utc(when),
-                    "age_days": round((now - when) / 86400, 1),
-                    "stale_after_days": round(stale_s / 86400, 3),
-                },
-            )
-    return len(set(newest) - listed)
