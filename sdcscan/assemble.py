@@ -13,6 +13,7 @@ from sdcscan import __version__
 from sdcscan.errors import EXIT_TERMINATED
 from sdcscan.evidence import CaseResult, GoldenCheck, GoldenEntry, check_golden
 from sdcscan.outcomes import STATUS_ERROR, STATUS_MISMATCH, STATUS_OK
+from sdcscan.peer_calibration import held_thresholds, out_of_line
 from sdcscan.report import SCHEMA_VERSION
 from sdcscan.retest import CLASSIFICATIONS, Retest, unit_classification
 from sdcscan.verdict import Judgement, judge
@@ -55,6 +56,9 @@ def judge_and_build(
                 o.get("digest") if o["status"] == STATUS_OK else None
             )
     checks = None if golden is None else _golden_checks(golden, cohort_of, main)
+    held = held_thresholds(outcomes)
+    # A unit the runner stopped keeps that reason; one whose calibration its peers do not share is invalid.
+    problems = {**out_of_line(cohort_of, held), **problems}
     judgement = judge(
         cohort_of, main, retests=reruns, problems=problems, interrupted=interrupted is not None, golden=checks
     )
@@ -63,7 +67,14 @@ def judge_and_build(
         host=host,
         software=software,
         cohorts=cohorts,
-        units=[{**u, "cohort": cohort_of[u["id"]]} for u in units],
+        units=[
+            {
+                **u,
+                "cohort": cohort_of[u["id"]],
+                "calibration": [h.to_dict() for _, h in sorted(held.get(u["id"], {}).items())],
+            }
+            for u in units
+        ],
         outcomes=outcomes,
         judgement=judgement,
         exit_code=EXIT_TERMINATED if interrupted == "SIGTERM" else None,
@@ -195,6 +206,7 @@ def _unit_doc(u: dict[str, Any], cases: list[dict[str, Any]], judgement: Judgeme
         "mismatches": len(bad),
         "first_bad_case": bad[0] if bad else None,
         "notes": list(u.get("notes", [])) + _golden_notes(golden),
+        "calibration": u.get("calibration", []),  # gemm_fp's e_max per (dtype, checker, K), for peers
         "retest": _retest_doc(judgement.retests.get(uid, [])),
         "cases": {
             "index": [o["index"] for o in cases],

@@ -180,6 +180,11 @@ def default_state_dir() -> Path:
     return Path(base) / "sdcscan"
 
 
+def calibration_cache_dir() -> Path:
+    """Where gemm_fp's self-calibrations are cached, one file per fingerprint and shape."""
+    return default_state_dir() / "calibration"
+
+
 def make_state_dir(path: str | os.PathLike[str]) -> None:
     """Create the directory `path`, and its missing parents, for sdcscan's own state, mode 0700.
 

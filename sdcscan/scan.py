@@ -8,6 +8,7 @@ options ask for. Progress reaches the caller only through `on_event`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 import uuid
@@ -20,10 +21,12 @@ from sdcscan.assemble import judge_and_build
 from sdcscan.errors import ReportError, UsageError
 from sdcscan.events import Event, EventSink, RunNote, RunStarted
 from sdcscan.evidence import GoldenEntry
+from sdcscan.files import calibration_cache_dir
 from sdcscan.fleet.golden import GoldenIndex, index_golden, load_golden
 from sdcscan.journal import Journal
 from sdcscan.outputs import history
 from sdcscan.outputs.publish import Outputs, check_targets, publish, run_lock
+from sdcscan.peer_calibration import caches_to_forget
 from sdcscan.plan import week_seed
 from sdcscan.profile import Profile
 from sdcscan.runner import Runner, RunResult, warm_up_workers
@@ -220,6 +223,7 @@ def finish(
         {**u.to_dict(), "cohort": result.states[u.id].cohort, "notes": result.states[u.id].notes}
         for u in setup.units
     ]
+    _forget_calibrations(caches_to_forget({u["id"]: u["cohort"] for u in unit_docs}, result.outcomes))
     return judge_and_build(
         run=run_doc,
         host={**units.host_inventory(), "hostname": _hostname(opts)},
@@ -233,6 +237,13 @@ def finish(
         telemetry=telemetry,
         telemetry_findings=telemetry_findings(telemetry),
     )
+
+
+def _forget_calibrations(names: set[str]) -> None:
+    """Remove cached calibrations that units of one cohort disagreed on: the next run measures again."""
+    for name in sorted(names):
+        with contextlib.suppress(OSError):  # already gone, or a read-only state directory: nothing to undo
+            (calibration_cache_dir() / name).unlink()
 
 
 def _problems(result: RunResult) -> dict[str, str]:

@@ -30,7 +30,7 @@ import torch
 
 from sdcscan.checks import vabft
 from sdcscan.errors import ReportError, UsageError
-from sdcscan.files import default_state_dir, make_state_dir, parse_json, read_json, write_json_atomic
+from sdcscan.files import calibration_cache_dir, make_state_dir, parse_json, read_json, write_json_atomic
 from sdcscan.timefmt import iso_utc
 from sdcscan.workloads.calibration_table import MAX_TABLE_BYTES, SCHEMA, check_schema, check_table
 
@@ -345,6 +345,7 @@ class Threshold:
     ceiling: float
     refused: str = ""
     cache_note: str = ""  # why a fresh measurement could not be cached, if it could not
+    cache: str = ""  # the cache file's name (in `calibration_cache_dir()`) it was read from or written to
 
 
 def ceiling_for(dtype: str, checker: str, shape: tuple[int, int, int]) -> float:
@@ -404,7 +405,7 @@ def resolve(
     cache = _cache_file(fp, shape)
     entry = _read_cached(cache)
     if entry is not None:
-        return _held(entry, "cache", k, ceiling)
+        return dataclasses.replace(_held(entry, "cache", k, ceiling), cache=cache.name)
     entry = _shipped_match(fp, k)
     if entry is not None:
         return _held(entry, "shipped", k, ceiling)
@@ -412,7 +413,8 @@ def resolve(
     threshold = _held(entry, "fresh", k, ceiling)
     if threshold.refused:
         return threshold  # never cache a refused measurement: the next run measures again
-    return dataclasses.replace(threshold, cache_note=_write_cached(cache, entry))
+    note = _write_cached(cache, entry)
+    return dataclasses.replace(threshold, cache_note=note, cache="" if note else cache.name)
 
 
 def fresh_entry(device: torch.device, fp: dict[str, Any], shape: tuple[int, int, int]) -> dict[str, Any]:
@@ -452,15 +454,10 @@ def _held(entry: dict[str, Any], source: str, k: int, ceiling: float) -> Thresho
     return Threshold(e_max, source, needed, ceiling)
 
 
-def cache_dir() -> Path:
-    """Where self-calibrations are cached: the state directory's `calibration/`."""
-    return default_state_dir() / "calibration"
-
-
 def _cache_file(fp: dict[str, Any], shape: tuple[int, int, int]) -> Path:
     m, k, n = min(shape[0], SELF_MAX_MN), shape[1], min(shape[2], SELF_MAX_MN)
     key = json.dumps({**fp, "shape": [m, k, n]}, sort_keys=True)
-    return cache_dir() / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
+    return calibration_cache_dir() / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
 
 
 def _read_cached(path: Path) -> dict[str, Any] | None:

@@ -119,7 +119,9 @@ class GemmFp(SelftestMixin):
                 "checker": chk,
                 "threshold": "vabft",
                 "threshold_source": found.source,
+                "k": k,
                 "e_max": found.e_max,
+                "calibration_cache": found.cache,  # peers that disagree have it measured again
                 "e_max_ceiling": found.ceiling,
                 "bad_rows": bad_rows,
                 "bad_columns": bad_cols,
