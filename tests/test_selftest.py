@@ -13,6 +13,7 @@ from sdcscan.cli.abft import selftest
 from sdcscan.outcomes import INVARIANT, STATUS_MISMATCH, STATUS_OK, Case, Outcome
 from sdcscan.workloads import SPECS, Quality, WorkloadSpec
 from sdcscan.workloads.base import REGISTRY, Context, has_selftest
+from sdcscan.workloads.selftest import selftest_workloads
 
 SITE_KEYS = {"workload", "variant", "site", "bit", "trials", "detected"}
 CLEAN_KEYS = {"workload", "variant", "site", "trials", "false_positives"}
@@ -67,6 +68,7 @@ class _Fake:
     )
     negative_sites: ClassVar[tuple[str, ...]] = ("input",)
     selftest_variants: ClassVar[dict[str, dict[str, Any]]] = {"only": {}}
+    blind_spots: ClassVar[tuple[str, ...]] = ("a flip of the input before the output is computed",)
     detects = True
     sees_input = False
     clean_fires = False
@@ -120,6 +122,24 @@ def test_exit_code_follows_floors_false_positives_and_negative_controls(monkeypa
         ("input", 31),
     ]
     assert all(x["trials"] == 3 for x in rows)
+
+
+def test_the_selftest_states_what_is_not_caught(monkeypatch):
+    """Blind spots by design are part of the result, in JSON and in the table a person reads."""
+    monkeypatch.setitem(SPECS, "fake_abft", _Fake.spec)
+    monkeypatch.setitem(REGISTRY, "fake_abft", _Fake)
+    r = CliRunner().invoke(selftest, ["-w", "fake_abft", "--trials", "2", "--json"])
+    assert json.loads(r.stdout)["blind_spots"] == {"fake_abft": list(_Fake.blind_spots)}
+    assert "Not caught, by design" in r.stderr and "fake_abft: a flip of the input" in r.stderr
+    members = {k: v for k, v in vars(_Fake).items() if not k.startswith("__")}
+    assert has_selftest(type("WithBlindSpots", (), members))
+    del members["blind_spots"]
+    assert not has_selftest(type("NoBlindSpots", (), members))  # a workload must state them to be swept
+
+
+def test_every_abft_workload_states_its_blind_spots():
+    for cls in selftest_workloads(None):
+        assert cls.blind_spots and all(len(s) > 20 for s in cls.blind_spots), cls.name
 
 
 @pytest.mark.parametrize(

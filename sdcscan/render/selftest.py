@@ -48,6 +48,11 @@ def selftest_table(result: dict[str, Any]) -> Table:
 def render_selftest(result: dict[str, Any], console: Console) -> None:
     """The detection table, then one line naming every failed row and the verdict."""
     console.print(selftest_table(result))
+    if result.get("blind_spots"):
+        console.print("Not caught, by design (docs/abft.md):")
+        for workload, spots in result["blind_spots"].items():
+            for spot in spots:
+                console.print(cell(f"  {workload}: {spot}"))
     for r in result["rows"]:
         if not r["passed"]:
             what = "clean trials fired" if r["site"] == "clean" else f"{r['site']} {_fault_label(r['bit'])}"

@@ -117,6 +117,7 @@ class SelftestWorkload(Workload, Protocol):
 
     negative_sites: ClassVar[tuple[str, ...]]  # fault sites the check cannot see by design: must stay silent
     selftest_variants: ClassVar[Mapping[str, Mapping[str, Any]]]  # variant name -> parameter overrides
+    blind_spots: ClassVar[tuple[str, ...]]  # what the checks cannot catch by design, stated in the self-test
 
     @classmethod
     def for_selftest(cls, params: Mapping[str, Any]) -> Workload:

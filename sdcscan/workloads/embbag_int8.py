@@ -45,6 +45,13 @@ class EmbbagInt8:
     name: ClassVar[str] = "embbag_int8"
     spec: ClassVar[WorkloadSpec] = SPECS[name]
     negative_sites: ClassVar[tuple[str, ...]] = ("indices",)  # lookup and checksum both use the hashed id
+    blind_spots: ClassVar[tuple[str, ...]] = (
+        "realistic mode: a change within the rigorous rounding bound of the element it hits (low q bits of "
+        "rows orders of magnitude below their bag's largest, near-constant rows, output mantissa bits 0-4)",
+        "exact mode: two output elements of one bag exchanged; a wrong-row fetch between rows of equal sums",
+        "a q bit flipped in a row stored with scale 0 (no value changes); an id corrupted before the lookup "
+        "(the checksum uses the same id: the negative control)",
+    )  # docs/abft.md §2.6
     selftest_variants: ClassVar[Mapping[str, Mapping[str, Any]]] = {
         "exact": {"mode": "exact", "weighted": True, "bits": [8], **_SMALL},
         "exact_4bit": {"mode": "exact", "weighted": True, "bits": [4], **_SMALL},

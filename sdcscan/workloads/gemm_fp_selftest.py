@@ -49,6 +49,15 @@ _MODEL_FLOORS: dict[str, dict[str, float]] = {
 class SelftestMixin:
     """`selftest_variants`, `selftest_bits` and `selftest_floor` of the SelftestWorkload protocol for gemm_fp."""
 
+    blind_spots: ClassVar[tuple[str, ...]] = (
+        "a change smaller than the output rounding of its row and column: one element's relative error "
+        "below ~1e-3 (fp32), ~1e-1 (fp16), and in bf16 a 10% error or a swap of two similar elements",
+        "bf16 on zero-mean data: a flip that sends an element below ~4x its row's rounding noise; even a "
+        "threshold that knew that noise exactly catches only about 94% of exponent bits 10-14 at "
+        "(128,1024,256) (tests/test_float_blind_spots.py)",
+        "four changes forming a rectangle (+d, -d in two rows and two columns); A corrupted before the GEMM "
+        "(the negative control)",
+    )  # docs/abft.md §3.4a
     selftest_variants: ClassVar[Mapping[str, Mapping[str, Any]]] = {
         "float32": _variant("float32", [256, 1024, 256]),
         "float64": _variant("float64", [128, 512, 128]),

@@ -76,6 +76,11 @@ class GemmInt8:
     name: ClassVar[str] = "gemm_int8"
     spec: ClassVar[WorkloadSpec] = SPECS[name]
     negative_sites: ClassVar[tuple[str, ...]] = ("operand",)  # A before the GEMM: product stays consistent
+    blind_spots: ClassVar[tuple[str, ...]] = (
+        "six or more coordinated errors that cancel in all three checks, e.g. (+d, -2d, +d) at three "
+        "equally spaced columns of one row and the negation in another row",
+        "A corrupted before the GEMM (the product stays consistent: the negative control); a swap of equal words",
+    )  # docs/abft.md §1
     selftest_variants: ClassVar[Mapping[str, Mapping[str, Any]]] = {
         "mod2_32": {"scheme": "mod2_32", "shapes": _SMALL, "ops_per_case": 1.0},
         "mod127": {"scheme": "mod127", "shapes": _SMALL, "ops_per_case": 1.0},

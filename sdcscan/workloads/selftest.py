@@ -112,9 +112,10 @@ def run_selftest(
     The sweep runs on one CPU thread, as a per-core unit does.
 
     Returns:
-        {"seed", "trials", "rows": [...], "notes": [...], "passed"}; `rows` holds one clean record per
+        {"seed", "trials", "rows": [...], "notes": [...], "blind_spots": {...}, "passed"}; `rows` holds one clean record per
         (workload, variant) and one record per (workload, variant, site, bit); `notes` are the workloads'
-        facts about this device (e.g. that it is uncalibrated).
+        facts about this device (e.g. that it is uncalibrated); `blind_spots` what each workload's checks
+        cannot catch by design, so a reader of the table knows what a 0% row would not have shown.
     Raises:
         UsageError: bad arguments.
     """
@@ -137,7 +138,15 @@ def run_selftest(
     finally:
         torch.set_num_threads(threads)
     passed = all(r["passed"] for r in rows)
-    return {"seed": seed, "trials": trials, "rows": rows, "notes": notes, "passed": passed}
+    blind_spots = {cls.name: list(cls.blind_spots) for cls in classes}
+    return {
+        "seed": seed,
+        "trials": trials,
+        "rows": rows,
+        "notes": notes,
+        "blind_spots": blind_spots,
+        "passed": passed,
+    }
 
 
 def _run_variant(
