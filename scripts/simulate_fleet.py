@@ -3,11 +3,16 @@
 
 Example:
     python scripts/simulate_fleet.py --hosts 40 --units 8 --cases 100 --out fleet/ --seed 1
+    python scripts/simulate_fleet.py --scenario adept --out adept/
 
 Writes DIR/reports/**.json (one report per host, plus a few corrupt and duplicate files),
 DIR/hosts.txt (every host that should report, including some that did not) and DIR/planted.json:
 the faults planted and the findings `sdcscan compare --hosts DIR/hosts.txt --now NOW` must report,
 exactly. Self-contained (does not import sdcscan) so it runs from a bare checkout.
+
+`--scenario NAME` writes instead one of the small fleets of issue 12 (`SCENARIOS`): a situation a fleet
+operator meets (re-runs, a fixed host, a tiny cohort with a shared wrong digest, two machines with one
+hostname, ...), with reports whose own verdicts and findings are those `sdcscan run` would have written.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ import json
 import random
 import shutil
 import sys
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -198,8 +205,11 @@ def build_report(
     mism: list[dict[str, Any]],
     ended: datetime,
     seed: int,
+    *,
+    findings: list[dict[str, Any]] | None = None,
+    machine_id: str | None = None,
 ) -> dict[str, Any]:
-    """A whole report around its units."""
+    """A whole report around its units (`machine_id`: the short hash `host.machine_id`, when given)."""
     order = ("pass", "fail", "invalid", "interrupted")
     verdict = max((u["verdict"] for u in units), key=order.index)
     started = ended - timedelta(seconds=60)
@@ -221,12 +231,12 @@ def build_report(
             "workloads": list(WORKLOADS),
             "injections": [],
         },
-        "host": {"hostname": host},
+        "host": {"hostname": host} if machine_id is None else {"hostname": host, "machine_id": machine_id},
         "software": {"python": "3.11", "torch": "2.5.0"},
         "cohorts": {cohort: {"kind": "cpu", "model": MODELS[cohort], "threads": 1}},
         "units": units,
         "mismatches": mism,
-        "findings": [],
+        "findings": findings or [],
     }
 
 
@@ -317,15 +327,224 @@ def simulate(hosts_n: int, units_n: int, cases: int, out: Path, seed: int) -> di
     return manifest
 
 
+# ---------------------------------------------------------------------------------------------------
+# Scenarios of issue 12: small fleets, one situation each. Every unit runs SCENARIO_CASES cases; a wrong
+# unit gets WRONG_CASES wrong (one case of each workload), with digests named by its tag, so units with
+# the same tag are wrong in the same way (one corrupted value spread to several machines).
+
+SCENARIO_SEED = 4242
+SCENARIO_CASES = 8
+WRONG_CASES = (1, 2)
+
+
+@dataclass
+class ScenarioHost:
+    """One report of a scenario: a host, its units, what each gets wrong, and what its own run saw."""
+
+    name: str
+    units: int = 2
+    wrong: dict[int, str] = field(default_factory=dict)  # unit number -> tag of its wrong digests
+    named_failing: tuple[int, ...] = ()  # units its own run blamed after re-runs settled a tie
+    age: timedelta = timedelta(hours=1)  # how long before NOW the run ended
+    machine_id: str | None = None
+
+
+def wrong_digest(tag: str, index: int) -> str:
+    """The digest a unit wrong in the way `tag` produces for case `index`."""
+    return hexdigest("wrong", tag, index)
+
+
+def scenario_report(h: ScenarioHost, cohort: str = COHORTS[0]) -> dict[str, Any]:
+    """The report `sdcscan run` would write on host `h`: its units, and its own in-host judgement."""
+    rng = random.Random(f"{h.name}:{h.machine_id}:{h.age}")
+    base = base_cases(cohort, SCENARIO_SEED, SCENARIO_CASES)
+    units = []
+    for k in range(h.units):
+        tag = h.wrong.get(k)
+        plan = UnitPlan(SCENARIO_CASES, wrong={i: wrong_digest(tag, i) for i in WRONG_CASES} if tag else {})
+        unit, _ = build_unit(rng, cohort, f"cpu:{k}", plan, base, SCENARIO_SEED)
+        units.append(unit)
+    findings = judge_own_run(units, {f"cpu:{k}" for k in h.named_failing})
+    return build_report(
+        rng, h.name, cohort, units, [], NOW - h.age, SCENARIO_SEED, findings=findings, machine_id=h.machine_id
+    )
+
+
+def judge_own_run(units: list[dict[str, Any]], named: set[str]) -> list[dict[str, Any]]:
+    """Set each unit's verdict as `sdcscan run` would from its host alone; return the run's findings.
+
+    A minority digest of a case fails its unit (`divergent`). Without a strict majority, units in
+    `named` are those the run's re-runs showed not to reproduce (`not_reproducible`); when none is
+    named, every unit of the tie is a suspect (verdict fail, one `undecided` finding, no one named).
+    """
+    blame: dict[str, list[tuple[str, int, str]]] = {u["id"]: [] for u in units}
+    findings: list[dict[str, Any]] = []
+    for i in range(SCENARIO_CASES):
+        digests = {u["id"]: u["cases"]["digest"][i] for u in units if i < len(u["cases"]["digest"])}
+        counts = Counter(digests.values())
+        if len(counts) < 2:
+            continue
+        workload = units[0]["cases"]["workload"][i]
+        top, n = counts.most_common(1)[0]
+        if n * 2 > len(digests):
+            for uid, d in digests.items():
+                if d != top:
+                    blame[uid].append(("divergent", i, workload))
+        elif named & set(digests):
+            for uid in sorted(named & set(digests)):
+                blame[uid].append(("not_reproducible", i, workload))
+        else:
+            suspects = sorted(digests)
+            for uid in suspects:
+                blame[uid].append(("undecided", i, workload))
+            findings.append(
+                {
+                    "kind": "undecided",
+                    "unit": None,
+                    "message": f"Units {', '.join(suspects)} disagreed at case {i} ({workload}); all are suspects.",
+                    "next": None,
+                }
+            )
+    for u in units:
+        reasons = blame[u["id"]]
+        u["verdict"], u["reason"], u["first_bad_case"] = "pass", None, None
+        if not reasons:
+            continue
+        kind, i, workload = reasons[0]
+        u["verdict"], u["first_bad_case"] = "fail", i
+        u["reason"] = {
+            "divergent": f"digest disagreed with the cohort majority at case {i} ({workload})",
+            "not_reproducible": f"result of disputed case {i} ({workload}) did not reproduce on re-run",
+            "undecided": f"undecided dispute at case {i} ({workload})",
+        }[kind]
+        if kind != "undecided":
+            cls = "persistent" if kind == "divergent" else "transient"
+            u["retest"] = {"classification": cls, "counts": {cls: len(reasons)}, "cases": []}
+            findings.append({"kind": kind, "unit": u["id"], "message": u["reason"], "next": None})
+    return findings
+
+
+def golden_document(cohort: str = COHORTS[0]) -> dict[str, Any]:
+    """A golden (`sdcscan golden record` format) holding the correct digest of every scenario case."""
+    base = base_cases(cohort, SCENARIO_SEED, SCENARIO_CASES)
+    n = SCENARIO_CASES
+    return {
+        "golden_version": 1,
+        "tool": {"name": "sdcscan", "version": "0.1.0"},
+        "reports": 3,
+        "entries": [
+            {
+                "profile_sha256": PROFILE_SHA,
+                "seed": SCENARIO_SEED,
+                "cohort": cohort,
+                "units": 6,
+                "cases": {
+                    "index": base["index"],
+                    "workload": base["workload"],
+                    "digest": base["digest"],
+                    "votes": [3] * n,
+                    "voters": [3] * n,
+                },
+            }
+        ],
+        "refused": [],
+    }
+
+
+def _peers(n: int, prefix: str = "peer") -> list[ScenarioHost]:
+    return [ScenarioHost(f"{prefix}{k}") for k in range(n)]
+
+
+def _reruns(age_hours: tuple[int, ...]) -> list[ScenarioHost]:
+    """Re-runs of one 2-unit host that is wrong as a whole (its units agree, so its own run passes)."""
+    return [ScenarioHost("flaky", wrong={0: "flaky", 1: "flaky"}, age=timedelta(hours=h)) for h in age_hours]
+
+
+MACHINE_A, MACHINE_B = "a1b2c3d4e5f60718", "0f1e2d3c4b5a6978"
+
+SCENARIOS: dict[str, Callable[[], list[ScenarioHost]]] = {
+    # An 8-unit host consistently wrong against two healthy 2-unit hosts (and against four).
+    "big-faulty-host": lambda: [ScenarioHost("big", 8, {k: "big" for k in range(8)}), *_peers(2, "small")],
+    "big-faulty-host-4-peers": lambda: [ScenarioHost("big", 8, {k: "big" for k in range(8)}), *_peers(4)],
+    # Adept's ring all-gather: the wrong value reached two of three machines.
+    "adept": lambda: [
+        ScenarioHost("ring0", wrong={0: "ring", 1: "ring"}),
+        ScenarioHost("ring1", wrong={0: "ring", 1: "ring"}),
+        ScenarioHost("ring2"),
+    ],
+    # Three reports of one faulty host (re-run with the same seed, as compare said) against 2 or 4 peers.
+    "reruns": lambda: [*_reruns((3, 2, 1)), *_peers(2)],
+    "reruns-4-peers": lambda: [*_reruns((3, 2, 1)), *_peers(4)],
+    # A host whose cpu:0 failed two days ago and passes now (fixed), and the reverse (broken since).
+    "fixed-host": lambda: [
+        ScenarioHost("node", 4, {0: "node"}, age=timedelta(days=2)),
+        ScenarioHost("node", 4, age=timedelta(hours=1)),
+        *_peers(4),
+    ],
+    "broken-host": lambda: [
+        ScenarioHost("node", 4, age=timedelta(days=2)),
+        ScenarioHost("node", 4, {0: "node"}, age=timedelta(hours=1)),
+        *_peers(4),
+    ],
+    # Four hosts share a wrong digest; one is right; the golden (golden_document) knows which.
+    "golden-vs-majority": lambda: [
+        *[ScenarioHost(f"wrong{k}", wrong={0: "spread", 1: "spread"}) for k in range(4)],
+        ScenarioHost("right"),
+    ],
+    # A 2-unit host alone whose own run named cpu:1 failing (its re-runs did not reproduce).
+    "own-run-named": lambda: [ScenarioHost("solo", wrong={1: "solo"}, named_failing=(1,))],
+    # Two 8-unit hosts, one wrong as a whole: 8 units against 8.
+    "split-8v8": lambda: [ScenarioHost("left", 8, {k: "left" for k in range(8)}), ScenarioHost("right", 8)],
+    # Two machines named `node` (different machine ids), cpu:0 of one wrong; three peers.
+    "hostname-collision": lambda: [
+        ScenarioHost("node", 4, {0: "node"}, machine_id=MACHINE_A),
+        ScenarioHost("node", 4, machine_id=MACHINE_B, age=timedelta(hours=2)),
+        *_peers(3),
+    ],
+    # One machine reporting twice under one name: one host, the older report superseded.
+    "same-machine-twice": lambda: [
+        ScenarioHost("node", 4, {0: "node"}, machine_id=MACHINE_A, age=timedelta(hours=2)),
+        ScenarioHost("node", 4, {0: "node"}, machine_id=MACHINE_A),
+        *_peers(3),
+    ],
+}
+
+
+def scenario_reports(name: str) -> list[dict[str, Any]]:
+    """The reports of scenario `name` (a key of SCENARIOS), in a fixed order."""
+    return [scenario_report(h) for h in SCENARIOS[name]()]
+
+
+def write_scenario(name: str, out: Path) -> list[Path]:
+    """Write scenario `name` as OUT/reports/HOST-N.json (and OUT/golden.json); return the report paths."""
+    if out.exists():
+        shutil.rmtree(out)
+    (out / "reports").mkdir(parents=True)
+    paths = []
+    for n, report in enumerate(scenario_reports(name)):
+        path = out / "reports" / f"{report['host']['hostname']}-{n}.json"
+        path.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+        paths.append(path)
+    (out / "golden.json").write_text(json.dumps(golden_document(), indent=1) + "\n", encoding="utf-8")
+    return paths
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command line entry point."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--hosts", type=int, required=True)
+    ap.add_argument("--hosts", type=int)
     ap.add_argument("--units", type=int, default=8)
     ap.add_argument("--cases", type=int, default=100)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--scenario", choices=sorted(SCENARIOS), help="Write one small fleet of issue 12.")
     args = ap.parse_args(argv)
+    if args.scenario:
+        paths = write_scenario(args.scenario, args.out)
+        print(json.dumps({"out": str(args.out), "scenario": args.scenario, "reports": len(paths)}))
+        return 0
+    if args.hosts is None:
+        ap.error("--hosts is required (or --scenario)")
     if args.hosts < 8 or args.units < 1 or args.cases < 8:
         ap.error("need at least 8 hosts, 1 unit and 8 cases to plant every fault")
     m = simulate(args.hosts, args.units, args.cases, args.out, args.seed)

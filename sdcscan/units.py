@@ -185,6 +185,26 @@ def cohort_key(fields: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 
 
+MACHINE_ID_FILES = ("/etc/machine-id", "/var/lib/dbus/machine-id")  # systemd, then D-Bus (same value)
+
+
+def machine_id(paths: tuple[str, ...] = MACHINE_ID_FILES) -> str | None:
+    """A short hash of the machine's boot-independent identity, or None when it cannot be read.
+
+    `sdcscan compare` uses it to keep apart two machines that share a hostname. The raw id is never
+    written: it is a secret-ish value systemd asks not to expose (machine-id(5)), so only 16 hex digits
+    of a salted SHA-256 leave the host.
+    """
+    for path in paths:
+        try:
+            raw = Path(path).read_text(encoding="ascii").strip()
+        except (OSError, UnicodeDecodeError):
+            continue
+        if raw and raw != "uninitialized":
+            return hashlib.sha256(b"sdcscan machine id\0" + raw.encode()).hexdigest()[:16]
+    return None
+
+
 def host_inventory() -> dict[str, Any]:
     """Facts about the host for the report (no torch needed)."""
     try:
@@ -193,6 +213,7 @@ def host_inventory() -> dict[str, Any]:
         mem_bytes = None
     return {
         "hostname": socket.gethostname(),
+        "machine_id": machine_id(),
         "cpu_model": cpu_model(),
         "logical_cpus": os.cpu_count(),
         "memory_bytes": mem_bytes,

@@ -98,13 +98,18 @@ def test_coverage_from_the_command_line(tmp_path: Path):
         (["{R}", "--hosts", "{HOSTS}", "--now", "yesterday"], "Error: invalid --now 'yesterday'"),
         (["{R}", "--golden", "{NOFILE}"], "Error: {NOFILE}: cannot read golden"),
         (["{R}", "--slow-drop", "1.5"], "Invalid value for '--slow-drop'"),
+        (["{R}", "--jobs", "-1"], "Invalid value for '--jobs'"),
+        (["{R}", "--hosts", "/dev/zero"], "Error: --hosts /dev/zero: larger than 67108864 bytes"),
+        (["{R}", "--hosts", "{BINARY}"], "Error: --hosts {BINARY}: not UTF-8 text"),
     ],
 )
 def test_usage_errors_exit_2_with_one_clear_line(tmp_path: Path, args: list[str], message: str):
     """Bad arguments and unusable input: exit 2, a clear message, no traceback."""
     root = write(tmp_path, healthy(2))
     (tmp_path / "hosts").write_text("h0\n")
+    (tmp_path / "binary").write_bytes(b"h0\n\xff\xfe\n")
     subst = {
+        "BINARY": str(tmp_path / "binary"),
         "R": str(root),
         "HOSTS": str(tmp_path / "hosts"),
         "NOFILE": str(tmp_path / "nofile"),
@@ -172,9 +177,10 @@ def test_golden_record_then_compare_judges_a_lone_host(tmp_path: Path):
     result = run(compare, [str(lone), "--golden", str(out), "--json"])
     assert result.exit_code == 1
     found = [(f["unit"], f["kind"]) for f in json.loads(result.stdout)["findings"]]
-    # Alone, its two units tie on case 1 (undecided); the golden settles it: cpu:0 is wrong.
-    assert found == [("cpu:0", "invariant"), ("cpu:0", "undecided"), ("cpu:1", "undecided")]
-    assert json.loads(result.stdout)["findings"][0]["evidence"]["checks"] == ["golden"]
+    # Alone, its two units tie on case 1; the golden overrules the tie (issue 12, item 2): cpu:0 is
+    # divergent from the golden, and no `undecided` finding contradicts that (it used to list both).
+    assert found == [("cpu:0", "divergent")]
+    assert json.loads(result.stdout)["findings"][0]["evidence"]["basis"] == "golden"
 
 
 def test_golden_record_refuses_when_nothing_is_clear(tmp_path: Path):
@@ -198,5 +204,29 @@ def test_render_compare_snapshot():
         "Compared 5 report(s) from 5 host(s), 10 unit(s): 1 comparison group(s), 4 case(s)"
     )
     assert "Findings: 1 divergent" in text
-    assert "│ bad  │ cpu:0 │ divergent │ 1 of 4 case(s) disagree with the majority, first case 2" in text
+    # Wording of issue 12 (one vote per host): the evidence counts hosts as well as units.
+    assert "│ bad  │ cpu:0 │ divergent │ 1 of 4 case(s) differ from the fleet's digest, first case 2" in text
+    assert "4 host(s), 9 unit(s) hold the reference" in flat
     assert flat.endswith("take those that fail again out of service.")
+
+
+def test_fail_on_undecided_turns_a_close_split_into_exit_3(tmp_path):
+    """Two hosts split 1 against 1: nobody is accused (exit 0); with --fail-on undecided, 3 ("could not
+    judge"), never 1."""
+    from tests.helpers.fleet import report as fleet_report
+    from tests.helpers.fleet import unit as fleet_unit
+
+    for name, digest in (("a", None), ("b", "f" * 16)):
+        doc = fleet_report(
+            name,
+            [
+                fleet_unit("cpu:0", digests={1: digest} if digest else None),
+                fleet_unit("cpu:1", digests={1: digest} if digest else None),
+            ],
+        )
+        (tmp_path / f"{name}.json").write_text(json.dumps(doc))
+    plain = CliRunner().invoke(compare, [str(tmp_path), "--json"])
+    strict = CliRunner().invoke(compare, [str(tmp_path), "--json", "--fail-on", "undecided"])
+    assert plain.exit_code == 0 and strict.exit_code == 3, (plain.stderr, strict.stderr)
+    assert {f["kind"] for f in json.loads(strict.stdout)["findings"]} == {"undecided"}
+    assert json.loads(strict.stdout)["exit_code"] == 3

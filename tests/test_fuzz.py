@@ -4,18 +4,26 @@ from __future__ import annotations
 
 import contextlib
 import json
+from io import StringIO
 from pathlib import Path
 
 import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from rich.console import Console
 
+import sdcscan.fleet.reading as reading
 from sdcscan.errors import ProfileError, ReportError
+from sdcscan.fleet.compare import FAILING_KINDS, summarize
+from sdcscan.fleet.model import Extractor, HostReport
+from sdcscan.fleet.reading import read_report
 from sdcscan.profile import Profile, load_profile, profile_from_data
+from sdcscan.render.fleet import render_compare
 from sdcscan.report import load_report, validate_report
 from tests.helpers.profiles import HOSTILE_PROFILES
 from tests.helpers.reports import make_report as _good_report
+from tests.test_hostile_reports import COMPANION, MUTATIONS, field_paths, mutated_text
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
@@ -169,3 +177,51 @@ def test_yaml_module_is_the_safe_loader():
 
     with pytest.raises(yaml.YAMLError):
         yaml.load("!!python/object/apply:os.system ['true']", Loader=_StrictLoader)
+
+
+# ---------------------------------------------------------------------------------------------------
+# `compare` over every field of a report replaced by every kind of JSON value (issue 12, item 6).
+
+
+def _compare_outcome(path: Path) -> tuple[str, object]:
+    """('skipped', reason) or ('used', extract) for one file, as `compare` reads it."""
+    try:
+        return "used", read_report(str(path), Extractor())
+    except ReportError as err:
+        return "skipped", str(err)
+
+
+def test_every_field_as_every_json_type_is_judged_or_skipped_by_compare(tmp_path, monkeypatch):
+    """Each field of a report (140 of them) replaced by null, bool, numbers, a 5000-digit integer, NaN,
+    markup, escape sequences, lists, objects, deep nesting, or removed: compare's reader either skips the
+    file with a one-line reason or extracts it; summarize and the renderer then judge it (exit 0 or 1,
+    1 only with a failing finding) without an exception. The unit-by-unit parser of large reports agrees
+    with the whole-document one on every case."""
+    base = _good_report()
+    companion = Extractor().extract(COMPANION, source="companion.json")
+    path = tmp_path / "r.json"
+    checked = 0
+    for field in field_paths(base):
+        for mutation in MUTATIONS:
+            path.write_text(mutated_text(base, field, mutation), encoding="utf-8", errors="surrogatepass")
+            outcomes = []
+            for threshold in (1 << 40, 0):  # whole document, then unit by unit
+                monkeypatch.setattr(reading, "STREAM_UNITS_ABOVE", threshold)
+                outcomes.append(_compare_outcome(path))
+            assert outcomes[0] == outcomes[1], (field, mutation.name, outcomes)
+            _, value = outcomes[0]
+            if isinstance(value, str):  # skipped, with this reason
+                assert value and "\n" not in value and "(unexpected " not in value, (
+                    field,
+                    mutation.name,
+                    value,
+                )
+                continue
+            assert isinstance(value, HostReport)
+            summary = summarize([value, companion])
+            render_compare(summary, Console(file=StringIO(), width=120))
+            json.dumps(summary.to_dict())
+            failing = any(f.kind in FAILING_KINDS for f in summary.findings)
+            assert summary.exit_code == (1 if failing else 0), (field, mutation.name)
+            checked += 1
+    assert checked > 100  # most spoiled fields are refused, but not all: both paths are exercised

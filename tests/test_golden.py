@@ -24,18 +24,33 @@ def fleet(n: int = 3, **kw: Any) -> list[dict[str, Any]]:
 
 
 def test_record_keeps_majority_digests_and_refuses_undecided_cases():
-    """Each (plan, cohort, case) gets the strict-majority digest; ties are refused and listed."""
+    """Each (plan, cohort, case) gets the digest the hosts settle on, one vote per host, as `compare`
+    decides it; close splits and ties are refused and listed."""
     split = [report("s0", [unit(digests={1: "a" * 16})]), report("s1", [unit(digests={1: "b" * 16})])]
-    g = record([*fleet(1), report("x", [unit(digests={2: "c" * 16})]), *split[:1]])
+    g = record([*fleet(3), report("x", [unit(digests={2: "c" * 16})]), *split[:1]])
     (entry,) = g["entries"]
     assert (entry["profile_sha256"], entry["seed"], entry["cohort"]) == (PLAN_SHA, 7, "c1")
     assert entry["cases"]["index"] == [0, 1, 2, 3] and entry["cases"]["digest"][2] == good("c1", 2)
-    assert entry["cases"]["votes"][2] == 3 and entry["cases"]["voters"][2] == 4
+    assert entry["cases"]["votes"][2] == 7 and entry["cases"]["voters"][2] == 8  # units, of 5 hosts
     assert g["refused"] == [] and g["golden_version"] == 1
     tie = record([report("a", [unit("cpu:0", digests={1: "a" * 16}), unit("cpu:1")])])
     assert tie["entries"][0]["cases"]["index"] == [0, 2, 3]
     assert [(r["index"], r["workload"]) for r in tie["refused"]] == [(1, "matmul_golden")]
-    assert "no strict majority among 2 units" in tie["refused"][0]["reason"]
+    assert "only 0 host(s) voted" in tie["refused"][0]["reason"]
+
+
+def test_one_many_unit_host_cannot_write_its_digests_into_the_golden():
+    """Two healthy 2-unit hosts and one 8-unit host wrong on case 1: 16 units to 4 would have recorded
+    the wrong digest; as 1 host against 2 the case is a close split and is refused."""
+    wrong = report("big", [unit(f"cpu:{k}", digests={1: "f" * 16}) for k in range(8)])
+    g = record([*fleet(2), wrong])
+    assert 1 not in g["entries"][0]["cases"]["index"]
+    assert [r["index"] for r in g["refused"]] == [1] and "close split" in g["refused"][0]["reason"]
+    rerun = report(
+        "big", [unit(f"cpu:{k}") for k in range(8)], run_id="later", ended_at="2025-06-02T00:00:00Z"
+    )
+    fixed = record([*fleet(2), wrong, rerun])  # the host's newest report is the one that votes
+    assert fixed["refused"] == [] and fixed["reports"] == 3
 
 
 def test_record_min_votes():
@@ -189,13 +204,15 @@ def test_golden_file_round_trip_and_errors(tmp_path: Path):
         load_golden(tmp_path / "missing.json")
 
 
-def test_compare_with_golden_reports_invariant_findings():
-    """compare --golden: disagreements with the golden are `invariant` (check golden), even with no peers."""
+def test_compare_with_golden_reports_divergent_findings():
+    """compare --golden: a disagreement with the golden is `divergent` with basis golden, even with no
+    peers (issue 12: the golden is the reference wherever it covers a case, not an extra invariant)."""
     g = index_golden(record(fleet()))
     lone = [report("q", [unit("cpu:0", digests={2: "f" * 16}), unit("cpu:1", cohort="c9")])]
     s = summarize(extract(lone), options=Options(golden=g))
     (f,) = s.findings
-    assert (f.host, f.unit, f.kind) == ("q", "cpu:0", "invariant")
-    assert f.evidence["checks"] == ["golden"] and f.evidence["first_case"] == 2
+    assert (f.host, f.unit, f.kind) == ("q", "cpu:0", "divergent")
+    assert f.evidence["basis"] == "golden" and f.evidence["first_disputed_case"] == 2
+    assert f.evidence["reference_digest"] == good("c1", 2)
     assert s.counts["golden_unjudged_units"] == 1 and s.exit_code == 1
     assert summarize(extract(fleet()), options=Options(golden=g)).findings == ()

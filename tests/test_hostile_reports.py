@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 
 from sdcscan.cli import cli
 from sdcscan.errors import ReportError
+from sdcscan.fleet.compare import FAILING_KINDS
 from sdcscan.report import validate_report
 from tests.helpers.cli import child_env, sdcscan_cmd
 from tests.helpers.reports import make_report
@@ -52,6 +53,7 @@ MUTATIONS = (
     Mutation("true", True),
     Mutation("string", "x"),
     Mutation("float", 1.5),
+    Mutation("huge-float", 1.7e308),
     Mutation("negative", -1),
     Mutation("int-2**64", 2**64),
     Mutation("int-5000-digits", RAW, raw=HUGE_INT),
@@ -62,12 +64,14 @@ MUTATIONS = (
     Mutation("deeper-nesting", RAW, raw="[" * 900 + "]" * 900),
     Mutation("markup-close", "[/x]"),
     Mutation("markup-style", "[bold red]x[/]"),
+    Mutation("markup-pair", "[bold red]x[/bold red]"),
     Mutation("control-chars", "\x1b[31mred\x1b[0m\x07\r\nexit: pass\x9b2J"),
     Mutation("lone-surrogate", RAW, raw='"\\ud800x"'),
     Mutation("empty-list", []),
     Mutation("empty-dict", {}),
     Mutation("list-of-null", [None]),
     Mutation("dict-of-null", {"x": None}),
+    Mutation("list-of-objects", [{"x": [1, {"y": "z"}]}]),
     Mutation("remove", remove=True),
 )
 BASES = {
@@ -171,6 +175,13 @@ def check_every_reader(text: str) -> None:
         # compare's safety net (a file skipped as "malformed report (unexpected TypeError)") would hide
         # a field validate_report fails to check: it must never be reached.
         assert "(unexpected " not in r.stdout, r.stdout[-500:]
+        # Exit 1 only as judged: a failing finding in the JSON; the hostile file is used or listed.
+        doc = json.loads(r.stdout)
+        failing = any(f["kind"] in FAILING_KINDS for f in doc["findings"])
+        assert r.exit_code == doc["exit_code"] == (1 if failing else 0), (r.exit_code, doc["findings"])
+        listed = [s["reason"] for s in doc["skipped"] if s["path"] == str(path)]
+        assert doc["counts"]["reports"] + doc["counts"].get("superseded", 0) == 2 - len(listed)
+        assert all(reason and "\n" not in reason for reason in listed), listed
 
         r = invoke("golden", "record", str(fleet), "-o", str(root / "golden.json"))
         _no_traceback(r, "golden record")

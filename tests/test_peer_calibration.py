@@ -12,11 +12,15 @@ import torch
 
 from sdcscan import scan
 from sdcscan.assemble import judge_and_build
+from sdcscan.fleet.compare import summarize
 from sdcscan.outcomes import Case
 from sdcscan.peer_calibration import caches_to_forget, held_thresholds, out_of_line, reference
 from sdcscan.report import SCHEMA_PATH
 from sdcscan.workloads import calibration, load
 from sdcscan.workloads.base import Context
+from tests.helpers.fleet import extract
+from tests.helpers.fleet import report as fleet_report
+from tests.helpers.fleet import unit as fleet_unit
 
 CPU = torch.device("cpu")
 SHAPE = (32, 128, 32)
@@ -133,3 +137,44 @@ def test_agreeing_units_keep_their_cache(fresh_state):
     assert [o["detail"]["threshold_source"] for o in outcomes] == ["fresh", "cache"]
     assert caches_to_forget({"cpu:0": "c", "cpu:1": "c"}, outcomes) == set()
     assert [u["verdict"] for u in _judge(outcomes, 2)["units"]] == ["pass", "pass"]
+
+
+def _host(name: str, e_max: object, units: int = 1) -> dict:
+    """A report of a host whose gemm_fp units all held `e_max` for bf16 at K=1024."""
+    docs = []
+    for k in range(units):
+        doc = fleet_unit(f"cuda:{k}")
+        doc["calibration"] = [
+            {"dtype": "bfloat16", "checker": "float32", "k": 1024, "e_max": e_max, "source": "fresh"}
+        ]
+        docs.append(doc)
+    return fleet_report(name, docs)
+
+
+def test_compare_names_the_host_whose_calibration_its_cohort_does_not_hold():
+    """One-GPU hosts have no peer in their own run: the fleet is their peer. A host whose e_max differs is
+    named with both values; it is not proof of a fault, so the exit code stays 0."""
+    fleet = [_host(f"h{n}", 1.7e-3) for n in range(4)] + [_host("odd", 3.9e-3)]
+    s = summarize(extract(fleet))
+    found = [(f.host, f.kind) for f in s.findings]
+    assert found == [("odd", "calibration")] and s.exit_code == 0
+    e = s.findings[0].evidence
+    assert (e["e_max"], e["reference_e_max"], e["hosts_holding_reference"], e["hosts"]) == (
+        3.9e-3,
+        1.7e-3,
+        4,
+        5,
+    )
+    assert summarize(extract(fleet[:4])).findings == ()
+
+
+def test_a_host_counts_once_however_many_units_held_its_value():
+    """Eight units of one host holding a larger value do not make it the reference against two hosts."""
+    fleet = [_host("a", 1.7e-3), _host("b", 1.7e-3), _host("big", 3.9e-3, units=8)]
+    assert [(f.host, f.kind) for f in summarize(extract(fleet)).findings] == [("big", "calibration")]
+
+
+@pytest.mark.parametrize("bad", [None, True, "0.0017", [1.7e-3], {"x": 1}, float("nan"), 10**400])
+def test_a_calibration_field_of_any_type_is_ignored_not_a_crash(bad):
+    fleet = [_host(f"h{n}", 1.7e-3) for n in range(2)] + [_host("odd", bad)]
+    assert summarize(extract(fleet)).findings == ()

@@ -5,19 +5,52 @@ Registered on the main group by `cli.add_command(compare)` and `cli.add_command(
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
 from sdcscan.cli.common import emit_json, reports_errors
-from sdcscan.errors import UsageError
+from sdcscan.errors import EXIT_INVALID, SdcscanError, UsageError
 from sdcscan.files import write_json_atomic
 from sdcscan.fleet.compare import DEFAULT_SLOW_DROP, DEFAULT_SLOW_Z, Options, summarize
 from sdcscan.fleet.golden import index_golden, load_golden, record_extracted
 from sdcscan.fleet.model import dedupe
 from sdcscan.fleet.reading import read_hosts, read_reports
 from sdcscan.timefmt import parse_duration, parse_iso_utc
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def internal_errors_exit_3(func: F) -> F:
+    """Decorate a command body: an unexpected exception is exit 3 with one `Error: internal error` line.
+
+    `main` does the same for the installed command; this keeps the contract wherever the command is
+    invoked (tests, embedding) and before anything else can turn the exception into exit 1, which means
+    "a unit miscomputes". The traceback goes to a crash file (`sdcscan.crash`), not to the terminal.
+    """
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except MemoryError:
+            click.echo(
+                "Error: out of memory while comparing reports (try --jobs 1, or fewer reports)", err=True
+            )
+            sys.exit(EXIT_INVALID)
+        except (SdcscanError, click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise  # reports_errors and click handle these with their own codes
+        except Exception as err:  # the one place in these commands that turns a bug into exit 3
+            from sdcscan.crash import report_crash
+
+            report_crash(err)
+            sys.exit(EXIT_INVALID)
+
+    return wrapper  # type: ignore[return-value]
 
 
 def parse_age(text: str) -> float:
@@ -58,19 +91,38 @@ def _now(text: str | None) -> float:
     type=click.FloatRange(min=0, min_open=True),
     default=DEFAULT_SLOW_Z,
     show_default=True,
-    help="Robust z-score (median/MAD) beyond which a unit may be slow.",
+    help="Robust z-score (against the healthy peers' median and MAD) a unit must be below to be slow, for "
+    "cohorts of up to 40 units; larger cohorts raise it (Bonferroni).",
 )
 @click.option(
     "--slow-drop",
     type=click.FloatRange(0, 1, max_open=True),
     default=DEFAULT_SLOW_DROP,
     show_default=True,
-    help="Fraction below the median a slow unit must also be.",
+    help="Fraction below the healthy peers' median a slow unit must also be.",
 )
 @click.option(
-    "--now", "now_text", hidden=True, help="Reference time for --stale (ISO-8601), for replays and tests."
+    "--fail-on",
+    "fail_on",
+    type=click.Choice(["undecided"]),
+    multiple=True,
+    help="Also exit 3 when a host is undecided (the fleet could not judge a case it ran); 1 still wins.",
+)
+@click.option(
+    "--jobs",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Processes reading reports; 0: one per CPU when there are many files.",
+)
+@click.option(
+    "--now",
+    "now_text",
+    hidden=True,
+    help="Reference time for --stale and future timestamps (ISO-8601), for replays and tests.",
 )
 @reports_errors
+@internal_errors_exit_3
 def compare(
     paths: tuple[str, ...],
     as_json: bool,
@@ -79,14 +131,28 @@ def compare(
     golden_path: str | None,
     slow_z: float,
     slow_drop: float,
+    fail_on: tuple[str, ...],
+    jobs: int,
     now_text: str | None,
 ) -> None:
     """Compare reports from many hosts: name divergent, failing, slow, stale and missing units.
 
-    PATHS are report files, directories (searched recursively for *.json) and globs. Digests are
-    compared among units of the same plan (profile and seed) and cohort; the strict majority of each
-    case wins, a unit that disagrees is divergent. Unreadable or foreign files are skipped and listed.
-    Exit 1 when a unit is divergent, fails an invariant or is slow; 0 otherwise; 2 when nothing is usable.
+    PATHS are report files, directories and globs. Directories are searched recursively, following
+    symbolic links (each directory once), for *.json and *.json.gz in any case; gzip is read wherever
+    it is found. Every input not read is listed with the reason. Digests are compared among units of
+    the same plan (profile and seed) and cohort. Units vote within their host, each host casts one
+    vote per case from its newest report of the plan (older ones are listed as superseded), and a
+    golden overrules the vote. A case is decided by at least 3 hosts, the winner holding more than 2/3
+    of them and leading by 2; a unit that disagrees with the decision, or with its own host's majority,
+    is divergent; a close split is undecided and accuses nobody (the output says what would decide it). With --hosts, listed hosts without a report that tested something are
+    missing, hosts whose newest report is older than --stale are stale, reported hosts not listed are
+    named, and a name differing from the list only by case or domain counts as that host (an alias).
+    A report dated more than an hour after now is a warning (its host's clock is ahead).
+
+    The JSON (--json) is written to stdout before anything is drawn on stderr. Exit 1 when a unit is
+    divergent, fails an invariant or is slow; with --fail-on undecided, 3 when a host is undecided and
+    nothing else fails; 0 otherwise; 2 when nothing is usable or an option is wrong; 3 on an internal
+    error or when reading fails for want of resources.
 
     \b
     Example:
@@ -98,14 +164,23 @@ def compare(
     stale_s = parse_age(stale)
     hosts = read_hosts(hosts_file) if hosts_file else None
     golden = index_golden(load_golden(golden_path)) if golden_path else None
-    now = _now(now_text) if hosts is not None else None
-    reports, skipped = read_reports(paths)
-    opts = Options(slow_z=slow_z, slow_drop=slow_drop, hosts=hosts, stale_s=stale_s, now=now, golden=golden)
+    now = _now(now_text)  # also for reports dated in the future, with or without --hosts
+    reports, skipped = read_reports(paths, workers=jobs or None)
+    opts = Options(
+        slow_z=slow_z,
+        slow_drop=slow_drop,
+        hosts=hosts,
+        stale_s=stale_s,
+        now=now,
+        golden=golden,
+        fail_on_undecided="undecided" in fail_on,
+    )
     summary = summarize(reports, options=opts, skipped=skipped)
     del reports  # the summary holds what is printed; let the extracts go before rendering
-    render_compare(summary)
-    if as_json:
+    if as_json:  # first: a failure while drawing the table must not cost automation its JSON
         emit_json(summary.to_dict())
+        sys.stdout.flush()
+    render_compare(summary)
     sys.exit(summary.exit_code)
 
 
@@ -138,6 +213,7 @@ def golden() -> None:
     help="Fewest units that must agree on a case's digest for it to be recorded.",
 )
 @reports_errors
+@internal_errors_exit_3
 def record(reports: tuple[str, ...], out_path: str, min_votes: int) -> None:
     """Record the consensus digest of every (plan, cohort, case) from REPORTS into a golden file.
 

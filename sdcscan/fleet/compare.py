@@ -1,8 +1,14 @@
-"""Compare many host reports: divergent units, partitions, invariant failures, slow units, coverage.
+"""Compare many host reports: divergent units, partitions, undecided hosts, invariant failures, slow
+units, coverage.
 
 `summarize` is pure (no I/O, no clock: "now" comes in through `Options`) and deterministic: the same
 reports in any order give the same `FleetSummary`, so `compare --json` is byte-identical run to run.
-Digests are compared only among units of the same plan (profile sha256, seed) and cohort.
+
+Before anything is judged the inputs are put in order: repeated files are dropped (`dedupe`), machines
+that share a hostname are kept apart (`separate_machines`), and only the newest report of each host and
+plan is used (`newest_per_plan`); older ones are listed as `superseded` and add no finding and no vote.
+Digests are then compared within each (plan, cohort) by hierarchical consensus (`fleet.consensus`):
+units vote within their host, each host casts one vote, a golden overrules both.
 """
 
 from __future__ import annotations
@@ -11,24 +17,43 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sdcscan.fleet.calibration import calibration_findings
 from sdcscan.fleet.consensus import (
-    Signature,
-    Tally,
-    compared_cases,
-    disputes,
+    HOST,
+    MIN_HOSTS,
+    MIN_LEAD,
+    SUPERMAJORITY_DEN,
+    SUPERMAJORITY_NUM,
+    CohortConsensus,
+    UnitJudgement,
+    comparison_groups,
     partition_components,
     signature,
-    tally,
-    undecided_cases,
+    why_undecided,
 )
-from sdcscan.fleet.coverage import coverage_findings
+from sdcscan.fleet.coverage import coverage_findings, future_findings
 from sdcscan.fleet.findings import KINDS, Collector, FleetFinding
-from sdcscan.fleet.golden import GoldenIndex, check_unit
-from sdcscan.fleet.model import HostReport, Invariant, PlanKey, Skipped, UnitRecord, dedupe
+from sdcscan.fleet.golden import GoldenIndex
+from sdcscan.fleet.model import (
+    Collision,
+    HostReport,
+    Skipped,
+    Superseded,
+    UnitRecord,
+    dedupe,
+    newest_per_plan,
+    separate_machines,
+)
 from sdcscan.fleet.perf import slow_findings
+from sdcscan.timefmt import iso_utc
+from sdcscan.verdict import unit_order
 
-COMPARE_VERSION = 1
+COMPARE_VERSION = 2  # 2: one vote per host, `undecided` per host, `superseded`, `collision`, basis
 FAILING_KINDS = frozenset({"divergent", "invariant", "slow"})  # these make `compare` exit 1
+UNDECIDED_EXIT = 3  # with fail_on_undecided: a judgement could not be made (never 1: nobody miscomputed)
+OWN_RUN_CONSENSUS = frozenset(
+    {"divergent", "not_reproducible"}
+)  # own-run blame `compare` reports as divergent
 DEFAULT_SLOW_Z = 3.5
 DEFAULT_SLOW_DROP = 0.10
 DEFAULT_STALE_S = 60 * 86400.0  # Fleetscanner covers a fleet every 45-60 days
@@ -39,13 +64,16 @@ class Options:
     """What `summarize` needs besides the reports.
 
     Attributes:
-        slow_z: robust z-score (from median and MAD) below which a unit may be slow.
-        slow_drop: fraction below the median a unit must also be to be slow (both must hold).
+        slow_z: robust z-score (against the healthy peers' median and MAD) a unit must be below to be
+            slow, for cohorts of up to 40 units; larger cohorts raise it (Bonferroni, `fleet.perf`).
+        slow_drop: fraction below the healthy peers' median a unit must also be (both must hold).
         slow_min_units: fewest samples of a (profile, cohort, workload) needed to judge speed.
         hosts: the hosts that should have reported (enables `missing` and `stale`), or None.
         stale_s: a host whose newest report is older than this is `stale`.
         now: POSIX seconds to measure staleness against; required with `hosts`.
         golden: an index of a golden file (`golden.index_golden`) to judge units against, or None.
+        fail_on_undecided: exit UNDECIDED_EXIT (3) when a host is undecided and nothing fails
+            (`compare --fail-on undecided`).
     """
 
     slow_z: float = DEFAULT_SLOW_Z
@@ -55,6 +83,7 @@ class Options:
     stale_s: float = DEFAULT_STALE_S
     now: float | None = None
     golden: GoldenIndex | None = field(default=None, repr=False)
+    fail_on_undecided: bool = False
 
 
 @dataclass(frozen=True)
@@ -62,15 +91,31 @@ class FleetSummary:
     """The result of comparing a fleet's reports."""
 
     findings: tuple[FleetFinding, ...]
-    groups: tuple[dict[str, Any], ...]  # minorities of >= 2 units that agree with each other
+    groups: tuple[dict[str, Any], ...]  # units (>= 2) that are wrong in the same way
     skipped: tuple[Skipped, ...]
     counts: dict[str, int]
     options: dict[str, Any]
+    superseded: tuple[dict[str, Any], ...] = ()  # older reports of a host and plan: no vote, no finding
+    fail_on_undecided: bool = False
 
     @property
     def exit_code(self) -> int:
-        """1 when any unit is divergent, invariant or slow; else 0."""
-        return 1 if any(f.kind in FAILING_KINDS for f in self.findings) else 0
+        """`exit_code_with(self.fail_on_undecided)`."""
+        return self.exit_code_with(self.fail_on_undecided)
+
+    def exit_code_with(self, fail_on_undecided: bool) -> int:
+        """The exit code of `compare`.
+
+        1 when any unit is divergent, invariant or slow (judged to miscompute or to be slow); else, with
+        `fail_on_undecided` (`--fail-on undecided`), 3 when any host is `undecided`: the fleet could not
+        judge a case it ran, which is "could not judge", never "miscomputes"; else 0.
+        """
+        kinds = {f.kind for f in self.findings}
+        if kinds & FAILING_KINDS:
+            return 1
+        if fail_on_undecided and "undecided" in kinds:
+            return UNDECIDED_EXIT
+        return 0
 
     def to_dict(self) -> dict[str, Any]:
         """The `compare --json` document."""
@@ -81,6 +126,7 @@ class FleetSummary:
             "options": self.options,
             "findings": [f.to_dict() for f in self.findings],
             "groups": list(self.groups),
+            "superseded": list(self.superseded),
             "skipped": [{"path": s.path, "reason": s.reason} for s in self.skipped],
         }
 
@@ -92,56 +138,58 @@ def summarize(
 
     Args:
         reports: extracted reports (`fleet.reading.read_reports` or `fleet.model.Extractor`), any order.
-        options: thresholds, hosts list, reference time, golden.
+        options: thresholds, hosts list, reference time, golden, fail_on_undecided.
         skipped: inputs already refused by the reader, listed in the summary.
 
     Returns:
-        Findings sorted by kind, host, unit; partition groups; skipped inputs; counts.
+        Findings sorted by kind, host, unit; partition groups; superseded reports; skipped inputs; counts.
 
     Raises:
         ValueError: `options.hosts` is given without `options.now`.
     """
     opts = options or Options()
+    if opts.hosts is not None and opts.now is None:
+        raise ValueError("options.now is required with options.hosts")
     kept, dups = dedupe(list(reports))
+    kept, collisions = separate_machines(kept)
+    current, superseded = newest_per_plan(kept)
     col = Collector()
     counts = {
-        "reports": len(kept),
+        "reports": len(current),
+        "superseded": len(superseded),
         "skipped": 0,
-        "hosts": len({r.host for r in kept}),
-        "units": sum(len(r.units) for r in kept),
-        "plans": len({r.plan for r in kept}),
+        "hosts": len({r.key for r in current}),
+        "units": sum(len(r.units) for r in current),
+        "plans": len({r.plan for r in current}),
     }
-    groups = _all_consensus(kept, col, counts)
-    unjudged = _invariants(kept, opts.golden, col)
-    _invalid(kept, col)
-    slow_findings(kept, col, z=opts.slow_z, drop=opts.slow_drop, min_units=opts.slow_min_units)
-    if opts.hosts is not None:
-        if opts.now is None:
-            raise ValueError("options.now is required with options.hosts")
+    _collision_findings(collisions, col)
+    groups = _all_consensus(current, opts.golden, col, counts)
+    _invariants(current, col)
+    _invalid(current, col)
+    calibration_findings(current, col)
+    slow_findings(current, col, z=opts.slow_z, drop=opts.slow_drop, min_units=opts.slow_min_units)
+    # Coverage looks at every report of a host, superseded ones too: an older report of the same plan
+    # still covers a host whose newest one is dated in the future or tested nothing.
+    if opts.hosts is not None and opts.now is not None:
         counts["unlisted_hosts"] = coverage_findings(
             kept, col, opts.hosts, now=opts.now, stale_s=opts.stale_s
         )
+    elif opts.now is not None:
+        future_findings(kept, col, now=opts.now)
     all_skipped = tuple(sorted([*skipped, *dups], key=lambda s: (s.path, s.reason)))
     counts["skipped"] = len(all_skipped)
     counts["partition_groups"] = len(groups)
-    if opts.golden is not None:
-        counts["golden_unjudged_units"] = unjudged
     findings = col.findings()
     counts.update({k: sum(1 for f in findings if f.kind == k) for k in KINDS})
-    return FleetSummary(findings, tuple(groups), all_skipped, counts, _options_record(opts))
-
-
-def _all_consensus(kept: list[HostReport], col: Collector, counts: dict[str, int]) -> list[dict[str, Any]]:
-    """Run consensus in every (plan, cohort) group, in a fixed order; count; return partition groups."""
-    groups: list[dict[str, Any]] = []
-    counts.update(comparison_groups=0, cases_compared=0, undecided_cases=0)
-    for (plan, cohort), members in sorted(_comparison_groups(kept).items()):
-        t = tally((s, len(m)) for s, m in members.items())
-        counts["comparison_groups"] += 1
-        counts["cases_compared"] += sum(1 for n in t.voters.values() if n >= 2)
-        counts["undecided_cases"] += len(t.undecided)
-        groups += _consensus(plan, cohort, members, t, col, first_id=len(groups) + 1)
-    return groups
+    return FleetSummary(
+        findings,
+        tuple(groups),
+        all_skipped,
+        counts,
+        _options_record(opts),
+        tuple(_superseded_record(s) for s in superseded),
+        opts.fail_on_undecided,
+    )
 
 
 def _options_record(opts: Options) -> dict[str, Any]:
@@ -153,94 +201,239 @@ def _options_record(opts: Options) -> dict[str, Any]:
         "hosts_listed": None if opts.hosts is None else len(set(opts.hosts)),
         "stale_days": round(opts.stale_s / 86400, 3),
         "golden": opts.golden is not None,
+        "fail_on_undecided": opts.fail_on_undecided,
+        "consensus": {
+            "min_hosts": MIN_HOSTS,
+            "winner_more_than": f"{SUPERMAJORITY_NUM}/{SUPERMAJORITY_DEN}",
+            "min_lead_hosts": MIN_LEAD,
+        },
     }
 
 
-Members = dict[Signature, list[tuple[HostReport, UnitRecord]]]
+def _superseded_record(s: Superseded) -> dict[str, Any]:
+    """An older report that does not vote, and the newer one that replaces it."""
+    old, new = s.report, s.by
+    return {
+        "host": old.key,
+        "path": old.source,
+        "run": old.run_id,
+        "ended_at": iso_utc(old.ended_at),
+        "verdict": old.verdict,
+        "profile_sha256": old.plan[0],
+        "seed": old.plan[1],
+        "superseded_by": {
+            "path": new.source,
+            "run": new.run_id,
+            "ended_at": iso_utc(new.ended_at),
+            "verdict": new.verdict,
+        },
+    }
 
 
-def _comparison_groups(reports: list[HostReport]) -> dict[tuple[PlanKey, str], Members]:
-    """(plan, cohort) -> signature -> the (report, unit) pairs that produced it."""
-    out: dict[tuple[PlanKey, str], Members] = {}
-    for r in reports:
-        for u in r.units:
-            out.setdefault((r.plan, u.cohort), {}).setdefault(signature(u), []).append((r, u))
-    return out
+def _collision_findings(collisions: list[Collision], col: Collector) -> None:
+    """One `collision` finding per hostname that several machines use (they are kept apart)."""
+    for c in collisions:
+        col.add_host(
+            c.hostname,
+            None,
+            "collision",
+            {"hostname": c.hostname, "machines": list(c.machines), "untagged_reports": c.untagged_reports},
+        )
 
 
-def _consensus(
-    plan: PlanKey, cohort: str, members: Members, t: Tally, col: Collector, first_id: int
+# --------------------------------------------------------------------------------------------------
+# Consensus findings: divergent units, partition groups, undecided hosts.
+
+Pending = dict[int, tuple[HostReport, list[tuple[CohortConsensus, int, UnitJudgement]]]]
+
+
+def _all_consensus(
+    reports: list[HostReport], golden: GoldenIndex | None, col: Collector, counts: dict[str, int]
 ) -> list[dict[str, Any]]:
-    """Add divergent and undecided findings of one comparison group; return its partition groups."""
-    where = {"profile_sha256": plan[0], "seed": plan[1], "cohort": cohort}
-    minorities: dict[Signature, list[tuple[int, str]]] = {}
-    for sig, holders in members.items():
-        bad = disputes(sig, t)
-        if bad:
-            minorities[sig] = bad
-        und = undecided_cases(sig, t)
-        if und:
-            first = min(und)
-            ev = {
-                **where,
-                "undecided_cases": len(und),
-                "first_undecided_case": first,
-                "workload": _workload_of(holders[0][1], first),
-                "voters": t.undecided[first][0],
-                "distinct_digests": t.undecided[first][1],
-            }
-            for r, u in holders:
-                col.add(r, u.unit, "undecided", ev)
-    groups, group_of = _partitions(where, members, minorities, first_id)
-    for sig, bad in minorities.items():
-        holders = members[sig]
-        i, d = min(bad)
-        u0 = holders[0][1]
-        ev = {
-            **where,
-            "disputed_cases": len(bad),
-            "cases_compared": compared_cases(sig, t),
-            "first_disputed_case": i,
-            "workload": _workload_of(u0, i),
-            "digest": d,
-            "majority_digest": t.majority[i],
-            "voters": t.voters[i],
-            "workloads": sorted({w for j, _ in bad if (w := _workload_of(u0, j)) is not None}),
-            "group": group_of.get(sig),
-        }
-        for r, u in holders:
-            col.add(r, u.unit, "divergent", ev)
+    """Run consensus in every (plan, cohort) group, in a fixed order; count; return partition groups."""
+    groups: list[dict[str, Any]] = []
+    counts.update(comparison_groups=0, cases_compared=0, undecided_cases=0)
+    if golden is not None:
+        counts["golden_unjudged_units"] = 0
+    pending: Pending = {}  # report -> its undecided units over all its cohorts: one finding per host
+    for (plan, cohort), hosts in sorted(comparison_groups(reports).items()):
+        cc = CohortConsensus(hosts, golden.get((plan, cohort)) if golden is not None else None)
+        counts["comparison_groups"] += 1
+        counts["cases_compared"] += cc.cases_compared()
+        if golden is not None:
+            counts["golden_unjudged_units"] += cc.golden_unjudged()
+        judged = cc.judge()
+        counts["undecided_cases"] += len({i for j in judged for i in j.undecided})
+        where = {"profile_sha256": plan[0], "seed": plan[1], "cohort": cohort}
+        groups += _divergent(where, cc, [j for j in judged if j.disputes], col, first_id=len(groups) + 1)
+        _own_run(where, cc, {(j.host, j.unit.unit) for j in judged if j.disputes}, col)
+        for j in judged:
+            if j.undecided:
+                r = hosts[j.host][0]
+                pending.setdefault(id(r), (r, []))[1].append((cc, j.host, j))
+    for r, items in sorted(pending.values(), key=lambda p: (p[0].key, p[0].run_id)):
+        col.add(r, None, "undecided", _undecided_evidence(r, items))
     return groups
 
 
+def _divergent(
+    where: dict[str, Any], cc: CohortConsensus, judged: list[UnitJudgement], col: Collector, first_id: int
+) -> list[dict[str, Any]]:
+    """Add a `divergent` finding per unit that disputes a reference; return the partition groups."""
+    groups, group_of = _partitions(where, cc, judged, first_id)
+    for k, j in enumerate(judged):
+        r = cc.hosts[j.host][0]
+        col.add(r, j.unit.unit, "divergent", _divergent_evidence(where, cc, j, group_of.get(k)))
+    return groups
+
+
+def _divergent_evidence(
+    where: dict[str, Any], cc: CohortConsensus, j: UnitJudgement, group: str | None
+) -> dict[str, Any]:
+    """What a divergent unit disputes, against what, and who stood on each side of its first case."""
+    first = j.disputes[0]
+    r, u = cc.hosts[j.host][0], j.unit
+    if first.basis == HOST:
+        # Only its own host settles this case: the sides are that host's units, its vote first (units
+        # its own run convicted count here but did not vote, so the vote may hold fewer units).
+        in_host = cc.host_sides(j.host, first.index)
+        order = sorted(in_host, key=lambda d: (d != first.reference, -in_host[d], d))
+        sides: list[dict[str, Any]] = [{"digest": d, "units": in_host[d]} for d in order]
+    else:
+        sides = cc.sides(first.index)
+    hosts_voted, units_voted = cc.voters(first.index)
+    ev: dict[str, Any] = {
+        **where,
+        "basis": first.basis,
+        "bases": sorted({d.basis for d in j.disputes}),
+        "disputed_cases": len(j.disputes),
+        "cases_compared": cc.compared(signature(u), len(j.undecided)),
+        "first_disputed_case": first.index,
+        "workload": _workload_of(u, first.index),
+        "digest": first.digest,
+        "reference_digest": first.reference,
+        "hosts_voted": hosts_voted,
+        "units_voted": units_voted,
+        "sides": sides,
+        "workloads": sorted({w for d in j.disputes if (w := _workload_of(u, d.index)) is not None}),
+        "group": group,
+    }
+    own = r.own_blame(u)
+    if own:
+        ev["own_run"] = _own_run_record(r, u, own)
+    return ev
+
+
+def _own_run_record(r: HostReport, u: UnitRecord, kinds: tuple[str, ...]) -> dict[str, Any]:
+    """How the unit's own run named it failing: the run, its finding kinds, reason and re-test class."""
+    return {"run": r.run_id, "findings": list(kinds), "reason": u.reason, "retest": u.retest}
+
+
+def _own_run(
+    where: dict[str, Any], cc: CohortConsensus, reported: set[tuple[int, str]], col: Collector
+) -> None:
+    """Units the host's own run named failing on consensus, with no dispute found here: still divergent.
+
+    A golden clears such a unit only when it covers every case the unit produced a digest for and the
+    unit matches it on all of them (the golden overrules; a host matching it is never divergent).
+    """
+    golden = cc.golden or {}
+    for h, convicted in enumerate(cc.convicted):
+        if not convicted:
+            continue
+        r, units = cc.hosts[h]
+        for u in units:
+            kinds = r.own_blame(u)
+            if not (set(kinds) & OWN_RUN_CONSENSUS) or (h, u.unit) in reported:
+                continue
+            if golden and all(
+                i in golden for i, d in zip(u.indices, u.digests, strict=True) if d is not None
+            ):
+                continue  # matched the golden on every case (a dispute would have been reported)
+            ev = {
+                **where,
+                "basis": "own run",
+                "bases": ["own run"],
+                "disputed_cases": 0,
+                "cases_compared": cc.compared(signature(u), 0),
+                "group": None,
+                "own_run": _own_run_record(r, u, kinds),
+            }
+            col.add(r, u.unit, "divergent", ev)
+
+
 def _partitions(
-    where: dict[str, Any], members: Members, minorities: dict[Signature, list[tuple[int, str]]], first_id: int
-) -> tuple[list[dict[str, Any]], dict[Signature, str]]:
-    """Minorities of two or more units wrong in the same way, as groups; and each signature's group id."""
+    where: dict[str, Any], cc: CohortConsensus, judged: list[UnitJudgement], first_id: int
+) -> tuple[list[dict[str, Any]], dict[int, str]]:
+    """Units wrong in the same way (two or more sharing a wrong digest of a case), as groups; and the
+    group id of each position in `judged` (already in a fixed order)."""
+    minorities = {k: [(d.index, d.digest) for d in j.disputes] for k, j in enumerate(judged)}
     groups: list[dict[str, Any]] = []
-    group_of: dict[Signature, str] = {}
-    for comp in partition_components(minorities):
-        holders = sorted((r.host, u.unit, r.run_id) for sig in comp for r, u in members[sig])
-        if len(holders) < 2:
+    group_of: dict[int, str] = {}
+    for comp in partition_components(minorities, order=lambda k: k):
+        if len(comp) < 2:
             continue
         gid = f"G{first_id + len(groups)}"
         pairs: dict[tuple[int, str], int] = {}
-        for sig in comp:
-            for p in minorities[sig]:
-                pairs[p] = pairs.get(p, 0) + len(members[sig])
+        for k in comp:
+            for p in minorities[k]:
+                pairs[p] = pairs.get(p, 0) + 1
         shared = sorted({i for (i, _), n in pairs.items() if n >= 2})
+        members = sorted(
+            ((cc.hosts[judged[k].host][0], judged[k].unit) for k in comp), key=lambda m: (m[0].key, m[1].unit)
+        )
         groups.append(
             {
                 "id": gid,
                 **where,
-                "units": len(holders),
+                "units": len(comp),
+                "hosts": len({r.key for r, _ in members}),
                 "shared_cases": len(shared),
                 "first_shared_case": shared[0] if shared else None,
-                "members": [{"host": h, "unit": u, "run": run} for h, u, run in holders],
+                "members": [{"host": r.key, "unit": u.unit, "run": r.run_id} for r, u in members],
             }
         )
         group_of.update(dict.fromkeys(comp, gid))
     return groups, group_of
+
+
+def _undecided_evidence(
+    r: HostReport, items: list[tuple[CohortConsensus, int, UnitJudgement]]
+) -> dict[str, Any]:
+    """One host's undecided cases over all its cohorts: how many, its units, the first case's sides,
+    why it is undecided, and what would decide it."""
+    cases = {(id(cc), i) for cc, _, j in items for i in j.undecided}
+    units = sorted({j.unit.unit for _, _, j in items}, key=unit_order)
+    cc, h, j = min(items, key=lambda it: (it[2].undecided[0], it[2].unit.unit))
+    first = j.undecided[0]
+    vote = cc.host_vote(h, first)
+    hosts_voted, units_voted = cc.voters(first)
+    cohort = j.unit.cohort
+    return {
+        "profile_sha256": r.plan[0],
+        "seed": r.plan[1],
+        "cohort": cohort,
+        "undecided_cases": len(cases),
+        "units": units,
+        "first_undecided_case": first,
+        "workload": _workload_of(j.unit, first),
+        "host_digest": vote,
+        "hosts_voted": hosts_voted,
+        "units_voted": units_voted,
+        "sides": cc.sides(first),
+        "why": why_undecided(cc.host_counts.get(first, {}), vote is None),
+        "next": _undecided_next(r, units, cohort),
+    }
+
+
+def _undecided_next(r: HostReport, units: list[str], cohort: str) -> str:
+    """What would decide an undecided host: a golden, more hosts, or a re-run of its units."""
+    profile = r.profile or "PROFILE"
+    return (
+        f"compare with a golden (--golden GOLDEN, from `sdcscan golden record` of known-good hosts), add "
+        f"reports of more hosts of cohort {cohort}, or re-run: sdcscan run --profile {profile} "
+        f"--seed {r.plan[1]} --units {','.join(units)} (the newer report replaces this one)"
+    )
 
 
 def _workload_of(unit: UnitRecord, index: int) -> str | None:
@@ -251,21 +444,15 @@ def _workload_of(unit: UnitRecord, index: int) -> str | None:
         return None
 
 
-def _invariants(reports: list[HostReport], golden: GoldenIndex | None, col: Collector) -> int:
-    """Add invariant findings (carried by reports, plus golden disagreements); return units the golden
-    could not judge."""
-    unjudged = 0
-    cache: dict[tuple[Any, ...], tuple[int, Invariant | None]] = {}
+# --------------------------------------------------------------------------------------------------
+# Findings the reports carry: invariant failures and invalid runs.
+
+
+def _invariants(reports: list[HostReport], col: Collector) -> None:
+    """Add invariant findings carried by reports (ABFT, golden matmul, NaN/Inf, `run --golden`)."""
     for r in reports:
         for u in r.units:
             inv = u.invariant
-            if golden is not None:
-                key = (r.plan, u.cohort, u.indices, u.digests)
-                if key not in cache:  # healthy units share signatures: judge each one once
-                    cache[key] = _golden_invariant(u, golden.get((r.plan, u.cohort)))
-                judged, bad = cache[key]
-                unjudged += not judged
-                inv = _merge(inv, bad)
             if inv is not None:
                 ev = {
                     "mismatches": inv.mismatches,
@@ -274,31 +461,6 @@ def _invariants(reports: list[HostReport], golden: GoldenIndex | None, col: Coll
                     "checks": list(inv.checks),
                 }
                 col.add(r, u.unit, "invariant", ev)
-    return unjudged
-
-
-def _golden_invariant(unit: UnitRecord, entry: Any) -> tuple[int, Invariant | None]:
-    """(cases judged, disagreements as an invariant failure of check `golden`) of one unit."""
-    if entry is None:
-        return 0, None
-    check = check_unit(unit, entry)
-    judged, bad = check.cases_judged, check.disagreements
-    if not bad:
-        return judged, None
-    return judged, Invariant(len(bad), bad[0].index, tuple(sorted({d.workload for d in bad})), ("golden",))
-
-
-def _merge(a: Invariant | None, b: Invariant | None) -> Invariant | None:
-    """Combine the invariant failures a report carries with those a golden adds."""
-    if a is None or b is None:
-        return a or b
-    firsts = [x for x in (a.first_case, b.first_case) if x is not None]
-    return Invariant(
-        a.mismatches + b.mismatches,
-        min(firsts) if firsts else None,
-        tuple(sorted({*a.workloads, *b.workloads})),
-        tuple(sorted({*a.checks, *b.checks})),
-    )
 
 
 def _invalid(reports: list[HostReport], col: Collector) -> None:

@@ -7,7 +7,20 @@ from typing import Any
 
 from sdcscan.fleet.model import HostReport
 
-KINDS = ("divergent", "invariant", "slow", "undecided", "invalid", "stale", "missing")  # most severe first
+KINDS = (
+    "divergent",
+    "invariant",
+    "slow",
+    "undecided",
+    "invalid",
+    "calibration",  # gemm_fp's e_max differs from the cohort's other hosts: its checks are not like theirs
+    "collision",  # one hostname, several machines: kept apart, nothing fails
+    "stale",
+    "missing",
+    "future",
+    "unlisted",
+    "alias",
+)  # most severe first
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,7 +38,10 @@ class FleetFinding:
 
 
 class Collector:
-    """Gathers findings; several reports of one (host, unit, kind) merge into the newest one's evidence."""
+    """Gathers findings; several reports of one (host, unit, kind) merge into the newest one's evidence.
+
+    A report's host is its `HostReport.key`: machines that share a hostname stay apart.
+    """
 
     def __init__(self) -> None:
         self._best: dict[tuple[str, str | None, str], tuple[tuple[Any, ...], dict[str, Any], int]] = {}
@@ -34,7 +50,7 @@ class Collector:
         self, report: HostReport, unit: str | None, kind: str, evidence: dict[str, Any], tiebreak: float = 0.0
     ) -> None:
         """Record one finding from one report (`tiebreak` orders findings of the same report)."""
-        key = (report.host, unit, kind)
+        key = (report.key, unit, kind)
         rank = (report.ended_at, report.run_id, tiebreak)
         prior = self._best.get(key)
         if prior is None:

@@ -1,6 +1,7 @@
 """Goldens: the fleet's consensus digest per (plan, cohort, case), so one host can be judged with no peers.
 
-`record` keeps only cases with a clear (strict) majority and lists the rest as refused; `check_report`
+`record` keeps only cases the fleet settles as `compare` would (one vote per host) and lists the rest as
+refused; `check_report`
 compares a report's units with the golden of the same plan and cohort (`sdcscan.verdict.check_golden`,
 the comparison `sdcscan run --golden` weighs as evidence). No I/O except `load_golden`.
 """
@@ -15,8 +16,16 @@ from sdcscan import __version__
 from sdcscan.errors import ReportError, UsageError
 from sdcscan.evidence import GoldenCheck, GoldenEntry, check_golden
 from sdcscan.files import read_json
-from sdcscan.fleet.consensus import signature, tally
-from sdcscan.fleet.model import Extractor, HostReport, PlanKey, UnitRecord, dedupe
+from sdcscan.fleet.consensus import CohortConsensus, HostUnits, comparison_groups, why_undecided
+from sdcscan.fleet.model import (
+    Extractor,
+    HostReport,
+    PlanKey,
+    UnitRecord,
+    dedupe,
+    newest_per_plan,
+    separate_machines,
+)
 
 GOLDEN_VERSION = 1
 MAX_GOLDEN_BYTES = 256 << 20
@@ -29,7 +38,7 @@ class GoldenError(UsageError):
 
 
 def record(reports: Iterable[dict[str, Any]], *, min_votes: int = 1) -> dict[str, Any]:
-    """Build a golden from parsed reports: the strict-majority digest per (plan, cohort, case).
+    """Build a golden from parsed reports: the fleet's reference digest per (plan, cohort, case).
 
     Args:
         reports: parsed report documents (duplicates of one host and run are counted once).
@@ -44,67 +53,68 @@ def record(reports: Iterable[dict[str, Any]], *, min_votes: int = 1) -> dict[str
 
 
 def record_extracted(reports: list[HostReport], *, min_votes: int = 1) -> dict[str, Any]:
-    """Like `record`, from extracted, de-duplicated reports (what `sdcscan golden record` reads)."""
-    groups: dict[tuple[PlanKey, str], dict[Any, list[UnitRecord]]] = {}
-    for r in reports:
-        for u in r.units:
-            groups.setdefault((r.plan, u.cohort), {}).setdefault(signature(u), []).append(u)
+    """Like `record`, from extracted, de-duplicated reports (what `sdcscan golden record` reads).
+
+    The digest recorded per case is the one `compare` would take as the reference with no golden
+    (`consensus.CohortConsensus`): the digest every unit agrees on, else the hosts' decision, one vote per
+    host from its newest report of the plan. A case the hosts do not settle is refused with the reason, so
+    one many-unit host, or re-runs of one host, cannot write its digests into the golden. `votes` and
+    `voters` count units: those that produced the recorded digest, and all that ran the case.
+    """
+    kept, _ = separate_machines(reports)
+    current, _ = newest_per_plan(kept)
     entries, refused = [], []
-    for (plan, cohort), sigs in sorted(groups.items()):
-        t = tally((s, len(units)) for s, units in sigs.items())
-        workload = _workloads(sigs)
-        counts = _winning_votes(sigs, t.majority)
+    for (plan, cohort), hosts in sorted(comparison_groups(current).items()):
+        cc = CohortConsensus(hosts, None)
         cols: dict[str, list[Any]] = {"index": [], "workload": [], "digest": [], "votes": [], "voters": []}
-        for i in sorted(t.voters):
+        workload = _workloads(hosts)
+        for i in sorted(cc.unit_counts):
             where = {"profile_sha256": plan[0], "seed": plan[1], "cohort": cohort, "index": i}
-            if i in t.undecided:
-                voters, distinct = t.undecided[i]
-                reason = f"no strict majority among {voters} units ({distinct} different digests)"
+            units = cc.unit_counts[i]
+            ref = cc.reference.get(i)
+            if ref is None:
+                reason = why_undecided(cc.host_counts.get(i, {}), host_abstained=False)
                 refused.append({**where, "workload": workload[i], "reason": reason})
-            elif counts[i] < min_votes:
-                reason = f"only {counts[i]} unit(s) produced it; at least {min_votes} required"
+            elif units[ref[0]] < min_votes:
+                reason = f"only {units[ref[0]]} unit(s) produced it; at least {min_votes} required"
                 refused.append({**where, "workload": workload[i], "reason": reason})
             else:
                 for key, value in (
                     ("index", i),
                     ("workload", workload[i]),
-                    ("digest", t.majority[i]),
-                    ("votes", counts[i]),
-                    ("voters", t.voters[i]),
+                    ("digest", ref[0]),
+                    ("votes", units[ref[0]]),
+                    ("voters", sum(units.values())),
                 ):
                     cols[key].append(value)
         if cols["index"]:
-            units = sum(len(v) for v in sigs.values())
+            n_units = sum(len(u) for _, u in hosts)
             entries.append(
-                {"profile_sha256": plan[0], "seed": plan[1], "cohort": cohort, "units": units, "cases": cols}
+                {
+                    "profile_sha256": plan[0],
+                    "seed": plan[1],
+                    "cohort": cohort,
+                    "units": n_units,
+                    "cases": cols,
+                }
             )
     return {
         "golden_version": GOLDEN_VERSION,
         "tool": {"name": "sdcscan", "version": __version__},
-        "reports": len(reports),
+        "reports": len(current),
         "entries": entries,
         "refused": refused,
     }
 
 
-def _workloads(sigs: dict[Any, list[UnitRecord]]) -> dict[int, str]:
+def _workloads(hosts: HostUnits) -> dict[int, str]:
     """Case index -> workload; within a plan every unit ran the same workload for a given index."""
     out: dict[int, str] = {}
-    for units in sigs.values():
-        u = units[0]
-        for i, w in zip(u.indices, u.workloads, strict=True):
-            out.setdefault(i, w)
+    for _, units in hosts:
+        for u in units:
+            for i, w in zip(u.indices, u.workloads, strict=True):
+                out.setdefault(i, w)
     return out
-
-
-def _winning_votes(sigs: dict[Any, list[UnitRecord]], majority: dict[int, str]) -> dict[int, int]:
-    """Case index -> number of units that produced the majority digest."""
-    votes: dict[int, int] = {}
-    for (indices, digests), units in sigs.items():
-        for i, d in zip(indices, digests, strict=True):
-            if d is not None and majority.get(i) == d:
-                votes[i] = votes.get(i, 0) + len(units)
-    return votes
 
 
 def validate_golden(data: Any, *, label: str = "golden") -> dict[str, Any]:

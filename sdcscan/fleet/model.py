@@ -8,7 +8,9 @@ Pure: no I/O.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sdcscan.errors import ReportError
@@ -16,6 +18,13 @@ from sdcscan.report import shown, validate_report
 from sdcscan.timefmt import parse_iso_utc
 
 PlanKey = tuple[str, int]  # (run.profile.sha256, run.seed): two units ran the same case i only within a plan
+
+# Report findings by which a unit's own run named it failing (`sdcscan.wording`): its digest lost a
+# majority vote of its host, did not reproduce on re-run, or one of its own checks fired. An `undecided`
+# suspect is not among them: the run could not tell which of its units was wrong.
+CONVICTING_FINDINGS = frozenset({"divergent", "not_reproducible", "invariant"})
+RETEST_CLASSES = frozenset({"persistent", "transient", "case", "untested"})
+MAX_MACHINE_ID_CHARS = 64  # a short hash (`units.machine_id`); anything longer is not one
 
 
 class Interner:
@@ -54,6 +63,8 @@ class UnitRecord:
     workloads: tuple[str, ...]
     throughput: tuple[tuple[str, float, str], ...]  # (workload, ops_per_s, ops_unit), sorted
     invariant: Invariant | None
+    retest: str | None = None  # its own run's re-test classification (RETEST_CLASSES), if any
+    calibration: tuple[tuple[str, str, int, float], ...] = ()  # gemm_fp's (dtype, checker, K, e_max)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,12 +73,32 @@ class HostReport:
 
     source: str
     sha256: str
-    host: str
+    host: str  # host.hostname, as the report says it (what a --hosts inventory lists)
     run_id: str
     plan: PlanKey
     ended_at: float  # POSIX seconds, UTC
     verdict: str
     units: tuple[UnitRecord, ...]
+    machine_id: str | None = None  # host.machine_id: a hash of the machine's identity, None if absent
+    profile: str = ""  # run.profile.name, for the commands `compare` suggests
+    # (unit id, CONVICTING_FINDINGS kinds) for each unit the report's own findings name failing, sorted.
+    # Kept on the report, not the unit, because it comes from the report's top-level `findings`.
+    blamed: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    machine_tag: str | None = None  # set by `separate_machines` when machines share this hostname
+
+    @property
+    def key(self) -> str:
+        """The host as findings name it: one machine, even where two machines share a hostname."""
+        return self.host if self.machine_tag is None else f"{self.host} (machine {self.machine_tag})"
+
+    def own_blame(self, unit: UnitRecord) -> tuple[str, ...]:
+        """How this report's own run named `unit` failing (finding kinds), or () when it did not.
+
+        A finding alone is not a conviction: the unit's verdict must say `fail` as well.
+        """
+        if not self.blamed or unit.verdict != "fail":
+            return ()
+        return next((kinds for uid, kinds in self.blamed if uid == unit.unit), ())
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +107,23 @@ class Skipped:
 
     path: str
     reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Superseded:
+    """A report that does not vote: a newer report of the same host and plan replaces it."""
+
+    report: HostReport
+    by: HostReport
+
+
+@dataclass(frozen=True, slots=True)
+class Collision:
+    """One hostname used by several machines (different `host.machine_id`)."""
+
+    hostname: str
+    machines: tuple[str, ...]  # host keys of the machines, sorted
+    untagged_reports: int  # reports of that name without a machine id: kept under the bare name
 
 
 @dataclass(slots=True)
@@ -113,6 +161,9 @@ class Extractor:
             ended_at=parse_time(run.get("ended_at")),
             verdict=report["verdict"],
             units=tuple(sorted(units, key=lambda u: u.unit)),
+            machine_id=_machine_id(report["host"]),
+            profile=self.intern(run["profile"]["name"]),
+            blamed=_own_blame(report["findings"]),
         )
 
     def _unit(self, unit: dict[str, Any], records: list[dict[str, Any]]) -> UnitRecord:
@@ -135,7 +186,24 @@ class Extractor:
             workloads=self._shared(workloads),
             throughput=self._throughput(unit),
             invariant=_invariant(unit, st, workloads, indices, records),
+            retest=_retest_class(unit.get("retest")),
+            calibration=self._calibration(unit.get("calibration")),
         )
+
+    def _calibration(self, held: Any) -> tuple[tuple[str, str, int, float], ...]:
+        """The e_max gemm_fp used, per (dtype, checker, K); entries of the wrong shape are left out (the
+        field is optional and no verdict rests on it)."""
+        if not isinstance(held, list):
+            return ()
+        out = []
+        for h in held:
+            if not isinstance(h, dict):
+                continue
+            dtype, checker, k, e_max = (h.get(key) for key in ("dtype", "checker", "k", "e_max"))
+            value = _finite(e_max)
+            if isinstance(dtype, str) and isinstance(checker, str) and _is_int(k) and value is not None:
+                out.append((self.intern(dtype[:40]), self.intern(checker[:40]), k, value))
+        return self.intern(tuple(sorted(out)))
 
     def _shared(self, seq: list[Any]) -> tuple[Any, ...]:
         """The fleet's one copy of this sequence; its strings are shared too when it is new."""
@@ -153,6 +221,21 @@ class Extractor:
         return tuple(sorted(out))
 
 
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _finite(value: Any) -> float | None:
+    """`value` as a finite float, or None: not a number, a bool, NaN, infinite or too large for a float."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return None
+    try:
+        as_float = float(value)
+    except OverflowError:  # an integer beyond 1e308: JSON allows it
+        return None
+    return as_float if math.isfinite(as_float) else None
+
+
 def _first_occurrences(*cols: list[Any]) -> tuple[list[Any], ...]:
     """Keep the first record of each case index (a repeated index would vote twice)."""
     seen: set[int] = set()
@@ -162,6 +245,42 @@ def _first_occurrences(*cols: list[Any]) -> tuple[list[Any], ...]:
             seen.add(idx)
             keep.append(i)
     return tuple([c[i] for i in keep] for c in cols)
+
+
+def _own_blame(findings: list[dict[str, Any]]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """(unit, kinds) of the report's own findings that name a unit failing (validate_report typed them)."""
+    kinds: dict[str, set[str]] = {}
+    for f in findings:
+        if f["kind"] in CONVICTING_FINDINGS and f["unit"] is not None:
+            kinds.setdefault(f["unit"], set()).add(f["kind"])
+    return tuple(sorted((u, tuple(sorted(k))) for u, k in kinds.items()))
+
+
+def _retest_class(retest: Any) -> str | None:
+    """A unit's `retest.classification`, or None when absent or not a known word (it is not validated)."""
+    if not isinstance(retest, dict):
+        return None
+    value = retest.get("classification")
+    return value if isinstance(value, str) and value in RETEST_CLASSES else None
+
+
+def _machine_id(host: dict[str, Any]) -> str | None:
+    """`host.machine_id`: absent or null is None; anything but a short string is a malformed report.
+
+    Raises:
+        ReportError: not a string, empty, too long, or holding characters other than letters and digits.
+    """
+    value = host.get("machine_id")
+    if value is None:
+        return None
+    if not (
+        isinstance(value, str)
+        and 0 < len(value) <= MAX_MACHINE_ID_CHARS
+        and value.isascii()
+        and value.isalnum()
+    ):
+        raise ReportError("report: host.machine_id is not a short hash (letters and digits)")
+    return value
 
 
 def _invariant_records(mismatches: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
@@ -205,7 +324,7 @@ def parse_time(text: Any) -> float:
 
 
 def dedupe(reports: list[HostReport]) -> tuple[list[HostReport], list[Skipped]]:
-    """Drop repeated reports: the same (hostname, run id) or byte-identical files.
+    """Drop repeated reports: the same (hostname, machine id, run id) or byte-identical files.
 
     The survivor does not depend on input order: the newest, then the one with the most cases, then
     the smallest content hash, then the smallest path.
@@ -217,7 +336,7 @@ def dedupe(reports: list[HostReport]) -> tuple[list[HostReport], list[Skipped]]:
     def rank(r: HostReport) -> tuple[float, int, str, str]:
         return (-r.ended_at, -sum(len(u.indices) for u in r.units), r.sha256, r.source)
 
-    kept: dict[tuple[str, str], HostReport] = {}
+    kept: dict[tuple[str, str | None, str], HostReport] = {}
     by_hash: dict[str, HostReport] = {}
     skipped: list[Skipped] = []
     for r in sorted(reports, key=rank):
@@ -225,12 +344,74 @@ def dedupe(reports: list[HostReport]) -> tuple[list[HostReport], list[Skipped]]:
         if twin is not None:
             skipped.append(Skipped(r.source, f"duplicate of {twin.source} (identical content)"))
             continue
-        first = kept.get((r.host, r.run_id))
+        first = kept.get((r.host, r.machine_id, r.run_id))
         if first is not None:
             skipped.append(Skipped(r.source, f"duplicate of {first.source} (same host and run id)"))
             continue
-        kept[(r.host, r.run_id)] = r
+        kept[(r.host, r.machine_id, r.run_id)] = r
         if r.sha256:
             by_hash[r.sha256] = r
     ordered = sorted(kept.values(), key=lambda r: (r.host, r.run_id))
     return ordered, sorted(skipped, key=lambda s: (s.path, s.reason))
+
+
+def separate_machines(reports: list[HostReport]) -> tuple[list[HostReport], list[Collision]]:
+    """Keep machines that share a hostname apart: each becomes `name (machine ID)`.
+
+    Two reports are of one host when their hostnames are equal and their machine ids are equal or one
+    is absent. Where a hostname carries two or more different machine ids, the reports with an id are
+    tagged with it and those without one stay under the bare name: which machine wrote them is unknown,
+    so they are neither merged into one of the machines nor dropped.
+
+    Returns:
+        (the reports, tagged where needed, in input order; one `Collision` per shared hostname, sorted)
+    """
+    ids: dict[str, set[str]] = {}
+    for r in reports:
+        if r.machine_id is not None:
+            ids.setdefault(r.host, set()).add(r.machine_id)
+    shared = {h for h, m in ids.items() if len(m) > 1}
+    if not shared:
+        return reports, []
+    out = [
+        replace(r, machine_tag=r.machine_id) if r.host in shared and r.machine_id is not None else r
+        for r in reports
+    ]
+    collisions = [
+        Collision(
+            hostname=h,
+            machines=tuple(sorted(f"{h} (machine {m})" for m in ids[h])),
+            untagged_reports=sum(1 for r in reports if r.host == h and r.machine_id is None),
+        )
+        for h in sorted(shared)
+    ]
+    return out, collisions
+
+
+def newest_per_plan(reports: Iterable[HostReport]) -> tuple[list[HostReport], list[Superseded]]:
+    """One report per (host, plan) votes: the newest. Re-runs of one host never add votes.
+
+    Newest is the latest `run.ended_at`; ties go to the greater run id (sdcscan's run ids start with
+    the time), then content hash, then path, so the choice does not depend on input order.
+
+    Returns:
+        (current reports sorted by host key and run id; superseded reports sorted by host key, time, run)
+    """
+
+    def rank(r: HostReport) -> tuple[float, str, str, str]:
+        return (r.ended_at, r.run_id, r.sha256, r.source)
+
+    newest: dict[tuple[str, PlanKey], HostReport] = {}
+    older: list[HostReport] = []
+    for r in reports:
+        key = (r.key, r.plan)
+        held = newest.get(key)
+        if held is None:
+            newest[key] = r
+        else:
+            keep, drop = (r, held) if rank(r) > rank(held) else (held, r)
+            newest[key] = keep
+            older.append(drop)
+    superseded = [Superseded(r, newest[(r.key, r.plan)]) for r in older]
+    superseded.sort(key=lambda s: (s.report.key, s.report.ended_at, s.report.run_id, s.report.source))
+    return sorted(newest.values(), key=lambda r: (r.key, r.run_id)), superseded

@@ -1,21 +1,88 @@
-"""Fleet statistics that need no digests: slow units (robust z-score).
+"""Slow units: measured speed far below what the healthy units of their cohort reach. Needs no digests.
 
-Thresholds come from the fleet itself (median and MAD of peers), not from per-model constants:
-DCGM's fixed thresholds missed a GPU running three times slower (DCGM #122). Pure: no I/O, no clock.
+Thresholds come from the fleet itself, not from per-model constants: DCGM's fixed thresholds missed a
+GPU running three times slower (DCGM #122). Pure: no I/O, no clock.
+
+The rule, for each group of units that must perform alike: (profile sha256, cohort, workload,
+measure); its n units are the "peers". Today's only measure is throughput (ops/s); see `MEASURES`.
+
+1. A healthy reference a slow batch cannot absorb. The median and MAD of all peers move toward a
+   throttled batch as it grows (with 20% of a cohort 25% slow, half the slow units were missed; with
+   30%, nearly all). Slowness only moves values down, so while fewer than 75% of the peers are slow,
+   the upper quantiles q75 and q90 are values of healthy units. Reading healthy noise as normal,
+   they give a first spread s0 = (q90 - q75) / 0.6071 and centre c0 = q90 - 1.2816 s0 (0.6071 and
+   1.2816 are the standard normal's q90 - q75 and q90). A slow batch only makes c0 lower and s0
+   larger, so the error is on the safe side. The "healthy peers" are the units at or above
+   c0 - max(3 s0, drop * c0). A 25% slowdown in a fleet with 3% spread is 8 spreads below, so the
+   batch falls outside. The healthy median m and the healthy MAD are then taken over the healthy
+   peers only. The band is never narrower than `drop`, so in a small cohort where the upper
+   quantiles happen to sit close together, m is not pushed up.
+2. A threshold that grows with the cohort. z = 0.6745 (x - m) / MAD (the robust z-score, about
+   N(0, 1) for healthy units). Among n healthy peers, about n * Phi(-t) fall below -t. A fixed t
+   therefore gives false findings in proportion to fleet size (3.5: 14, 72 and 181 at 10k, 50k and
+   100k hosts). The threshold is `z` (--slow-z) up to REFERENCE_PEERS = 40 peers. Beyond that,
+   Bonferroni keeps the expected number of healthy peers flagged at what it is with 40 peers,
+   alpha = 40 Phi(-z) (0.0093 at z = 3.5): t_n = Phi^-1(1 - alpha / n). This grows like
+   sqrt(2 ln(n / alpha)): 4.3 at 1,000 peers, 5.2 at 80,000 (10k hosts of 8 units), 5.6 at 800,000.
+   It is applied to each workload on its own, and does not rely on noise being independent across
+   workloads: a unit's clock or cooling moves all of its workloads together.
+3. A relevant loss. The unit must also be at least `drop` below m: in a very uniform fleet the
+   z-score alone would flag tiny, harmless differences.
+4. Slow on most of its workloads. A unit is slow when a strict majority of the workloads judged for
+   it are slow, which means all of them when it ran 1 or 2. Where each workload's noise is its own
+   (measurement noise), a healthy unit would need two or more tail events at once. A throttled,
+   under-clocked or degraded unit is slow on everything. The false findings of the old rule were
+   all slow on one workload only.
+5. Host roll-up. When at least 2 units of a host are slow and they are a strict majority of its
+   judged units, the host gets one finding (unit None). Its evidence carries each unit's details, so
+   the output shows one row ("all 8 units are 25% slow"), not 8 unrelated ones.
+6. One sample per host and profile: its newest report. A re-run does not add peers, and a host that
+   was fixed stops being slow.
+
+The price of step 2: a loss is only found when it is t_n spreads deep. A 25% loss is 8 spreads deep
+in a fleet with 3% spread, and every such unit is found (scripts/bench_slow.py). With 5% spread it is
+5 spreads deep, below t_n for 80,000 peers, and most such units are missed. A lower --slow-z trades
+false findings for recall at every size.
+
+Evidence of a unit: the worst slow workload's `workload`, `measure`, `value`, `value_unit`,
+`healthy_median`, `drop`, `z` (None when the healthy MAD is 0), `z_threshold`, `peers` and
+`healthy_peers`. Also `slow_workloads`, `judged_workloads`, and `workloads`, which holds one such
+record (plus `slow`) for every judged workload. Evidence of a host: `units_slow`, `units_judged`,
+`drop` (the median over its slow units' slow workloads), `drop_min`, `drop_max`, `cohorts`, and
+`units`, which holds the evidence of each slow unit.
+
+"All units of host X agree with each other but not with the fleet" is a statement about digests.
+The host-level consensus (`compare`) makes it, not this module.
 """
 
 from __future__ import annotations
 
 import math
-from statistics import median
+from array import array
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from statistics import NormalDist
 from typing import Any
 
 from sdcscan.fleet.findings import Collector
-from sdcscan.fleet.model import HostReport
+from sdcscan.fleet.model import HostReport, UnitRecord
 
 MAD_TO_SIGMA = 0.6745  # robust z = 0.6745 (x - median) / MAD (Iglewicz and Hoaglin)
+REFERENCE_PEERS = 40  # up to this many peers the threshold is --slow-z; beyond, it rises (Bonferroni)
+UPPER_Q, LOWER_Q = 0.90, 0.75  # quantiles left to healthy units while fewer than 75% are slow
+_NORMAL = NormalDist()
+Z_UPPER = _NORMAL.inv_cdf(UPPER_Q)  # 1.2816
+QUANTILE_GAP = Z_UPPER - _NORMAL.inv_cdf(LOWER_Q)  # 0.6071: q90 - q75 of a standard normal
+HEALTHY_BAND = 3.0  # healthy peers lie within this many first-estimate spreads of the centre
 
-Sample = tuple[float, HostReport, str, str]  # (ops_per_s, report, unit id, ops unit)
+Reading = tuple[str, float, str]  # (workload, value, value unit), higher is better
+# Measure name -> the per-workload readings of a unit. A per-workload efficiency (the full-speed
+# issue) joins as a second entry once UnitRecord carries it. A workload is slow when any measure is.
+MEASURES: dict[str, Callable[[UnitRecord], Iterable[Reading]]] = {"ops_per_s": lambda u: u.throughput}
+
+GroupKey = tuple[str, str, str, str]  # (profile sha256, cohort, workload, measure)
+Judged = tuple[HostReport, UnitRecord]
 
 
 def robust_z(x: float, med: float, mad: float) -> float:
@@ -27,65 +94,212 @@ def robust_z(x: float, med: float, mad: float) -> float:
     return -math.inf if x < med else math.inf
 
 
+def slow_threshold(z: float, peers: int) -> float:
+    """The z-score a unit must be below among `peers` units.
+
+    That is `z` for up to REFERENCE_PEERS peers. For more, it is raised so that the expected number of
+    healthy peers flagged stays what it is at REFERENCE_PEERS (Bonferroni, normal tails).
+    """
+    tail = REFERENCE_PEERS * _NORMAL.cdf(-z) / max(peers, 1)
+    if peers <= REFERENCE_PEERS or tail <= 0.0:  # 0: z is so large (> 37) that it flags nothing anyway
+        return z
+    return -_NORMAL.inv_cdf(tail)
+
+
+@dataclass(frozen=True, slots=True)
+class Reference:
+    """What the healthy peers of one group reach, and where slow begins."""
+
+    peers: int
+    healthy_peers: int
+    median: float  # of the healthy peers
+    mad: float  # of the healthy peers; 0 when they agree exactly
+    z_threshold: float
+    drop: float
+
+    def is_slow(self, x: float) -> bool:
+        """Both far below (z) and relevantly below (drop) the healthy median."""
+        return x <= self.median * (1.0 - self.drop) and self.z(x) <= -self.z_threshold
+
+    def z(self, x: float) -> float:
+        """Robust z-score of `x` against the healthy peers."""
+        return robust_z(x, self.median, self.mad)
+
+    def evidence(self, x: float) -> dict[str, Any]:
+        """Where `x` stands: healthy median, drop, z, threshold, peers."""
+        z = self.z(x)
+        return {
+            "healthy_median": self.median,
+            "drop": round(1.0 - x / self.median, 4),
+            "z": round(z, 2) if math.isfinite(z) else None,
+            "z_threshold": round(self.z_threshold, 2),
+            "peers": self.peers,
+            "healthy_peers": self.healthy_peers,
+        }
+
+
+def healthy_reference(values: Sequence[float], *, z: float, drop: float) -> Reference | None:
+    """The reference of one group (module docstring, steps 1 to 3); None when it has no positive median.
+
+    Args:
+        values: the group's finite values, any order.
+        z: the z-score floor (`--slow-z`).
+        drop: fraction below the healthy median a slow unit must also be.
+    """
+    v = sorted(values)
+    if not v:
+        return None
+    hi, lo = _quantile(v, UPPER_Q), _quantile(v, LOWER_Q)
+    spread = (hi - lo) / QUANTILE_GAP
+    centre = hi - Z_UPPER * spread
+    healthy = v[bisect_left(v, centre - max(HEALTHY_BAND * spread, drop * centre)) :]
+    med = _sorted_median(healthy)
+    if not med > 0:  # zero or negative speeds: nothing to measure a loss against
+        return None
+    mad = _sorted_median(sorted(abs(x - med) for x in healthy))
+    return Reference(len(v), len(healthy), med, mad, slow_threshold(z, len(v)), drop)
+
+
+def _quantile(v: list[float], p: float) -> float:
+    """The p-quantile of sorted `v`, interpolating linearly between order statistics."""
+    h = (len(v) - 1) * p
+    i = math.floor(h)
+    if i + 1 >= len(v):
+        return v[-1]
+    return v[i] + (h - i) * (v[i + 1] - v[i])
+
+
+def _sorted_median(v: list[float]) -> float:
+    n = len(v)
+    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+
+
 def slow_findings(
     reports: list[HostReport], col: Collector, *, z: float, drop: float, min_units: int
 ) -> None:
-    """Add `slow` findings: per (profile, cohort, workload), units far below their peers' median.
+    """Add `slow` findings: units, or whole hosts, far below the healthy peers of their cohort.
 
-    A unit is slow on a workload when its robust z-score is below `-z` AND its throughput is at least
-    `drop` (a fraction) below the median: the z-score alone would flag tiny, irrelevant differences
-    in a very uniform fleet. Profiles are kept apart because they may size a workload differently.
+    See the module docstring for the rule. Profiles are kept apart because they may size a workload
+    differently.
 
     Args:
-        reports: de-duplicated reports.
+        reports: de-duplicated reports; only each host's newest per profile is judged.
         col: where findings go.
-        z: robust z-score threshold (positive).
-        drop: fraction below the median, e.g. 0.10.
-        min_units: fewest samples needed to judge a (profile, cohort, workload).
+        z: the robust z-score floor (positive); larger groups use a higher threshold.
+        drop: fraction below the healthy median, e.g. 0.10.
+        min_units: fewest peers needed to judge a (profile, cohort, workload, measure).
     """
-    slow: dict[tuple[int, str], list[dict[str, Any]]] = {}
-    owner: dict[int, HostReport] = {}
-    for (_, cohort, workload), group in sorted(_samples(reports).items(), key=lambda kv: kv[0]):
-        if len(group) < min_units:
+    judged = [(r, u) for r in _newest_per_host(reports) for u in r.units]
+    groups = _gather(judged)
+    refs: dict[GroupKey, Reference] = {}
+    suspects: set[int] = set()
+    for key, (values, owners) in groups.items():
+        if len(values) < min_units or (ref := healthy_reference(values, z=z, drop=drop)) is None:
             continue
-        for r, unit, ev in _slow_in_group(group, z=z, drop=drop):
-            owner[id(r)] = r
-            slow.setdefault((id(r), unit), []).append({"cohort": cohort, "workload": workload, **ev})
-    for (rid, unit), hits in slow.items():
-        worst = max(hits, key=lambda h: (h["drop"] or 0.0, h["workload"]))
-        ev = {**worst, "workloads": sorted(h["workload"] for h in hits)}
-        col.add(owner[rid], unit, "slow", ev, tiebreak=worst["drop"] or 0.0)
+        refs[key] = ref
+        cut = ref.median * (1.0 - drop)  # cheap first filter: only these can be slow
+        suspects.update(o for x, o in zip(values, owners, strict=True) if x <= cut and ref.is_slow(x))
+    slow_units: dict[int, list[tuple[UnitRecord, dict[str, Any]]]] = {}
+    for o in sorted(suspects):
+        r, u = judged[o]
+        ev = _unit_evidence(r, u, refs)
+        if ev is not None:
+            slow_units.setdefault(id(r), []).append((u, ev))
+    reports_by_id = {id(r): r for r, _ in judged}
+    for rid, units in slow_units.items():
+        _add_host_or_units(reports_by_id[rid], units, refs, col)
 
 
-def _samples(reports: list[HostReport]) -> dict[tuple[str, str, str], list[Sample]]:
-    """Throughput samples by (profile sha256, cohort, workload)."""
-    samples: dict[tuple[str, str, str], list[Sample]] = {}
+def _newest_per_host(reports: list[HostReport]) -> list[HostReport]:
+    """Each host's newest report per profile: one sample per host, and a fixed host stops being slow.
+
+    A host is a `HostReport.key`: two machines that share a hostname are two hosts.
+    """
+    newest: dict[tuple[str, str], HostReport] = {}
     for r in reports:
-        for u in r.units:
-            for workload, ops, ops_unit in u.throughput:
-                if math.isfinite(ops):
-                    samples.setdefault((r.plan[0], u.cohort, workload), []).append((ops, r, u.unit, ops_unit))
-    return samples
+        key = (r.key, r.plan[0])
+        prior = newest.get(key)
+        if prior is None or (r.ended_at, r.run_id) > (prior.ended_at, prior.run_id):
+            newest[key] = r
+    return sorted(newest.values(), key=lambda r: (r.key, r.plan[0]))
 
 
-def _slow_in_group(
-    group: list[Sample], *, z: float, drop: float
-) -> list[tuple[HostReport, str, dict[str, Any]]]:
-    """(report, unit, evidence) of the samples of one group that are slow against its median and MAD."""
-    values = [s[0] for s in group]
-    med = median(values)
-    mad = median([abs(v - med) for v in values])
-    out = []
-    for ops, r, unit, ops_unit in group:
-        score = robust_z(ops, med, mad)
-        if score < -z and ops <= med * (1.0 - drop):
-            ev = {
-                "ops_per_s": ops,
-                "ops_unit": ops_unit,
-                "median_ops_per_s": med,
-                "drop": round(1.0 - ops / med, 4) if med else None,
-                "z": round(score, 2) if math.isfinite(score) else None,
-                "peers": len(group),
-            }
-            out.append((r, unit, ev))
-    return out
+def _gather(judged: list[Judged]) -> dict[GroupKey, tuple[array[float], array[int]]]:
+    """Per group, its finite values and, beside each, the index of its (report, unit) in `judged`.
+
+    Arrays, not lists: 100k hosts of 8 units and 2 workloads are 1.6M samples.
+    """
+    groups: dict[GroupKey, tuple[array[float], array[int]]] = {}
+    for o, (r, u) in enumerate(judged):
+        for measure, readings in MEASURES.items():
+            for workload, x, _ in readings(u):
+                if math.isfinite(x):
+                    key = (r.plan[0], u.cohort, workload, measure)
+                    if key not in groups:
+                        groups[key] = (array("d"), array("q"))
+                    values, owners = groups[key]
+                    values.append(x)
+                    owners.append(o)
+    return groups
+
+
+def _unit_evidence(r: HostReport, u: UnitRecord, refs: dict[GroupKey, Reference]) -> dict[str, Any] | None:
+    """The evidence of a unit that is slow on a strict majority of its judged workloads, else None."""
+    entries = []
+    for measure, readings in MEASURES.items():
+        for workload, x, value_unit in readings(u):
+            ref = refs.get((r.plan[0], u.cohort, workload, measure))
+            if ref is not None and math.isfinite(x):
+                head = {"workload": workload, "measure": measure, "value": x, "value_unit": value_unit}
+                entries.append({**head, **ref.evidence(x), "slow": ref.is_slow(x)})
+    judged = {e["workload"] for e in entries}
+    slow = {e["workload"] for e in entries if e["slow"]}
+    if len(slow) * 2 <= len(judged):
+        return None
+    entries.sort(key=lambda e: (e["workload"], e["measure"]))
+    worst = max((e for e in entries if e["slow"]), key=lambda e: (e["drop"], e["workload"], e["measure"]))
+    headline = {k: v for k, v in worst.items() if k != "slow"}
+    return {
+        "profile_sha256": r.plan[0],
+        "cohort": u.cohort,
+        **headline,
+        "slow_workloads": sorted(slow),
+        "judged_workloads": len(judged),
+        "workloads": entries,
+    }
+
+
+def _add_host_or_units(
+    r: HostReport,
+    slow: list[tuple[UnitRecord, dict[str, Any]]],
+    refs: dict[GroupKey, Reference],
+    col: Collector,
+) -> None:
+    """One host-level finding when most of the host's judged units are slow; else one per slow unit."""
+    judged_units = sum(1 for u in r.units if _is_judged(r, u, refs))
+    if len(slow) >= 2 and len(slow) * 2 > judged_units:
+        drops = sorted(e["drop"] for _, ev in slow for e in ev["workloads"] if e["slow"])
+        ev = {
+            "profile_sha256": r.plan[0],
+            "cohorts": sorted({u.cohort for u, _ in slow}),
+            "units_slow": len(slow),
+            "units_judged": judged_units,
+            "drop": round(_sorted_median(drops), 4),
+            "drop_min": drops[0],
+            "drop_max": drops[-1],
+            "units": [{"unit": u.unit, **unit_ev} for u, unit_ev in sorted(slow, key=lambda s: s[0].unit)],
+        }
+        col.add(r, None, "slow", ev, tiebreak=ev["drop"])
+        return
+    for u, ev in slow:
+        col.add(r, u.unit, "slow", ev, tiebreak=ev["drop"])
+
+
+def _is_judged(r: HostReport, u: UnitRecord, refs: dict[GroupKey, Reference]) -> bool:
+    """Whether any of the unit's readings could be compared with enough peers."""
+    return any(
+        (r.plan[0], u.cohort, workload, measure) in refs
+        for measure, readings in MEASURES.items()
+        for workload, x, _ in readings(u)
+        if math.isfinite(x)
+    )

@@ -1,0 +1,287 @@
+"""Slow units and hosts (sdcscan/fleet/perf.py).
+
+Checked here: a healthy reference that a slow batch cannot absorb, a threshold that grows with the
+cohort, "slow on most of its workloads", one finding for a host whose units are mostly slow, one
+sample per host. Large fleets are built as extracts by scripts/bench_slow.py's generator: healthy
+units have 3% normal spread on each workload, slow ones run at 0.75.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+import random
+import sys
+from collections.abc import Iterable
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from sdcscan.fleet import perf
+from sdcscan.fleet.compare import summarize
+from sdcscan.fleet.findings import Collector, FleetFinding
+from sdcscan.fleet.model import HostReport
+from sdcscan.fleet.perf import slow_findings, slow_threshold
+from sdcscan.render.fleet import describe, render_compare
+from tests.helpers.cli import ROOT
+from tests.helpers.fleet import extract, report, unit
+
+
+def load_bench() -> Any:
+    """Import scripts/bench_slow.py (scripts/ is not a package) for its fleet generator."""
+    spec = importlib.util.spec_from_file_location("bench_slow", ROOT / "scripts" / "bench_slow.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_slow"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+bench = load_bench()
+GRID = (96.0, 98.0, 100.0, 102.0, 104.0)  # healthy speeds, cycled: median 100, MAD 2
+
+
+def judge(reports: Iterable[HostReport], **kw: Any) -> tuple[FleetFinding, ...]:
+    """The slow findings of `reports` with compare's defaults (z 3.5, drop 10%, 5 peers)."""
+    col = Collector()
+    opts = {"z": 3.5, "drop": 0.10, "min_units": 5, **kw}
+    slow_findings(list(reports), col, **opts)
+    return col.findings()
+
+
+def where(findings: Iterable[FleetFinding]) -> set[tuple[str, str | None]]:
+    """(host, unit) of each finding; every finding here must be `slow`."""
+    out = set()
+    for f in findings:
+        assert f.kind == "slow"
+        out.add((f.host, f.unit))
+    return out
+
+
+def grid_fleet(
+    hosts: int, units: int = 1, workloads: Iterable[str] = ("train",)
+) -> dict[str, list[dict[str, float]]]:
+    """host -> per unit, workload -> speed: healthy speeds from GRID, so medians and MADs are exact."""
+    wls = tuple(workloads)
+    fleet: dict[str, list[dict[str, float]]] = {}
+    for i in range(hosts):
+        fleet[f"h{i:05d}"] = [{w: GRID[(i * units + k) % len(GRID)] for w in wls} for k in range(units)]
+    return fleet
+
+
+def extracts(fleet: dict[str, list[dict[str, float]]]) -> list[HostReport]:
+    """The fleet as report extracts (units cpu:0, cpu:1, ...)."""
+    return [
+        bench.host_report(host, [bench.unit_record(f"cpu:{k}", tp) for k, tp in enumerate(units)])
+        for host, units in fleet.items()
+    ]
+
+
+def planted_findings(slow: set[tuple[str, str]], units: int) -> set[tuple[str, str | None]]:
+    """What must be reported for these slow units: the host when most of its units, else each unit."""
+    by_host: dict[str, set[str]] = {}
+    for host, uid in slow:
+        by_host.setdefault(host, set()).add(uid)
+    out: set[tuple[str, str | None]] = set()
+    for host, uids in by_host.items():
+        if len(uids) >= 2 and 2 * len(uids) > units:
+            out.add((host, None))
+        else:
+            out.update((host, u) for u in uids)
+    return out
+
+
+@pytest.mark.parametrize("fraction", [0.01, 0.10, 0.20, 0.30, 0.40])
+def test_a_slow_batch_is_found_whole_and_alone(fraction: float):
+    """Up to 40% of a cohort 25% slow: every slow unit is found and no healthy one.
+
+    The old median/MAD reference moved toward the batch and missed it. The old rule also flagged
+    healthy units that were slow on one workload, and reported each unit of a slow host as its own row.
+    """
+    hosts, units = 2000, 8
+    slow = bench.pick_slow_units(hosts, units, fraction, seed=3)
+    findings = judge(bench.generate(hosts, units=units, slow=slow, seed=4))
+    assert where(findings) == planted_findings(slow, units)
+    assert bench.flagged_units(findings) == slow  # host findings list exactly the slow units
+    for f in findings:
+        assert 0.15 < f.evidence["drop"] < 0.35  # 25%, give or take 3% noise on each workload
+
+
+def test_a_healthy_fleet_of_10k_hosts_has_no_slow_unit():
+    """10,000 hosts x 8 units x 2 workloads with 3% spread: no finding.
+
+    The old rule (median and MAD of all peers, z 3.5, any one workload) flagged 39 units here.
+    """
+    assert judge(bench.generate(10_000, seed=11)) == ()
+
+
+def test_noise_shared_by_a_units_workloads_raises_no_false_alarm():
+    """3% of a unit's speed shared by both its workloads: "most workloads" cannot help, the threshold does.
+
+    With a fixed threshold of 3.5, "most workloads" still lets 15 units through here (the old rule: 28).
+    """
+    fleet = bench.generate(10_000, spread=0.005, shared=0.03, seed=12)
+    assert judge(fleet) == ()
+
+
+def test_the_threshold_grows_with_the_cohort():
+    """--slow-z up to 40 peers, then Bonferroni: about sqrt(2 ln n), and a lower --slow-z lowers it."""
+    assert slow_threshold(3.5, 5) == slow_threshold(3.5, 40) == 3.5
+    assert [round(slow_threshold(3.5, n), 2) for n in (1000, 80_000, 800_000)] == [4.28, 5.17, 5.59]
+    sizes = [41, 100, 10**3, 10**4, 10**5, 10**6, 10**9]
+    ts = [slow_threshold(3.5, n) for n in sizes]
+    assert ts == sorted(ts) and len(set(ts)) == len(ts)
+    assert slow_threshold(3.0, 10**5) < slow_threshold(3.5, 10**5)
+    assert slow_threshold(50.0, 10**6) == 50.0  # its tail underflows: the floor stands
+
+
+@pytest.mark.parametrize(("peers", "slow"), [(1000, True), (20_000, False)])
+def test_the_same_unit_is_slow_among_few_peers_and_noise_among_many(peers: int, slow: bool):
+    """z -4.72 and 14% below: beyond the threshold of 1,000 peers (4.28), within that of 20,000 (4.91)."""
+    fleet = grid_fleet(peers - 1)
+    fleet["lag"] = [{"train": 86.0}]
+    findings = judge(extracts(fleet))
+    assert where(findings) == ({("lag", "cpu:0")} if slow else set())
+    if slow:
+        e = findings[0].evidence
+        assert (e["healthy_median"], e["drop"], e["z"], e["z_threshold"]) == (100.0, 0.14, -4.72, 4.28)
+        assert (e["peers"], e["healthy_peers"]) == (1000, 999)
+
+
+@pytest.mark.parametrize(
+    ("speeds", "slow_on"),
+    [
+        ({"train": 50.0, "matmul_golden": 100.0}, None),  # one of two workloads: noise, not a slow unit
+        ({"train": 50.0, "matmul_golden": 50.0}, ["matmul_golden", "train"]),
+        ({"train": 50.0, "matmul_golden": 50.0, "gemm_int8": 100.0}, ["matmul_golden", "train"]),
+        ({"train": 50.0, "matmul_golden": 100.0, "gemm_int8": 100.0}, None),  # 1 of 3 is no majority
+        ({"train": 50.0}, ["train"]),  # it ran one workload: that one decides
+    ],
+)
+def test_a_unit_is_slow_only_on_most_of_its_workloads(speeds: dict[str, float], slow_on: list[str] | None):
+    """Slow = slow on a strict majority of the workloads judged (all of them when 1 or 2); evidence lists
+    every judged workload's drop."""
+    fleet = grid_fleet(40, workloads=speeds)
+    fleet["lag"] = [speeds]
+    findings = judge(extracts(fleet))
+    if slow_on is None:
+        assert findings == ()
+        return
+    (f,) = findings
+    assert (f.host, f.unit) == ("lag", "cpu:0")
+    e = f.evidence
+    assert e["slow_workloads"] == slow_on and e["judged_workloads"] == len(speeds)
+    assert {w["workload"]: (w["drop"], w["slow"]) for w in e["workloads"]} == {
+        w: (round(1 - x / 100.0, 4), x < 100.0) for w, x in speeds.items()
+    }
+    assert (
+        e["workload"] == "train" and e["drop"] == 0.5 and e["value"] == 50.0 and e["value_unit"] == "flop/s"
+    )
+
+
+def test_a_host_whose_units_are_mostly_slow_is_one_finding():
+    """All 8 or 5 of 8 slow: one host row listing them; 4 of 8 or 1 of 8: one row per unit."""
+    fleet = grid_fleet(60, units=8)
+    slow_units = {"all": range(8), "most": range(5), "half": range(4), "one": range(1), "pair": range(2)}
+    for host, ks in slow_units.items():
+        n = 2 if host == "pair" else 8
+        fleet[host] = [{"train": 75.0 if k in ks else 100.0} for k in range(n)]
+    findings = judge(extracts(fleet))
+    assert where(findings) == {
+        ("all", None),
+        ("most", None),
+        ("pair", None),
+        *{("half", f"cpu:{k}") for k in range(4)},
+        ("one", "cpu:0"),
+    }
+    hosts = {f.host: f for f in findings if f.unit is None}
+    e = hosts["all"].evidence
+    assert (e["units_slow"], e["units_judged"], e["drop"], e["drop_min"], e["drop_max"]) == (
+        8,
+        8,
+        0.25,
+        0.25,
+        0.25,
+    )
+    assert [u["unit"] for u in e["units"]] == [f"cpu:{k}" for k in range(8)]
+    assert all(u["drop"] == 0.25 and u["slow_workloads"] == ["train"] for u in e["units"])
+    assert describe(hosts["all"]) == (
+        "all 8 units are slow, typically 25% below their cohort's healthy median (25% to 25%): "
+        "cpu:0, cpu:1, cpu:2, cpu:3, cpu:4, cpu:5, cpu:6, cpu:7"
+    )
+    assert describe(hosts["most"]).startswith("5 of 8 units are slow, typically 25% below")
+
+
+def test_only_the_newest_report_of_a_host_counts():
+    """A fixed host stops being slow; re-runs of a slow host neither repeat it nor add peers."""
+    fleet = extracts(grid_fleet(5))
+
+    def lag(speed: float, t: float) -> HostReport:
+        return bench.host_report(
+            "lag", [bench.unit_record("cpu:0", {"train": speed})], ended_at=t, run_id=f"r{t}"
+        )
+
+    assert judge([*fleet, lag(50.0, 1.0), lag(100.0, 2.0)]) == ()
+    (f,) = judge([*fleet, lag(100.0, 1.0), lag(50.0, 2.0), lag(50.0, 3.0)])
+    assert (f.host, f.unit, f.evidence["run"], f.evidence["peers"]) == ("lag", "cpu:0", "r3.0", 6)
+
+
+def test_a_second_measure_can_make_a_workload_slow(monkeypatch: pytest.MonkeyPatch):
+    """Measures are pluggable (the efficiency figure of the full-speed issue will be one): a workload is
+    slow when any of its measures is."""
+    low = {"train": 0.5, "matmul_golden": 0.5}
+    fleet = extracts(grid_fleet(40, workloads=low))
+    fleet.append(
+        bench.host_report("lag", [bench.unit_record("cpu:0", {"train": 100.0, "matmul_golden": 100.0})])
+    )
+    assert judge(fleet) == ()
+
+    def efficiency(u: Any) -> list[tuple[str, float, str]]:
+        scale = 0.5 if u.unit == "cpu:0" and u is fleet[-1].units[0] else 1.0
+        return [(w, scale * x / 100.0, "fraction") for w, x, _ in u.throughput]
+
+    monkeypatch.setitem(perf.MEASURES, "efficiency", efficiency)
+    (f,) = judge(fleet)
+    assert (f.host, f.evidence["measure"], f.evidence["slow_workloads"]) == (
+        "lag",
+        "efficiency",
+        ["matmul_golden", "train"],
+    )
+    assert {(w["measure"], w["slow"]) for w in f.evidence["workloads"]} == {
+        ("efficiency", True),
+        ("ops_per_s", False),
+    }
+
+
+def test_the_result_does_not_depend_on_input_order():
+    """Same reports, any order: the same findings and evidence."""
+    slow = bench.pick_slow_units(300, 8, 0.3, seed=5)
+    fleet = bench.generate(300, slow=slow, seed=6)
+    shuffled = list(fleet)
+    random.Random(7).shuffle(shuffled)
+    assert judge(fleet) == judge(shuffled) != ()
+
+
+def test_groups_without_a_positive_median_are_not_judged():
+    """All-zero throughput gives no reference to lose speed against: no finding, no error."""
+    fleet = {f"h{i}": [{"train": 0.0}] for i in range(10)}
+    assert judge(extracts(fleet)) == ()
+
+
+def test_compare_reports_a_slow_host_once_and_fails():
+    """End to end through `summarize` and the renderer: one host row, exit 1, JSON-serialisable."""
+    reports = [
+        report(f"h{i}", [unit(f"cpu:{k}", ops={"train": GRID[(i + k) % 5]}) for k in range(4)])
+        for i in range(10)
+    ]
+    reports.append(report("hot", [unit(f"cpu:{k}", ops={"train": 60.0}) for k in range(4)]))
+    s = summarize(extract(reports))
+    assert [(f.host, f.unit, f.kind) for f in s.findings] == [("hot", None, "slow")]
+    assert s.exit_code == 1 and s.counts["slow"] == 1
+    assert json.loads(json.dumps(s.to_dict()))["findings"][0]["evidence"]["units_slow"] == 4
+    out = Console(file=io.StringIO(), width=300)
+    render_compare(s, out)
+    text = out.file.getvalue()  # type: ignore[attr-defined]
+    assert "all 4 units are slow, typically 40% below" in text
