@@ -213,15 +213,12 @@ def test_render_compare_snapshot():
 def test_fail_on_undecided_turns_a_close_split_into_exit_3(tmp_path):
     """Two hosts split 1 against 1: nobody is accused (exit 0); with --fail-on undecided, 3 ("could not
     judge"), never 1."""
-    from tests.helpers.fleet import report as fleet_report
-    from tests.helpers.fleet import unit as fleet_unit
-
     for name, digest in (("a", None), ("b", "f" * 16)):
-        doc = fleet_report(
+        doc = report(
             name,
             [
-                fleet_unit("cpu:0", digests={1: digest} if digest else None),
-                fleet_unit("cpu:1", digests={1: digest} if digest else None),
+                unit("cpu:0", digests={1: digest} if digest else None),
+                unit("cpu:1", digests={1: digest} if digest else None),
             ],
         )
         (tmp_path / f"{name}.json").write_text(json.dumps(doc))

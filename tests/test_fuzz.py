@@ -21,9 +21,9 @@ from sdcscan.fleet.reading import read_report
 from sdcscan.profile import Profile, load_profile, profile_from_data
 from sdcscan.render.fleet import render_compare
 from sdcscan.report import load_report, validate_report
+from tests.helpers.hostile import COMPANION, MUTATIONS, field_paths, mutated_text
 from tests.helpers.profiles import HOSTILE_PROFILES
 from tests.helpers.reports import make_report as _good_report
-from tests.test_hostile_reports import COMPANION, MUTATIONS, field_paths, mutated_text
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 

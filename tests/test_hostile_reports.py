@@ -9,13 +9,10 @@ command that reads reports runs on it, in this process (click's CliRunner).
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import subprocess
 import tempfile
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,56 +26,22 @@ from sdcscan.errors import ReportError
 from sdcscan.fleet.compare import FAILING_KINDS
 from sdcscan.report import validate_report
 from tests.helpers.cli import child_env, sdcscan_cmd
+from tests.helpers.hostile import (
+    COMPANION,
+    HUGE_INT,
+    MUTATIONS,
+    Mutation,
+    Path_,
+    field_paths,
+    mutated_text,
+)
 from tests.helpers.reports import make_report
 
 RECORDED = Path(__file__).parent / "data" / "report_v1.json"
-RAW = "@@raw-json@@"  # a string replaced by raw JSON text after serialisation (what json.dumps cannot write)
-HUGE_INT = "1" + "0" * 5000  # beyond Python's 4300-digit limit on int <-> str conversion
-
-Path_ = tuple[str | int, ...]
-
-
-@dataclass(frozen=True)
-class Mutation:
-    """One way to spoil a field: a replacement value (RAW: `raw` is pasted in as JSON text) or removal."""
-
-    name: str
-    value: Any = None
-    raw: str | None = None
-    remove: bool = False
-
-
-MUTATIONS = (
-    Mutation("null", None),
-    Mutation("true", True),
-    Mutation("string", "x"),
-    Mutation("float", 1.5),
-    Mutation("huge-float", 1.7e308),
-    Mutation("negative", -1),
-    Mutation("int-2**64", 2**64),
-    Mutation("int-5000-digits", RAW, raw=HUGE_INT),
-    Mutation("int-4000-digits", RAW, raw="9" * 4000),
-    Mutation("nan", RAW, raw="NaN"),
-    Mutation("infinity", RAW, raw="1e999"),
-    Mutation("deep-nesting", RAW, raw="[" * 400 + "]" * 400),
-    Mutation("deeper-nesting", RAW, raw="[" * 900 + "]" * 900),
-    Mutation("markup-close", "[/x]"),
-    Mutation("markup-style", "[bold red]x[/]"),
-    Mutation("markup-pair", "[bold red]x[/bold red]"),
-    Mutation("control-chars", "\x1b[31mred\x1b[0m\x07\r\nexit: pass\x9b2J"),
-    Mutation("lone-surrogate", RAW, raw='"\\ud800x"'),
-    Mutation("empty-list", []),
-    Mutation("empty-dict", {}),
-    Mutation("list-of-null", [None]),
-    Mutation("dict-of-null", {"x": None}),
-    Mutation("list-of-objects", [{"x": [1, {"y": "z"}]}]),
-    Mutation("remove", remove=True),
-)
 BASES = {
     "two-unit-fail": lambda: make_report(),  # a failing unit with mismatch records and a finding
     "recorded-pass": lambda: json.loads(RECORDED.read_text()),  # from a real run, with telemetry
 }
-COMPANION = make_report(fail_unit=None, hostname="node-companion", run_id="20250102T000000Z-beef")
 VERDICT_EXITS = {
     "pass": {0},
     "fail": {1},
@@ -89,36 +52,6 @@ VERDICT_EXITS = {
 COMPARE_EXITS = {0, 1}  # a good companion report is always there, so never 2 (nothing usable)
 GOLDEN_EXITS = {0, 2}  # 2: no case had a clear majority
 EXPORT_EXITS = {0, 3}
-
-
-def field_paths(doc: Any, prefix: Path_ = ()) -> Iterator[Path_]:
-    """Every key and list element of `doc`; of a long list only the first and the last element."""
-    if isinstance(doc, dict):
-        for key, value in doc.items():
-            yield (*prefix, key)
-            yield from field_paths(value, (*prefix, key))
-    elif isinstance(doc, list):
-        picks = sorted({0, len(doc) - 1}) if doc else []
-        for i in picks:
-            yield (*prefix, i)
-            yield from field_paths(doc[i], (*prefix, i))
-
-
-def mutated_text(base: dict[str, Any], path: Path_, mutation: Mutation) -> str:
-    """The JSON text of `base` with the field at `path` spoiled by `mutation`."""
-    doc = copy.deepcopy(base)
-    parent = doc
-    for step in path[:-1]:
-        parent = parent[step]
-    last = path[-1]
-    if mutation.remove:
-        del parent[last]
-    else:
-        parent[last] = copy.deepcopy(mutation.value)
-    text = json.dumps(doc)
-    if mutation.raw is not None:
-        text = text.replace(json.dumps(RAW), mutation.raw)
-    return text
 
 
 def _paths_of(base: str) -> list[Path_]:
