@@ -164,7 +164,8 @@ def _write_big_unit(f: Any, uid: str, cases: int) -> None:
 
 
 READ_ONLY = (
-    "import sys, sdcscan.fleet.reading as r; r.STREAM_UNITS_ABOVE = int(sys.argv[2]); "
+    "import sys, sdcscan.fleet.reading as r, sdcscan.fleet.report_file as f; "
+    "f.STREAM_UNITS_ABOVE = int(sys.argv[2]); "
     "reports, skipped = r.read_reports([sys.argv[1]], workers=1); assert reports and not skipped, skipped"
 )
 

@@ -23,6 +23,7 @@ from rich.console import Console
 
 import sdcscan.cli.fleet as cli_fleet
 import sdcscan.fleet.reading as reading
+import sdcscan.fleet.report_file as report_file
 from sdcscan.cli.fleet import compare, golden
 from sdcscan.errors import ReportError
 from sdcscan.fleet.compare import Options, summarize
@@ -36,7 +37,8 @@ from sdcscan.fleet.coverage import (
 )
 from sdcscan.fleet.findings import Collector
 from sdcscan.fleet.model import Extractor, parse_time
-from sdcscan.fleet.reading import expand_paths, gunzip, read_report, read_reports
+from sdcscan.fleet.reading import expand_paths, read_report, read_reports
+from sdcscan.fleet.report_file import gunzip
 from sdcscan.render.fleet import render_compare
 from tests.helpers.fleet import extract, report, unit
 from tests.helpers.reports import make_report
@@ -105,7 +107,7 @@ def test_a_gzip_copy_of_a_report_is_a_duplicate_of_it(tmp_path: Path):
 
 def test_gzip_bomb_corrupt_and_truncated_gzip_are_skipped_with_reasons(tmp_path: Path, monkeypatch):
     """A file that unpacks beyond the bound stops there (a bomb); corrupt and cut gzip data say so."""
-    monkeypatch.setattr(reading, "MAX_DECOMPRESSED_BYTES", 1 << 20)
+    monkeypatch.setattr(report_file, "MAX_DECOMPRESSED_BYTES", 1 << 20)
     put(tmp_path / "ok.json.gz", gzip.compress(json.dumps(report("ok")).encode()))
     bomb = gzip.compress(b" " * (8 << 20))  # 8 MiB of spaces in about 8 KB
     put(tmp_path / "bomb.json.gz", bomb)
@@ -118,7 +120,7 @@ def test_gzip_bomb_corrupt_and_truncated_gzip_are_skipped_with_reasons(tmp_path:
     put(tmp_path / "junk.json.gz", gzip.compress(b"hello"))
     put(tmp_path / "list.json.gz", gzip.compress(b"[1]"))
     put(tmp_path / "v9.json.gz", gzip.compress(json.dumps({**report("v9"), "schema_version": 9}).encode()))
-    monkeypatch.setattr(reading, "MAX_REPORT_BYTES", 20_000)  # bounds the compressed file
+    monkeypatch.setattr(report_file, "MAX_REPORT_BYTES", 20_000)  # bounds the compressed file
     reports, skipped = read_reports([str(tmp_path)])
     reasons = {Path(s.path).name: s.reason for s in skipped}
     assert hosts_of(reports) == ["ok"]
@@ -337,7 +339,7 @@ def test_a_large_report_read_unit_by_unit_gives_the_same_extract(tmp_path: Path,
     path = put(tmp_path / "r.json", json.dumps(_big_fleet_docs()[k], indent=1))
     outcomes: list[object] = []
     for threshold in (1 << 40, 0):
-        monkeypatch.setattr(reading, "STREAM_UNITS_ABOVE", threshold)
+        monkeypatch.setattr(report_file, "STREAM_UNITS_ABOVE", threshold)
         try:
             outcomes.append(read_report(str(path), Extractor()))
         except ReportError as err:
@@ -354,7 +356,7 @@ def test_the_unit_by_unit_parser_hands_odd_text_to_the_whole_document_parser(tmp
     path = put(tmp_path / "r.json", text)
     reasons = []
     for threshold in (1 << 40, 0):
-        monkeypatch.setattr(reading, "STREAM_UNITS_ABOVE", threshold)
+        monkeypatch.setattr(report_file, "STREAM_UNITS_ABOVE", threshold)
         with pytest.raises(ReportError) as err:
             read_report(str(path), Extractor())
         reasons.append(str(err.value))

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
-import sdcscan.fleet.reading as reading
+import sdcscan.fleet.report_file as report_file
 from sdcscan.errors import ProfileError, ReportError
 from sdcscan.fleet.compare import FAILING_KINDS, summarize
 from sdcscan.fleet.model import Extractor, HostReport
@@ -206,7 +206,7 @@ def test_every_field_as_every_json_type_is_judged_or_skipped_by_compare(tmp_path
             path.write_text(mutated_text(base, field, mutation), encoding="utf-8", errors="surrogatepass")
             outcomes = []
             for threshold in (1 << 40, 0):  # whole document, then unit by unit
-                monkeypatch.setattr(reading, "STREAM_UNITS_ABOVE", threshold)
+                monkeypatch.setattr(report_file, "STREAM_UNITS_ABOVE", threshold)
                 outcomes.append(_compare_outcome(path))
             assert outcomes[0] == outcomes[1], (field, mutation.name, outcomes)
             _, value = outcomes[0]
