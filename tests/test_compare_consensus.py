@@ -4,10 +4,8 @@ machines that share a hostname stay apart. Each fleet comes from `scripts/simula
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import random
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,21 +21,10 @@ from sdcscan.fleet.golden import index_golden, record
 from sdcscan.fleet.model import Extractor
 from sdcscan.report import SCHEMA_PATH
 from sdcscan.units import machine_id
-from tests.helpers.cli import ROOT
 from tests.helpers.fleet import extract, report, unit
+from tests.helpers.scripts import load_script
 
-
-def load_simulator() -> Any:
-    """Import scripts/simulate_fleet.py (scripts/ is not a package)."""
-    spec = importlib.util.spec_from_file_location("simulate_fleet", ROOT / "scripts" / "simulate_fleet.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["simulate_fleet"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-SIM = load_simulator()
+SIM = load_script("simulate_fleet")
 ALL8 = [f"cpu:{k}" for k in range(8)]
 
 

@@ -8,11 +8,9 @@ units have 3% normal spread on each workload, slow ones run at 0.75.
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
 import random
-import sys
 from collections.abc import Iterable
 from typing import Any
 
@@ -25,21 +23,10 @@ from sdcscan.fleet.findings import Collector, FleetFinding
 from sdcscan.fleet.model import HostReport
 from sdcscan.fleet.perf import slow_findings, slow_threshold
 from sdcscan.render.fleet import describe, render_compare
-from tests.helpers.cli import ROOT
 from tests.helpers.fleet import extract, report, unit
+from tests.helpers.scripts import load_script
 
-
-def load_bench() -> Any:
-    """Import scripts/bench_slow.py (scripts/ is not a package) for its fleet generator."""
-    spec = importlib.util.spec_from_file_location("bench_slow", ROOT / "scripts" / "bench_slow.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_slow"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = load_bench()
+bench = load_script("bench_slow")
 GRID = (96.0, 98.0, 100.0, 102.0, 104.0)  # healthy speeds, cycled: median 100, MAD 2
 
 

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,23 +11,13 @@ from click.testing import CliRunner
 
 from sdcscan.cli.fleet import compare
 from sdcscan.report import SCHEMA_PATH
-from tests.helpers.cli import ROOT
-
-
-def load_simulator() -> Any:
-    """Import scripts/simulate_fleet.py (scripts/ is not a package)."""
-    spec = importlib.util.spec_from_file_location("simulate_fleet", ROOT / "scripts" / "simulate_fleet.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["simulate_fleet"] = module
-    spec.loader.exec_module(module)
-    return module
+from tests.helpers.scripts import load_script
 
 
 def simulate(tmp: Path, hosts: int = 40, seed: int = 5) -> tuple[Path, dict[str, Any]]:
     """A small simulated fleet and its manifest."""
     out = tmp / "fleet"
-    return out, load_simulator().simulate(hosts, 8, 40, out, seed)
+    return out, load_script("simulate_fleet").simulate(hosts, 8, 40, out, seed)
 
 
 def test_simulated_reports_follow_the_schema(tmp_path: Path):
