@@ -90,8 +90,10 @@ def test_an_8_unit_host_cannot_outvote_two_healthy_2_unit_hosts():
     assert (e["hosts_voted"], e["units_voted"]) == (3, 12) and e["why"].startswith("close split")
     assert (s.exit_code, s.exit_code_with(True)) == (0, 3)
     s = run_scenario("big-faulty-host-4-peers")
-    assert found(s) == [("divergent", "big", u) for u in ALL8]
-    e = one(s, "divergent", "big", "cpu:3")
+    # All 8 units agree with each other, not with the fleet: one row for the host, naming its units.
+    assert found(s) == [("divergent", "big", None)]
+    e = one(s, "divergent", "big", None)
+    assert e["units"] == ALL8
     assert e["basis"] == "fleet" and e["disputed_cases"] == 2 and e["sides"][0]["hosts"] == 4
     assert s.exit_code == 1
 
@@ -116,8 +118,9 @@ def test_reruns_of_one_host_do_not_stuff_the_ballot():
     ]
     assert (s.counts["reports"], s.counts["superseded"], s.exit_code) == (3, 2, 0)
     s = run_scenario("reruns-4-peers")
-    assert found(s) == [("divergent", "flaky", "cpu:0"), ("divergent", "flaky", "cpu:1")]
-    e = one(s, "divergent", "flaky", "cpu:0")
+    assert found(s) == [("divergent", "flaky", None)]
+    e = one(s, "divergent", "flaky", None)
+    assert e["units"] == ["cpu:0", "cpu:1"]
     assert e["reports"] == 1 and e["run"] == "flaky-4242-1748862000" and e["sides"][1]["hosts"] == 1
     assert s.exit_code == 1
 
@@ -147,10 +150,10 @@ def test_a_golden_overrules_a_wrong_majority():
     1); with the golden the 4 are divergent (basis golden, one group) and the right host is named
     nowhere, neither divergent nor undecided."""
     s = run_scenario("golden-vs-majority")
-    assert found(s) == [("divergent", "right", "cpu:0"), ("divergent", "right", "cpu:1")]
+    assert found(s) == [("divergent", "right", None)]
     s = run_scenario("golden-vs-majority", golden=True)
-    assert found(s) == [("divergent", f"wrong{k}", f"cpu:{u}") for k in range(4) for u in range(2)]
-    e = one(s, "divergent", "wrong2", "cpu:1")
+    assert found(s) == [("divergent", f"wrong{k}", None) for k in range(4)]
+    e = one(s, "divergent", "wrong2", None)
     assert e["basis"] == "golden" and e["reference_digest"] == GOOD1 and e["group"] == "G1"
     (group,) = s.groups
     assert (group["units"], group["hosts"], group["shared_cases"]) == (8, 4, 2)
@@ -322,3 +325,16 @@ def test_compare_cli_json_for_issue_12_scenarios(tmp_path: Path):
     doc = json.loads(result.stdout)
     assert [Path(x["path"]).name for x in doc["superseded"]] == ["flaky-0.json", "flaky-1.json"]
     assert "Superseded 2 older report(s)" in result.stderr
+
+
+def test_a_host_rolls_up_only_when_all_its_units_agree_with_each_other():
+    """Two wrong units of a host with different wrong digests are two rows: they do not agree with each
+    other, so nothing says the cause is host-wide. One wrong unit beside a healthy one is its own row."""
+    peers = [report(f"p{k}") for k in range(4)]
+    two_ways = report("odd", [unit("cpu:0", digests={1: "e" * 16}), unit("cpu:1", digests={1: "f" * 16})])
+    assert found(summarize(extract([*peers, two_ways]))) == [
+        ("divergent", "odd", "cpu:0"),
+        ("divergent", "odd", "cpu:1"),
+    ]
+    one_bad = report("half", [unit("cpu:0", digests={1: "e" * 16}), unit("cpu:1")])
+    assert found(summarize(extract([*peers, one_bad]))) == [("divergent", "half", "cpu:0")]

@@ -279,11 +279,29 @@ def _all_consensus(
 def _divergent(
     where: dict[str, Any], cc: CohortConsensus, judged: list[UnitJudgement], col: Collector, first_id: int
 ) -> list[dict[str, Any]]:
-    """Add a `divergent` finding per unit that disputes a reference; return the partition groups."""
+    """Add a `divergent` finding per unit that disputes a reference; return the partition groups.
+
+    A host whose every unit of the group is divergent with the same digests (they agree with each other,
+    not with the fleet: a host-wide cause, or a host-wide fault) gets one finding, unit None, naming its
+    units, instead of one row per unit.
+    """
     groups, group_of = _partitions(where, cc, judged, first_id)
+    by_host: dict[int, list[int]] = {}
     for k, j in enumerate(judged):
-        r = cc.hosts[j.host][0]
-        col.add(r, j.unit.unit, "divergent", _divergent_evidence(where, cc, j, group_of.get(k)))
+        by_host.setdefault(j.host, []).append(k)
+    for h, ks in by_host.items():
+        r, units = cc.hosts[h]
+        evidence = [_divergent_evidence(where, cc, judged[k], group_of.get(k)) for k in ks]
+        whole_host = len(ks) >= 2 and len(ks) == len(units)
+        if (
+            whole_host
+            and len({signature(judged[k].unit) for k in ks}) == 1
+            and not any("own_run" in e for e in evidence)
+        ):
+            col.add(r, None, "divergent", {**evidence[0], "units": [judged[k].unit.unit for k in ks]})
+            continue
+        for k, ev in zip(ks, evidence, strict=True):
+            col.add(r, judged[k].unit.unit, "divergent", ev)
     return groups
 
 

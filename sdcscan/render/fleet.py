@@ -92,11 +92,15 @@ def _divergent(e: dict[str, Any]) -> str:
     if e["basis"] == "own run":
         return own_text
     group = f"; wrong like the other units of group {e['group']}" if e.get("group") else ""
+    if e.get("units"):  # a whole host, rolled up: its units agree with each other, not with the fleet
+        group = ""
     text = (
         f"{e['disputed_cases']} of {e['cases_compared']} case(s) differ from {BASIS_WORDS[e['basis']]}, "
         f"first case {e['first_disputed_case']} ({e['workload']}): {_sides(e)}; "
         f"workloads {', '.join(e['workloads'])}{group}"
     )
+    if e.get("units"):
+        text = f"all {len(e['units'])} units ({', '.join(e['units'])}) agree with each other, not with the fleet: {text}"
     return f"{text}; {own_text}" if own_text else text
 
 
