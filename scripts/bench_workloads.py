@@ -1,7 +1,8 @@
 """Benchmark: per workload, the share of case time spent computing vs checking and bookkeeping, and cases/s.
 
 Runs each workload's cases in this process on one pinned thread, exactly as a worker does, and prints
-JSON. Usage: python scripts/bench_workloads.py [--profile quick] [--cases 20] [--cpu 0]
+JSON. `peak` is the rate of the plain op(s) the workload runs at its own shapes (sdcscan.workloads.peaks,
+measured fresh here, never from the cache), `efficiency` the achieved rate over it. Usage: python scripts/bench_workloads.py [--profile quick] [--cases 20] [--cpu 0]
 Run it on an otherwise idle machine: two benchmarks at once on two cores measure each other.
 """
 
@@ -10,7 +11,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -32,10 +35,14 @@ def main() -> None:
     from sdcscan.profile import load_profile
     from sdcscan.workloads import load
     from sdcscan.workloads.base import Context
+    from sdcscan.workloads.peaks import PeakSource, case_peak, workload_peak
 
     profile = load_profile(args.profile)
     plan = Plan(profile, seed=1234)
     records = []
+    # A benchmark measures afresh: a cached peak from another load on this machine would skew the ratio.
+    scratch = Path(tempfile.mkdtemp(prefix="sdcscan-bench-peaks-"))
+    peaks = PeakSource(torch.device("cpu"), directory=scratch)
     for spec in profile.workloads:
         params = spec.params_for("cpu")
         ctx = Context(unit=f"cpu:{args.cpu}", device=torch.device("cpu"), run_seed=1234, params=params)
@@ -44,14 +51,20 @@ def main() -> None:
         indices = [i for i in range(10 * args.cases) if plan.workload_of(i) == spec.name][: args.cases + 1]
         ctx.begin_case(None)
         workload.run(ctx, plan.case(indices.pop()))  # warm-up: first calls allocate and pick kernels
+        found = workload_peak(peaks, spec.name, params)
         phases: dict[str, float] = {}
         total = ops = 0.0
+        plain_s: float | None = 0.0  # None once a case's plain rate is unknown
         for index in indices:
             ctx.begin_case(None)
             start = time.perf_counter()
-            out = workload.run(ctx, plan.case(index))
+            case = plan.case(index)
+            out = workload.run(ctx, case)
             total += time.perf_counter() - start
             ops += out.ops
+            # What the plain op would take for this very case: few cases need not cover every slot evenly.
+            rate = case_peak(spec.name, found, case.occurrence)
+            plain_s = plain_s + out.ops / rate if rate and plain_s is not None else None
             for k, v in ctx.phases.items():
                 phases[k] = phases.get(k, 0.0) + v
         records.append(
@@ -66,8 +79,11 @@ def main() -> None:
                 "other_share": round(1 - sum(phases.values()) / total, 4),
                 "ops_per_s": round(ops / total, 1),
                 "ops_unit": out.ops_unit,
+                "peak": round(ops / plain_s, 1) if plain_s else None,
+                "efficiency": round(plain_s / total, 4) if plain_s else None,
             }
         )
+    shutil.rmtree(scratch, ignore_errors=True)
     print(json.dumps(records, indent=2))
 
 

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
@@ -20,7 +21,12 @@ from sdcscan.verdict import Judgement, judge
 from sdcscan.wording import finding, findings, reason
 
 MAX_MISMATCHES_PER_UNIT = 50  # enough to see a pattern; the per-case status column has the full count
-MAX_RETEST_RECORDS = 20  # per unit; the counts cover every failing case
+MAX_RETEST_RECORDS = 20
+PHASES = (
+    "compute",
+    "check",
+    "setup",
+)  # the Context.phase names a workload times; shares of case time  # per unit; the counts cover every failing case
 
 
 def judge_and_build(
@@ -171,12 +177,16 @@ def _unit_doc(u: dict[str, Any], cases: list[dict[str, Any]], judgement: Judgeme
     secs: defaultdict[str, float] = defaultdict(float)
     count: defaultdict[str, int] = defaultdict(int)
     units_of: dict[str, str] = {}
+    phases: defaultdict[str, defaultdict[str, float]] = defaultdict(lambda: defaultdict(float))
     for o in cases:
         w = o["workload"]
         ops[w] += o.get("ops") or 0.0
         secs[w] += o.get("seconds") or 0.0
         count[w] += 1
         units_of[w] = o.get("ops_unit") or "op"
+        for name, seconds in (o.get("phases") or {}).items():
+            if name in PHASES and isinstance(seconds, int | float):
+                phases[w][name] += seconds
     golden = judgement.golden.get(uid)
     wrong = {d.index for d in golden.disagreements} if golden else set()
     # A case whose digest differs from the golden is a mismatch of this unit, like an invariant firing.
@@ -195,12 +205,9 @@ def _unit_doc(u: dict[str, Any], cases: list[dict[str, Any]], judgement: Judgeme
         "cases_run": len(cases),
         "workloads": sorted(count),
         "throughput": {
-            w: {
-                "ops_per_s": round(ops[w] / secs[w], 1) if secs[w] > 0 else 0.0,
-                "ops_unit": units_of[w],
-                "cases": count[w],
-                "seconds": round(secs[w], 4),
-            }
+            w: _throughput_doc(
+                ops[w], secs[w], count[w], units_of[w], phases[w], (u.get("peaks") or {}).get(w)
+            )
             for w in sorted(count)
         },
         "mismatches": len(bad),
@@ -215,6 +222,29 @@ def _unit_doc(u: dict[str, Any], cases: list[dict[str, Any]], judgement: Judgeme
             "status": statuses,
             "seconds": [round(o.get("seconds") or 0.0, 3) for o in cases],
         },
+    }
+
+
+def _throughput_doc(
+    ops: float, seconds: float, cases: int, ops_unit: str, phases: Mapping[str, float], peak: Any
+) -> dict[str, Any]:
+    """One workload's rate on a unit, its plain-op peak and efficiency, and where its case time went.
+
+    `peak` is the unit's measurement (workloads.peaks.workload_peak) or None; efficiency is achieved
+    over peak, null when the peak is unknown. Shares are of the summed case seconds.
+    """
+    achieved = ops / seconds if seconds > 0 else 0.0
+    rate = peak.get("peak_ops_per_s") if isinstance(peak, dict) else None
+    if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 < rate < math.inf:
+        rate = None
+    return {
+        "ops_per_s": round(achieved, 1),
+        "ops_unit": ops_unit,
+        "cases": cases,
+        "seconds": round(seconds, 4),
+        "peak_ops_per_s": rate,
+        "efficiency": None if rate is None else round(achieved / rate, 4),
+        "shares": {p: round(phases.get(p, 0.0) / seconds, 4) if seconds > 0 else 0.0 for p in PHASES},
     }
 
 

@@ -62,6 +62,7 @@ def _build(run: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, Any]
             **u,
             "cohort": unit_recs.get(u["id"], {}).get("cohort") or "",
             "notes": list(unit_recs.get(u["id"], {}).get("notes") or []),
+            "peaks": _peaks(unit_recs.get(u["id"], {}).get("peaks")),
         }
         for u in run["units"]
     ]
@@ -93,3 +94,8 @@ def _is_case(r: dict[str, Any]) -> bool:
         and isinstance(r.get("workload"), str)
         and r.get("status") in _STATUSES
     )
+
+
+def _peaks(value: Any) -> dict[str, Any]:
+    """The unit's plain-op peaks as the journal kept them; anything but an object counts as none."""
+    return value if isinstance(value, dict) else {}

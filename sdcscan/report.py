@@ -312,7 +312,15 @@ def _cases(value: Any) -> None:
         raise _Bad("case columns of different lengths")
 
 
-_THROUGHPUT = _object({"ops_per_s": _number, "ops_unit": _string, "cases": _number}, {"seconds": _number})
+_THROUGHPUT = _object(
+    {"ops_per_s": _number, "ops_unit": _string, "cases": _number},
+    {
+        "seconds": _number,
+        "peak_ops_per_s": _nullable(_number),
+        "efficiency": _nullable(_number),
+        "shares": _map_of(_number),
+    },
+)
 _UNIT = _object(
     {
         "id": _string,

@@ -77,6 +77,7 @@ class UnitState:
     ready: bool = False
     busy: bool = False
     notes: list[str] = field(default_factory=list)
+    peaks: dict[str, Any] = field(default_factory=dict)  # workload -> its plain-op peak (workloads.peaks)
     current: CaseInFlight | None = None
     problem: str | None = None
     late: str | None = None  # why a unit that started after the deadline ran no case
@@ -276,9 +277,14 @@ class Runner:
             self._fail(state, msg[2], detail=msg[3])
 
     def _on_ready(
-        self, state: UnitState, notes: list[str], cohort_fields: dict[str, Any], software: dict[str, Any]
+        self,
+        state: UnitState,
+        notes: list[str],
+        cohort_fields: dict[str, Any],
+        software: dict[str, Any],
+        peaks: dict[str, Any] | None = None,
     ) -> None:
-        state.ready, state.notes = True, list(notes)
+        state.ready, state.notes, state.peaks = True, list(notes), dict(peaks or {})
         state.cohort_fields, state.cohort = cohort_fields, cohort_key(cohort_fields)
         if time.time() >= self.deadline:
             state.late = (
@@ -287,7 +293,13 @@ class Runner:
             )
         self.software = self.software or software
         # Cohort, notes and software go to the journal too: `report --from-journal` needs them.
-        record = {"type": "unit", "unit": state.unit.id, "cohort": state.cohort, "notes": state.notes}
+        record = {
+            "type": "unit",
+            "unit": state.unit.id,
+            "cohort": state.cohort,
+            "notes": state.notes,
+            "peaks": state.peaks,
+        }
         self.journal.write({**record, "cohort_fields": cohort_fields, "software": software})
         self.emit(UnitReady(state.unit.id))
 

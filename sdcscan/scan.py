@@ -220,7 +220,12 @@ def finish(
     if result.interrupted:
         run_doc["interrupted_by"] = result.interrupted
     unit_docs = [
-        {**u.to_dict(), "cohort": result.states[u.id].cohort, "notes": result.states[u.id].notes}
+        {
+            **u.to_dict(),
+            "cohort": result.states[u.id].cohort,
+            "notes": result.states[u.id].notes,
+            "peaks": result.states[u.id].peaks,
+        }
         for u in setup.units
     ]
     _forget_calibrations(caches_to_forget({u["id"]: u["cohort"] for u in unit_docs}, result.outcomes))

@@ -59,7 +59,7 @@ def worker_main(cfg: WorkerConfig, conn: Any) -> None:
                 ("fatal", uid, f"setup failed: {type(err).__name__}: {err}", traceback.format_exc(limit=4))
             )
             return
-        conn.send(("ready", uid, engine.notes, engine.cohort_fields, engine.software))
+        conn.send(("ready", uid, engine.notes, engine.cohort_fields, engine.software, engine.peaks))
         while True:
             msg = conn.recv()
             if msg[0] == "plan":
@@ -78,7 +78,7 @@ def worker_main(cfg: WorkerConfig, conn: Any) -> None:
 class _Engine:
     def __init__(self, cfg: WorkerConfig, conn: Any) -> None:
         self.cfg, self.conn = cfg, conn
-        torch = _configure_torch(cfg.unit, cfg.threads)
+        torch = configure_torch(cfg.unit, cfg.threads)
         from sdcscan.plan import Plan
         from sdcscan.workloads import load
         from sdcscan.workloads.base import Context
@@ -93,6 +93,9 @@ class _Engine:
             workload.prepare(ctx)
             self.workloads[spec.name], self.contexts[spec.name] = workload, ctx
             self.notes.extend(ctx.notes)
+        self.peaks = _measure_peaks(
+            device, {name: ctx.params for name, ctx in self.contexts.items()}, self.notes
+        )
         self.mean_s: dict[str, float] = {}
         # The worker states its own cohort: it is the process whose threads, pins and kernels count.
         from sdcscan.units import cohort_fields, software_versions
@@ -161,6 +164,22 @@ class _Engine:
         return armed
 
 
+def _measure_peaks(device: Any, workloads: dict[str, dict[str, Any]], notes: list[str]) -> dict[str, Any]:
+    """Each workload's plain-op peak, once per unit after prepare (the report's efficiency).
+
+    Never raises: a peak that cannot be measured costs the efficiency figure and adds a note; the
+    unit's cases run regardless.
+    """
+    try:
+        from sdcscan.workloads.peaks import unit_peaks
+
+        peaks, found = unit_peaks(device, workloads)
+    except Exception as err:
+        peaks, found = {}, [f"peaks: not measured ({type(err).__name__}: {err}); efficiency is not reported"]
+    notes.extend(n for n in found if n not in notes)
+    return peaks
+
+
 def _die_with_parent(run_pid: int) -> None:
     """SIGKILL this worker when the run's parent dies, so a killed run leaves no orphans.
 
@@ -191,7 +210,7 @@ def _kill_self_when_readable(fd: int) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _configure_torch(unit: Unit, threads: int) -> Any:
+def configure_torch(unit: Unit, threads: int) -> Any:
     """Pin to the unit's CPU and make torch deterministic before any computation."""
     if unit.kind == "cpu" and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {unit.index})

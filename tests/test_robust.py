@@ -180,6 +180,8 @@ def test_unwritable_report_path_is_exit_3_and_the_journal_keeps_the_results(run_
     assert units["cpu:1"]["verdict"] == "invalid" and "InjectedError" in units["cpu:1"]["reason"]
     assert units["cpu:0"]["verdict"] in ("interrupted", "invalid") and units["cpu:0"]["cases_run"] >= 1
     assert any(e["unit"] == "cpu:1" for e in json.loads(p.stdout)["errors"])
+    # The plain-op peaks travel in the journal too: the rebuilt report still knows cpu:0's efficiency.
+    assert any(t["efficiency"] is not None for t in units["cpu:0"]["throughput"].values())
 
 
 @pytest.mark.slow

@@ -68,17 +68,33 @@ def workloads(as_json: bool) -> None:
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")
 @click.option("--threads", default=1, show_default=True, help="Threads per unit (part of the cohort key).")
+@click.option(
+    "--peaks",
+    is_flag=True,
+    help="Measure (or read from the cache) each workload's plain-op peak on one unit of each kind.",
+)
+@click.option(
+    "-p",
+    "--profile",
+    default="quick",
+    show_default=True,
+    help="With --peaks: the profile whose shapes to time.",
+)
 @reports_errors
-def info(as_json: bool, threads: int) -> None:
-    """Show the host inventory, its units and their cohort keys.
+def info(as_json: bool, threads: int, peaks: bool, profile: str) -> None:
+    """Show the host inventory, its units and their cohort keys; with --peaks, the plain-op peaks.
 
     \b
     Example:
         sdcscan info --json
+        sdcscan info --peaks -p burnin
     """
     from sdcscan import units
 
     found = units.discover_units()
+    if peaks:
+        _show(_peaks(found, threads, profile), as_json, _peaks_renderer)
+        return
     data = {
         "host": units.host_inventory(),
         "software": units.software_versions(),
@@ -89,6 +105,41 @@ def info(as_json: bool, threads: int) -> None:
         ],
     }
     _show(data, as_json, lambda render: render.print_info)
+
+
+def _peaks(found: list[Any], threads: int, profile_name: str) -> dict[str, Any]:
+    """Each workload's plain-op peak on the first unit of each kind, configured as a worker is.
+
+    Raises:
+        ProfileError: the profile cannot be loaded (before any measurement).
+        UsageError: a non-positive thread count.
+    """
+    from sdcscan.errors import UsageError
+    from sdcscan.profile import load_profile
+
+    if threads < 1:
+        raise UsageError(f"--threads must be at least 1 (got {threads})")
+    profile = load_profile(profile_name)
+    first = {u.kind: u for u in reversed(found)}  # the first unit of each kind
+    measured = []
+    for unit in sorted(first.values(), key=lambda u: u.kind):
+        from sdcscan.worker import configure_torch  # torch: imported only when peaks are asked for
+
+        torch = configure_torch(unit, threads)
+        from sdcscan.workloads.peaks import host_peaks
+
+        device = torch.device(unit.id if unit.kind == "cuda" else "cpu")
+        params = {w.name: w.params_for(unit.kind) for w in profile.workloads}
+        measured.append(
+            {"unit": unit.id, "model": unit.model, "threads": threads, **host_peaks(device, params)}
+        )
+    return {"profile": profile.name, "units": measured}
+
+
+def _peaks_renderer(_: Any) -> Callable[[Any, Any], None]:
+    from sdcscan.render.peaks import print_peaks
+
+    return print_peaks
 
 
 def _show(data: Any, as_json: bool, pick: Callable[[Any], Callable[[Any, Any], None]]) -> None:
