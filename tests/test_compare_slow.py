@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from sdcscan.fleet import perf
 from sdcscan.fleet.compare import summarize
 from sdcscan.fleet.findings import Collector, FleetFinding
 from sdcscan.fleet.model import HostReport
@@ -215,31 +214,28 @@ def test_only_the_newest_report_of_a_host_counts():
     assert (f.host, f.unit, f.evidence["run"], f.evidence["peers"]) == ("lag", "cpu:0", "r3.0", 6)
 
 
-def test_a_second_measure_can_make_a_workload_slow(monkeypatch: pytest.MonkeyPatch):
-    """Measures are pluggable (the efficiency figure of the full-speed issue will be one): a workload is
-    slow when any of its measures is."""
-    low = {"train": 0.5, "matmul_golden": 0.5}
-    fleet = extracts(grid_fleet(40, workloads=low))
-    fleet.append(
-        bench.host_report("lag", [bench.unit_record("cpu:0", {"train": 100.0, "matmul_golden": 100.0})])
-    )
-    assert judge(fleet) == ()
+def test_efficiency_makes_a_workload_slow_where_throughput_does_not():
+    """Reports carry each workload's efficiency (achieved over the unit's own plain-op peak): a unit at
+    normal speed whose workloads reach half the efficiency of its peers' is slow by that measure, and a
+    workload is slow when any measure is."""
 
-    def efficiency(u: Any) -> list[tuple[str, float, str]]:
-        scale = 0.5 if u.unit == "cpu:0" and u is fleet[-1].units[0] else 1.0
-        return [(w, scale * x / 100.0, "fraction") for w, x, _ in u.throughput]
+    def host(name: str, efficiency: float) -> dict[str, Any]:
+        doc = report(name, [unit("cpu:0", ops={"train": 100.0, "matmul_golden": 100.0})])
+        for rec in doc["units"][0]["throughput"].values():
+            rec["peak_ops_per_s"], rec["efficiency"] = 100.0 / efficiency, efficiency
+        return doc
 
-    monkeypatch.setitem(perf.MEASURES, "efficiency", efficiency)
-    (f,) = judge(fleet)
-    assert (f.host, f.evidence["measure"], f.evidence["slow_workloads"]) == (
-        "lag",
-        "efficiency",
-        ["matmul_golden", "train"],
-    )
+    rng = random.Random(3)
+    fleet = [host(f"h{k}", 0.8 + rng.uniform(-0.02, 0.02)) for k in range(40)] + [host("lag", 0.4)]
+    (f,) = summarize(extract(fleet)).findings
+    assert (f.host, f.kind, f.evidence["measure"]) == ("lag", "slow", "efficiency")
+    assert f.evidence["slow_workloads"] == ["matmul_golden", "train"]
     assert {(w["measure"], w["slow"]) for w in f.evidence["workloads"]} == {
         ("efficiency", True),
         ("ops_per_s", False),
     }
+    healthy = [host(f"h{k}", 0.8 + rng.uniform(-0.02, 0.02)) for k in range(41)]
+    assert summarize(extract(healthy)).findings == ()
 
 
 def test_the_result_does_not_depend_on_input_order():

@@ -65,6 +65,7 @@ class UnitRecord:
     invariant: Invariant | None
     retest: str | None = None  # its own run's re-test classification (RETEST_CLASSES), if any
     calibration: tuple[tuple[str, str, int, float], ...] = ()  # gemm_fp's (dtype, checker, K, e_max)
+    efficiency: tuple[tuple[str, float, str], ...] = ()  # (workload, achieved / its own plain-op peak, "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,6 +189,7 @@ class Extractor:
             invariant=_invariant(unit, st, workloads, indices, records),
             retest=_retest_class(unit.get("retest")),
             calibration=self._calibration(unit.get("calibration")),
+            efficiency=self._efficiency(unit),
         )
 
     def _calibration(self, held: Any) -> tuple[tuple[str, str, int, float], ...]:
@@ -218,6 +220,15 @@ class Extractor:
             (self.intern(workload), float(rec["ops_per_s"]), self.intern(rec["ops_unit"]))
             for workload, rec in unit.get("throughput", {}).items()
         ]
+        return tuple(sorted(out))
+
+    def _efficiency(self, unit: dict[str, Any]) -> tuple[tuple[str, float, str], ...]:
+        """(workload, efficiency, "") where the report gives one (validate_report: a number or null)."""
+        out = []
+        for workload, rec in unit.get("throughput", {}).items():
+            value = _finite(rec.get("efficiency"))
+            if value is not None:
+                out.append((self.intern(workload), value, ""))
         return tuple(sorted(out))
 
 

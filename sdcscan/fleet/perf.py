@@ -4,7 +4,8 @@ Thresholds come from the fleet itself, not from per-model constants: DCGM's fixe
 GPU running three times slower (DCGM #122). Pure: no I/O, no clock.
 
 The rule, for each group of units that must perform alike: (profile sha256, cohort, workload,
-measure); its n units are the "peers". Today's only measure is throughput (ops/s); see `MEASURES`.
+measure); its n units are the "peers". The measures are throughput (ops/s) and, where reports carry
+it, efficiency (achieved over the unit's own plain-op peak); see `MEASURES`.
 
 1. A healthy reference a slow batch cannot absorb. The median and MAD of all peers move toward a
    throttled batch as it grows (with 20% of a cohort 25% slow, half the slow units were missed; with
@@ -77,9 +78,14 @@ QUANTILE_GAP = Z_UPPER - _NORMAL.inv_cdf(LOWER_Q)  # 0.6071: q90 - q75 of a stan
 HEALTHY_BAND = 3.0  # healthy peers lie within this many first-estimate spreads of the centre
 
 Reading = tuple[str, float, str]  # (workload, value, value unit), higher is better
-# Measure name -> the per-workload readings of a unit. A per-workload efficiency (the full-speed
-# issue) joins as a second entry once UnitRecord carries it. A workload is slow when any measure is.
-MEASURES: dict[str, Callable[[UnitRecord], Iterable[Reading]]] = {"ops_per_s": lambda u: u.throughput}
+# Measure name -> the per-workload readings of a unit. A workload is slow when any measure is.
+# Throughput sees a unit that is slow at everything (clocks, power, cooling). Efficiency (achieved over
+# the unit's own plain-op peak, measured at its start) sees a workload running far below the same unit's
+# plain op; a unit throttled as a whole keeps its efficiency, and throughput sees it.
+MEASURES: dict[str, Callable[[UnitRecord], Iterable[Reading]]] = {
+    "ops_per_s": lambda u: u.throughput,
+    "efficiency": lambda u: u.efficiency,
+}
 
 GroupKey = tuple[str, str, str, str]  # (profile sha256, cohort, workload, measure)
 Judged = tuple[HostReport, UnitRecord]
