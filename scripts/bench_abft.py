@@ -1,11 +1,26 @@
 """Overhead of the ABFT checks: median seconds of the plain vs the checked operation, timed in the same run.
 
-Usage: python scripts/bench_abft.py --json [--repeats N] [--threads N]
+Usage: python scripts/bench_abft.py --json [--samples N] [--threads N]
 
-gemm_fp: plain = `a @ b`; checked = the same GEMM plus gemm_fp's verification (V-ABFT row check with
-the workload's default checker). B's encoding is per weight ("offline") and timed separately as
-`encode_s`. Records of the int8 workloads come from scripts/bench_abft_int8.py when it is present.
-Dev-only: never imported by sdcscan.
+Each record says where its shape comes from in `source`:
+  profile    the `burnin` profile's parameters merged over the workload's defaults, as a run merges them
+             (read from the built-in profile at run time, so the bench follows the profile);
+  paper      a shape a paper reports its overhead at: V-ABFT (Gao, Hua, Chen; ../shared/seeds/004_*)
+             bf16 (128, 1024, 256); Li et al.'s DLRM int8 GEMM and EmbeddingBag (../shared/seeds/000_*);
+  reference  square fp32/fp64 GEMMs of 512³–2048³ that no paper reports an overhead at, kept as
+             a scale across which the check's O(n²) cost falls against the O(n³) GEMM.
+
+gemm_fp (what sdcscan/workloads/gemm_fp.py `run` does per case): plain = `repeats` × `a @ b`; checked =
+the same GEMMs plus `vabft.expected` once per operand pair, `vabft.verify` (row AND column check) after
+every repeat, and `RepeatDigest` over every repeat's output. Profile records use the profile's repeats;
+paper and reference records one GEMM per check (repeats 1), as the V-ABFT paper checks each GEMM. B's
+encoding is set-up (per case in the workload, "offline" in the paper) and is reported as `encode_s`,
+outside `checked_s`. The threshold's cost does not depend on e_max, so a fixed one is used.
+
+Every record: plain_s, checked_s (medians of interleaved samples, after one warm-up each), overhead =
+checked_s / plain_s − 1, and the split of the checked run into compute_s, check_s and digest_s (medians
+of each part), so a reader sees which part costs. Records of gemm_int8 and embbag_int8 come from
+scripts/bench_abft_int8.py. Dev-only: never imported by sdcscan.
 """
 
 from __future__ import annotations
@@ -15,94 +30,241 @@ import json
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections import defaultdict
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 from sdcscan.checks import vabft
-from sdcscan.workloads import calibration
+from sdcscan.checks.digest import RepeatDigest
+from sdcscan.profile import load_profile
+from sdcscan.workloads import SPECS, calibration
 
-# (dtype, checker, shapes): fp32 at 512³ and above for the ≤ 10% target; bf16/fp16 small (no fast kernel here)
-CASES = [
+PROFILE = "burnin"
+PAPER_FP = [("bfloat16", "float32", (128, 1024, 256))]  # V-ABFT's Ascend tile (seeds/004, §6.8)
+REFERENCE_FP = [
     ("float32", "float32", [(512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048)]),
     ("float32", "float64", [(512, 512, 512), (1024, 1024, 1024)]),
     ("float64", "float64", [(512, 512, 512), (1024, 1024, 1024)]),
-    ("bfloat16", "float32", [(128, 1024, 256)]),
-    ("float16", "float32", [(128, 1024, 256)]),
 ]
 E_MAX = 1e-6  # any value: the threshold's cost does not depend on it
+SAMPLE_BUDGET_S = 1.5  # seconds of plain + checked calls per record (at least MIN_SAMPLES pairs)
+MIN_SAMPLES, MAX_SAMPLES = 3, 41
 
 
-def median_s(fn: Callable[[], Any], repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+class Split:
+    """Wall time of a run split into named parts: `lap(part)` charges the time since the last lap."""
+
+    def __init__(self) -> None:
+        self.parts: dict[str, float] = defaultdict(float)
+        self._last = time.perf_counter()
+
+    def lap(self, part: str) -> None:
+        now = time.perf_counter()
+        self.parts[part] += now - self._last
+        self._last = now
 
 
-def gemm_fp_records(repeats: int) -> list[dict[str, Any]]:
+Timed = Callable[[Split], Any]  # one call of the measured operation, lapping its parts
+
+
+def profile_params(workload: str, profile: str = PROFILE) -> list[dict[str, Any]]:
+    """The parameters a CPU unit runs `workload` with under `profile`: one dict per profile entry.
+
+    Raises:
+        ProfileError: the profile cannot be loaded.
+    """
+    entries = [w for w in load_profile(profile).workloads if w.name == workload]
+    return [{**SPECS[workload].defaults, **w.params_for("cpu")} for w in entries]
+
+
+def measure(
+    plain: Timed, checked: Timed, *, before: Callable[[], Any] | None = None, samples: int | None = None
+) -> dict[str, float]:
+    """Medians of interleaved plain and checked calls (drift on a shared machine hits both alike).
+
+    `before` runs untimed ahead of every call (e.g. a cache flush). Without `samples`, pairs are timed
+    until SAMPLE_BUDGET_S is spent, within MIN_SAMPLES..MAX_SAMPLES.
+    """
+    for fn in (plain, checked):  # warm-up: first calls allocate and pick kernels
+        if before:
+            before()
+        fn(Split())
+    plain_s: list[float] = []
+    parts: dict[str, list[float]] = defaultdict(list)
+    totals: list[float] = []
+    spent = 0.0
+    while len(totals) < (samples or MAX_SAMPLES):
+        for fn, into in ((plain, None), (checked, parts)):
+            if before:
+                before()
+            split = Split()
+            fn(split)
+            total = sum(split.parts.values())
+            spent += total
+            if into is None:
+                plain_s.append(total)
+            else:
+                totals.append(total)
+                for part in ("compute", "check", "digest", *split.parts):
+                    into[part].append(split.parts.get(part, 0.0))
+        if samples is None and len(totals) >= MIN_SAMPLES and spent > SAMPLE_BUDGET_S:
+            break
+    p, c = statistics.median(plain_s), statistics.median(totals)
+    split_s = {f"{part}_s": statistics.median(v) for part, v in parts.items()}
+    return {"plain_s": p, "checked_s": c, "overhead": c / p - 1.0, **split_s, "samples": len(totals)}
+
+
+def record(workload: str, variant: str, shape: list[int], source: str, **fields: Any) -> dict[str, Any]:
+    return {
+        "workload": workload,
+        "variant": variant,
+        "shape": shape,
+        "source": source,
+        **fields,
+        "threads": torch.get_num_threads(),
+    }
+
+
+# --- gemm_fp ------------------------------------------------------------------------------------
+
+
+def gemm_fp_records(samples: int | None) -> list[dict[str, Any]]:
     out = []
-    for dtype, checker, shapes in CASES:
-        dt, chk = calibration.DTYPES[dtype], calibration.DTYPES[checker]
-        for m, k, n in shapes:
-            g = torch.Generator().manual_seed(0)
-            a = calibration.sample("abs_normal", (m, k), g, dt)
-            b = calibration.sample("abs_normal", (k, n), g, dt)
-            enc = vabft.encode(b, chk)
-            # interleave plain and checked so drift on a shared machine hits both alike
-            plain, checked, encode = [], [], []
-            for _ in range(3):
-                plain.append(median_s(lambda a=a, b=b: a @ b, repeats))
-                checked.append(
-                    median_s(lambda a=a, b=b, enc=enc: vabft.row_check(a, a @ b, enc, E_MAX), repeats)
-                )
-                encode.append(median_s(lambda b=b, chk=chk: vabft.encode(b, chk), repeats))
-            p, c = statistics.median(plain), statistics.median(checked)
-            out.append({
-                "workload": "gemm_fp",
-                "variant": f"{dtype}/{checker} checker",
-                "shape": [m, k, n],
-                "plain_s": p,
-                "checked_s": c,
-                "overhead": c / p - 1.0,
-                "encode_s": statistics.median(encode),
-                "threads": torch.get_num_threads(),
-            })  # fmt: skip
+    for p in profile_params("gemm_fp"):
+        for dtype, chk, shape, repeats in zip(
+            p["dtypes"], p["checkers"], p["shapes"], p["repeats"], strict=True
+        ):
+            out.append(_gemm_fp_record(dtype, chk, tuple(shape), repeats, p["c"], "profile", samples))
+    for dtype, chk, shape in PAPER_FP:
+        out.append(_gemm_fp_record(dtype, chk, shape, 1, vabft.SIGMA_C, "paper", samples))
+    for dtype, chk, shapes in REFERENCE_FP:
+        for shape in shapes:
+            out.append(_gemm_fp_record(dtype, chk, shape, 1, vabft.SIGMA_C, "reference", samples))
     return out
 
 
-def int8_records() -> list[dict[str, Any]]:
-    """The int8 helper's records, when its script is on this branch."""
+def _gemm_fp_record(
+    dtype: str,
+    checker: str,
+    shape: tuple[int, ...],
+    repeats: int,
+    c: float,
+    source: str,
+    samples: int | None,
+) -> dict[str, Any]:
+    dt, chk = calibration.DTYPES[dtype], calibration.DTYPES[checker]
+    m, k, n = shape
+    g = torch.Generator().manual_seed(0)
+    a = calibration.sample("abs_normal", (m, k), g, dt)
+    b = calibration.sample("abs_normal", (k, n), g, dt)
+    enc = vabft.encode(b, chk)
+
+    def plain(split: Split) -> None:
+        for _ in range(repeats):
+            a @ b
+        split.lap("compute")
+
+    def checked(split: Split) -> None:
+        _gemm_fp_case(a, b, enc, chk, c, repeats, split)
+
+    def encode(split: Split) -> None:
+        vabft.encode(b, chk)
+        split.lap("compute")
+
+    timing = measure(plain, checked, samples=samples)
+    encode_s = measure(encode, encode, samples=3)["plain_s"]
+    return record(
+        "gemm_fp",
+        f"{dtype}/{checker} checker",
+        [m, k, n],
+        source,
+        repeats=repeats,
+        **timing,
+        encode_s=encode_s,
+    )
+
+
+def _gemm_fp_case(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    enc: vabft.Encoding,
+    chk: torch.dtype,
+    c: float,
+    repeats: int,
+    split: Split,
+) -> bool:
+    """The checked part of a gemm_fp case, as the workload runs it (no fault sites, no localisation)."""
+    expect = vabft.expected(a, b, enc, chk, E_MAX, c)
+    split.lap("check")
+    digest, bad = RepeatDigest(), False
+    for _ in range(repeats):
+        out = a @ b
+        split.lap("compute")
+        rows, cols = vabft.verify(out, expect)
+        bad |= bool(rows.bad.any()) or bool(cols.bad.any())
+        split.lap("check")
+        digest.add(out)
+        split.lap("digest")
+    digest.hexdigest()
+    split.lap("digest")
+    return bad
+
+
+# --- int8 workloads -----------------------------------------------------------------------------
+
+
+def int8_records(samples: int | None) -> list[dict[str, Any]]:
+    """gemm_int8 and embbag_int8 records from scripts/bench_abft_int8.py."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_abft_int8 import records  # type: ignore[import-not-found]
+
+    return list(records(samples))
+
+
+def cpu_description() -> dict[str, Any]:
+    """What the numbers ran on: the CPU model (Linux), torch's CPU capability (ISA) and torch version."""
+    model = None
     try:
-        from bench_abft_int8 import records  # type: ignore[import-not-found]
-    except ImportError:
-        return []
-    return list(records())
+        with open("/proc/cpuinfo") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), None)
+    except OSError:
+        pass
+    return {
+        "cpu": model,
+        "capability": torch.backends.cpu.get_cpu_capability(),
+        "torch": torch.__version__,
+    }
+
+
+def table(records: list[Mapping[str, Any]]) -> str:
+    lines = []
+    for r in records:
+        shape = "x".join(map(str, r["shape"]))
+        times = f"{r['plain_s'] * 1e3:9.3f} ms {r['checked_s'] * 1e3:9.3f} ms {r['overhead']:+7.1%}"
+        split = f"check {r['check_s'] * 1e3:8.3f} ms  digest {r['digest_s'] * 1e3:8.3f} ms"
+        lines.append(f"{r['workload']:11} {r['variant']:28} {shape:20} {r['source']:9} {times}  {split}")
+    return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print the records as JSON on stdout")
-    parser.add_argument("--repeats", type=int, default=7, help="timed calls per median")
+    parser.add_argument("--samples", type=int, default=None, help="timed pairs per record (default: by time)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (units run on one)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    records = gemm_fp_records(args.repeats) + int8_records()
+    records = gemm_fp_records(args.samples) + int8_records(args.samples)
+    machine = cpu_description()
+    records = [{**r, **machine} for r in records]
     if args.json:
-        print(json.dumps(records, indent=2))
+        print(json.dumps(records, indent=1))
     else:
-        for r in records:
-            pct = 100 * (r["checked_s"] / r["plain_s"] - 1)
-            shape = "x".join(map(str, r["shape"]))
-            times = f"{r['plain_s']:.4f}s {r['checked_s']:.4f}s {pct:+.1f}%"
-            print(f"{r['workload']:10} {r['variant']:24} {shape:16} {times}")
+        print(json.dumps(machine))
+        print(table(records))
 
 
 if __name__ == "__main__":

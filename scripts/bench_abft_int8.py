@@ -1,146 +1,281 @@
 """Overhead of the int8 ABFT checks: plain op versus op + check, timed in the same run (dev-only script).
 
-    python scripts/bench_abft_int8.py [--json] [--threads N] [--repeats N]
+    python scripts/bench_abft_int8.py [--json] [--threads N] [--samples N]
 
-gemm_int8: plain = torch._int_mm(A_u8, W.t()); checked = _int_mm(A_u8, W_ext.t()) + verify. The weight
-is encoded once per case (offline in the paper), so encoding is not timed. embbag_int8: plain = the
-FBGEMM EmbeddingBag; checked = EmbeddingBag + the per-bag checksum check of the mode. Each record is
-the median over --repeats interleaved calls after one warm-up. `records()` is imported by
-scripts/bench_abft.py, which merges the records of every ABFT workload.
+gemm_int8, as sdcscan/workloads/gemm_int8.py runs a case (set-up left out of both sides): plain =
+`repeats` × `torch._int_mm(A_u8, W.t())` into one buffer; checked = the same GEMMs with the encoded
+weight W_ext written block by block into one buffer, the activation digit rows of the column check
+multiplied with the last repeat, `int8.check_rows` (modular row, position-weighted row and the column
+sums) and a `Digest` per block, then the exact column check. `repeats` = ops_per_case / 2mnk. W's
+encoding is per case set-up in the workload ("offline" in the paper) and is reported as `encode_s`.
+Profile records: the profile's shapes, scheme and ops_per_case. Paper record: (m, n, k) = (1, 800, 3200),
+the one shape Li et al. (../shared/seeds/000_*, §VI-A1, overhead < 20% over 28 DLRM shapes) name in
+the text, one GEMM per case (the paper checks each GEMM), in the paper's mod-127 and in mod 2^32.
+Activations use the full u8 range (the workload restricts them to [0, 127] only where `_int_mm` saturates).
+
+embbag_int8, as sdcscan/workloads/embbag_int8.py runs a case: plain = the FBGEMM EmbeddingBag; checked =
+the same op plus the mode's check (exact: the row-sum checksum of every bag; realistic: the trigger over
+every bag, then the rigorous recompute of flagged bags) and the `Digest` of every bag. Profile records:
+the profile's rows, dim, bags, pooling and bits, each bit width in both modes (the profile runs one mode;
+the other is timed at the same shape for comparison), tables built as the workload builds them for the
+mode. Paper records: Table I of Li et al. (4M rows, D = 32..256, average pooling 100, batch 10, 8-bit,
+cache flushed before every call, as the paper did; overhead < 26%); one dyadic table serves both modes
+(`table` says which), since building the realistic mode's mixed tables at 4M × 256 takes minutes.
+
+`records()` is imported by scripts/bench_abft.py, which merges the records of every ABFT workload.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
+import math
 import sys
-import time
-from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_abft: the shared timing
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
 
-from sdcscan.checks import embbag, int8
+from bench_abft import Split, cpu_description, measure, profile_params, record, table  # type: ignore[import-not-found]
 
-GEMM_SHAPES = [(1, 3200, 800), (16, 512, 1024), (64, 512, 512), (64, 1024, 1024), (128, 1024, 1024)]
-EMBBAG_CONFIGS = [(1_000_000, 64, 32768, (20, 100)), (1_000_000, 128, 16384, (20, 100))]  # rows, D, bags, L
+from sdcscan.checks import embbag, embbag_tables, int8
+from sdcscan.checks.digest import Digest
+from sdcscan.workloads import embbag_int8, gemm_int8
 
-
-def _median_pair(plain: Callable[[], Any], checked: Callable[[], Any], repeats: int) -> tuple[float, float]:
-    """Median seconds of each, interleaved so that drift in machine load hits both alike."""
-    plain(), checked()  # warm-up
-    tp, tc = [], []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        plain()
-        tp.append(time.perf_counter() - t)
-        t = time.perf_counter()
-        checked()
-        tc.append(time.perf_counter() - t)
-    return statistics.median(tp), statistics.median(tc)
+A_MAX = 255
+PAPER_GEMM = [(1, 3200, 800)]  # [m, k, n]: Li et al.'s (m, n, k) = (1, 800, 3200)
+PAPER_SCHEMES = ("mod127", "mod2_32")
+PAPER_EMBBAG = {"rows": 4_000_000, "dims": (32, 64, 128, 256), "pooling": 100, "bags": 10, "bits": 8}
+MIN_FLUSH_BYTES = 64 << 20
 
 
-def gemm_records(repeats: int) -> list[dict[str, Any]]:
+# --- gemm_int8 ----------------------------------------------------------------------------------
+
+
+def gemm_records(samples: int | None) -> list[dict[str, Any]]:
+    out = []
+    for p in profile_params("gemm_int8"):
+        for shape in p["shapes"]:
+            out.append(_gemm_record(tuple(shape), p["scheme"], p["ops_per_case"], "profile", samples))
+    for shape in PAPER_GEMM:
+        for scheme in PAPER_SCHEMES:
+            out.append(_gemm_record(shape, scheme, 1.0, "paper", samples))
+    return out
+
+
+def _gemm_record(
+    shape: tuple[int, ...], scheme: str, ops_per_case: float, source: str, samples: int | None
+) -> dict[str, Any]:
+    m, k, n = shape
+    repeats = max(1, math.ceil(ops_per_case / (2.0 * m * n * k)))
     g = torch.Generator().manual_seed(1)
+    w = torch.randint(-128, 128, (n, k), generator=g, dtype=torch.int8)
+    a = torch.randint(0, A_MAX + 1, (repeats, m, k), generator=g, dtype=torch.uint8)
+    w_ext = int8.encode_weight(w, scheme)
+    lay = int8.layout(n, scheme)
+    buffer = torch.empty((m, n), dtype=torch.int32)
+
+    def plain(split: Split) -> None:
+        for r in range(repeats):
+            torch._int_mm(a[r], w.t(), out=buffer)
+        split.lap("compute")
+
+    def encode(split: Split) -> None:
+        int8.encode_weight(w, scheme)
+        split.lap("compute")
+
+    timing = measure(plain, partial(_gemm_case, a, w_ext, lay), samples=samples)
+    encode_s = measure(encode, encode, samples=3)["plain_s"]
+    return record("gemm_int8", scheme, [m, k, n], source, repeats=repeats, **timing, encode_s=encode_s)
+
+
+def _gemm_case(a: torch.Tensor, w_ext: torch.Tensor, lay: int8.Layout, split: Split) -> int:
+    """The checked GEMMs of one case, as GemmInt8.run and _repeats do them (no fault sites)."""
+    repeats, m, _ = a.shape
+    digits = int8.activation_digits(int8.activation_sums(a), repeats * m * A_MAX)
+    last = torch.cat([a[-1], digits])
+    block = max(1, min(repeats, gemm_int8.CHECK_BLOCK_BYTES // (4 * m * lay.n_ext)))
+    outputs = torch.empty((block * m + last.shape[0] - m, lay.n_ext), dtype=torch.int32)
+    digits_start = (repeats - 1) % block * m + m
+    digit_products = outputs[digits_start : digits_start + last.shape[0] - m]
+    column_sums = torch.zeros(lay.n, dtype=torch.int64)
+    digest, bad = Digest(), 0
+    split.lap("check")
+    for first in range(0, repeats, block):
+        count = min(block, repeats - first)
+        for r in range(first, first + count):
+            operand = a[r] if r < repeats - 1 else last
+            start = (r - first) * m
+            torch._int_mm(operand, w_ext.t(), out=outputs[start : start + operand.shape[0]])
+        split.lap("compute")
+        checked = int8.check_rows(outputs[: count * m], lay)
+        column_sums += checked.column_sums
+        bad += int(checked.row.bad.sum()) + int(checked.weighted_bad.sum())  # the counts _findings takes
+        split.lap("check")
+        digest.tensor(outputs[: count * m])
+        split.lap("digest")
+    columns = int8.check_columns(column_sums, int8.expected_column_sums(digit_products, lay.n))
+    bad += int(columns.bad.sum())
+    split.lap("check")
+    digest.hexdigest()
+    split.lap("digest")
+    return bad
+
+
+# --- embbag_int8 --------------------------------------------------------------------------------
+
+
+def embbag_records(samples: int | None) -> list[dict[str, Any]]:
     out = []
-    for m, k, n in GEMM_SHAPES:
-        a = torch.randint(0, 256, (m, k), generator=g, dtype=torch.uint8)
-        w = torch.randint(-128, 128, (n, k), generator=g, dtype=torch.int8)
-        for scheme in int8.SCHEMES:
-            w_ext = int8.encode_weight(w, scheme)
-            plain = partial(torch._int_mm, a, w.t())
-            checked = partial(_gemm_checked, a, w_ext, n, scheme)
-            plain_s, checked_s = _median_pair(plain, checked, repeats)
-            out.append(_record("gemm_int8", scheme, [m, k, n], plain_s, checked_s))
+    for p in profile_params("embbag_int8"):
+        out += _embbag_profile_records(p, samples)
+    out += _embbag_paper_records(samples)
     return out
 
 
-def _gemm_checked(a: torch.Tensor, w_ext: torch.Tensor, n: int, scheme: str) -> bool:
-    return bool(int8.verify(torch._int_mm(a, w_ext.t()), n, scheme).bad.any())
-
-
-def embbag_records(repeats: int) -> list[dict[str, Any]]:
+def _embbag_profile_records(p: dict[str, Any], samples: int | None) -> list[dict[str, Any]]:
+    widths = sorted(set(p["bits"]), reverse=True)
+    rows = _rows_that_fit(p["rows"], p["dim"], widths)
     out = []
-    for rows, dim, bags, (lo, hi) in EMBBAG_CONFIGS:
+    for mode in embbag_int8.MODES:
         g = torch.Generator().manual_seed(2)
-        q = torch.randint(0, 256, (rows, dim), generator=g, dtype=torch.uint8)
-        packed = embbag.dyadic_pack(q, torch.randint(-255, 1, (rows,), generator=g))
-        lengths = torch.randint(lo, hi + 1, (bags,), generator=g)
-        idx = torch.randint(0, rows, (int(lengths.sum()),), generator=g)
-        plain = partial(_embbag, packed, idx, torch.cumsum(lengths, 0) - lengths)
-        # The realistic check's cost does not depend on how the table was quantized, so one table serves.
-        for mode, check in (("exact", _exact_check), ("realistic", _realistic_check)):
-            sums: Any = (
-                embbag.exact_row_sums(packed)
-                if mode == "exact"
-                else (packed, embbag.row_stats(packed, 8, weighted=False))
+        if mode == "exact":
+            tables = {b: embbag_int8.exact_table(g, rows, p["dim"], b) for b in widths}
+        else:
+            tables = embbag_tables.mixed_tables(
+                g, rows, p["dim"], widths, chunk_rows=embbag_int8.BUILD_CHUNK_ROWS
             )
-            checked = partial(check, plain, sums, idx, lengths)
-            plain_s, checked_s = _median_pair(plain, checked, repeats)
-            out.append(_record("embbag_int8", mode, [rows, dim, bags, lo, hi], plain_s, checked_s))
+        for bits in p["bits"]:
+            lengths = torch.randint(p["pooling"][0], p["pooling"][1] + 1, (p["bags"],), generator=g)
+            timing = _embbag_timing(tables[bits], bits, mode, lengths, p["weighted"], g, samples)
+            shape = [rows, p["dim"], p["bags"], *p["pooling"]]
+            note = {"rows_scaled_from": p["rows"]} if rows < p["rows"] else {}
+            table_kind = "dyadic" if mode == "exact" else "mixed"
+            variant = f"{mode}/{bits}-bit" + (" (profile mode)" if mode == p["mode"] else "")
+            out.append(record("embbag_int8", variant, shape, "profile", table=table_kind, **note, **timing))
+        del tables
     return out
 
 
-def _embbag(packed: torch.Tensor, idx: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
-    return torch.ops.quantized.embedding_bag_byte_rowwise_offsets(
-        packed, idx, offsets, False, 0, False, None, None, False
+def _embbag_paper_records(samples: int | None) -> list[dict[str, Any]]:
+    paper, out = PAPER_EMBBAG, []
+    flush = partial(torch.Tensor.add_, torch.zeros(_flush_bytes() // 4), 1.0)
+    for dim in paper["dims"]:
+        g = torch.Generator().manual_seed(3)
+        rows = _rows_that_fit(paper["rows"], dim, [paper["bits"]])
+        packed = embbag_int8.exact_table(g, rows, dim, paper["bits"])
+        lengths = torch.full((paper["bags"],), paper["pooling"], dtype=torch.int64)
+        for mode in embbag_int8.MODES:
+            timing = _embbag_timing(packed, paper["bits"], mode, lengths, False, g, samples, before=flush)
+            shape = [rows, dim, paper["bags"], paper["pooling"], paper["pooling"]]
+            note = {"rows_scaled_from": paper["rows"]} if rows < paper["rows"] else {}
+            variant = f"{mode}/{paper['bits']}-bit"
+            out.append(
+                record(
+                    "embbag_int8", variant, shape, "paper", table="dyadic", cache="flushed", **note, **timing
+                )
+            )
+        del packed
+    return out
+
+
+def _embbag_timing(
+    packed: torch.Tensor,
+    bits: int,
+    mode: str,
+    lengths: torch.Tensor,
+    weighted: bool,
+    g: torch.Generator,
+    samples: int | None,
+    before: Any = None,
+) -> dict[str, float]:
+    """Plain op vs op + the mode's check + digest, on one case's inputs drawn as EmbbagInt8 draws them."""
+    rows = packed.shape[0]
+    raw = torch.randint(0, 2**62, (int(lengths.sum()),), generator=g)
+    idx = torch.remainder(raw, rows)
+    weights = psw = None
+    if weighted:
+        weights = (
+            torch.randint(1, 4, idx.shape, generator=g).float()
+            if mode == "exact"
+            else torch.rand(idx.shape, generator=g) + 0.5
+        )
+        psw = weights.to(torch.float32)
+    offsets = torch.cumsum(lengths, 0) - lengths
+    sums: Any = (
+        embbag.exact_row_sums(packed, bits)
+        if mode == "exact"
+        else embbag.row_stats(packed, bits, weighted=weighted)
     )
 
+    def plain(split: Split) -> None:
+        embbag.embedding_bag(packed, bits, idx, offsets, psw)
+        split.lap("compute")
 
-def _exact_check(
-    plain: Callable[[], torch.Tensor], sums: Any, idx: torch.Tensor, lengths: torch.Tensor
-) -> bool:
-    expected = embbag.exact_expected(sums, idx, lengths, None)
-    return bool(embbag.exact_bad_bags(plain(), expected).any())
+    def checked(split: Split) -> bool:
+        out = embbag.embedding_bag(packed, bits, idx, offsets, psw)
+        split.lap("compute")
+        if mode == "exact":
+            bad = embbag.exact_bad_bags(out, embbag.exact_expected(sums, idx, lengths, weights))
+        else:
+            bad = embbag.realistic_check(out, packed, sums, idx, lengths, weights).bad
+        found = bool(bad.any())
+        split.lap("check")
+        Digest().tensor(out).hexdigest()
+        split.lap("digest")
+        return found
 
-
-def _realistic_check(
-    plain: Callable[[], torch.Tensor], sums: Any, idx: torch.Tensor, lengths: torch.Tensor
-) -> bool:
-    """The two-level check (trigger, then recompute of flagged bags); `sums` is (packed, row_stats)."""
-    packed, stats = sums
-    return bool(embbag.realistic_check(plain(), packed, stats, idx, lengths, None).bad.any())
-
-
-def _record(
-    workload: str, variant: str, shape: list[int], plain_s: float, checked_s: float
-) -> dict[str, Any]:
-    return {
-        "workload": workload,
-        "variant": variant,
-        "shape": shape,
-        "plain_s": plain_s,
-        "checked_s": checked_s,
-    }
+    return measure(plain, checked, before=before, samples=samples)
 
 
-def records(repeats: int = 5, threads: int = 1) -> list[dict[str, Any]]:
-    """Benchmark records for gemm_int8 and embbag_int8 (one thread by default, as a per-core unit runs)."""
-    torch.set_num_threads(threads)
-    return gemm_records(repeats) + embbag_records(repeats)
+def _rows_that_fit(rows: int, dim: int, widths: list[int]) -> int:
+    """`rows`, or fewer where one process's tables would not fit in MemAvailable (as the workload scales)."""
+    row_bytes = sum(dim * b // 8 + embbag.layout(b).meta_bytes for b in widths)
+    row_bytes += embbag_int8.CHECK_BYTES_PER_ROW * len(widths)
+    return embbag_int8.fit_rows(rows, row_bytes, _mem_available(), 1)
+
+
+def _mem_available() -> int | None:
+    try:
+        with open("/proc/meminfo") as f:
+            line = next((x for x in f if x.startswith("MemAvailable:")), None)
+    except OSError:
+        return None
+    return int(line.split()[1]) * 1024 if line else None
+
+
+def _flush_bytes() -> int:
+    """Twice the last-level cache (Linux sysfs), at least MIN_FLUSH_BYTES: writing it evicts the table."""
+    size = Path("/sys/devices/system/cpu/cpu0/cache/index3/size")
+    try:
+        text = size.read_text().strip().upper()
+        units = {"K": 1 << 10, "M": 1 << 20}
+        llc = int(text.rstrip("KM")) * units.get(text[-1], 1)
+    except (OSError, ValueError):
+        llc = 0
+    return max(MIN_FLUSH_BYTES, 2 * llc)
+
+
+def records(samples: int | None = None, threads: int | None = None) -> list[dict[str, Any]]:
+    """Benchmark records for gemm_int8 and embbag_int8 (`threads`: set torch's, else leave it)."""
+    if threads is not None:
+        torch.set_num_threads(threads)
+    return gemm_records(samples) + embbag_records(samples)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print the records as JSON on stdout")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--samples", type=int, default=None, help="timed pairs per record (default: by time)")
     args = parser.parse_args()
-    recs = records(args.repeats, args.threads)
-    if args.json:
-        print(json.dumps(recs, indent=1))
-        return
-    for r in recs:
-        overhead = r["checked_s"] / r["plain_s"] - 1
-        print(
-            f"{r['workload']:12s} {r['variant']:9s} {r['shape']!s:28s} plain {r['plain_s'] * 1e3:9.3f} ms"
-            f"  checked {r['checked_s'] * 1e3:9.3f} ms  overhead {overhead:+7.1%}"
-        )
+    machine = cpu_description()
+    recs = [{**r, **machine} for r in records(args.samples, args.threads)]
+    print(json.dumps(recs, indent=1) if args.json else table(recs))
 
 
 if __name__ == "__main__":
