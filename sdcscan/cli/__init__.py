@@ -8,6 +8,7 @@ from sdcscan import __version__
 from sdcscan.cli.abft import calibrate, selftest
 from sdcscan.cli.fleet import compare, golden
 from sdcscan.cli.info import info, profiles, workloads
+from sdcscan.cli.ingest import ingest_cmd
 from sdcscan.cli.ops import COMMANDS as OPS_COMMANDS
 from sdcscan.cli.report import report_cmd
 from sdcscan.cli.run import run_cmd
@@ -31,6 +32,7 @@ for _command in (
     info,
     *OPS_COMMANDS,
     compare,
+    ingest_cmd,
     golden,
     calibrate,
     selftest,

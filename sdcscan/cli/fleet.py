@@ -75,7 +75,13 @@ def _now(text: str | None) -> float:
 
 
 @click.command()
-@click.argument("paths", nargs=-1, required=True)
+@click.argument("paths", nargs=-1)
+@click.option(
+    "--from",
+    "from_dir",
+    type=click.Path(file_okay=False),
+    help="Compare a dataset written by `sdcscan ingest` (Parquet, in DuckDB) instead of report PATHS.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 @click.option(
     "--hosts", "hosts_file", type=click.Path(dir_okay=False), help="File listing every host, one per line."
@@ -125,6 +131,7 @@ def _now(text: str | None) -> float:
 @internal_errors_exit_3
 def compare(
     paths: tuple[str, ...],
+    from_dir: str | None,
     as_json: bool,
     hosts_file: str | None,
     stale: str,
@@ -137,7 +144,8 @@ def compare(
 ) -> None:
     """Compare reports from many hosts: name divergent, failing, slow, stale and missing units.
 
-    PATHS are report files, directories and globs. Directories are searched recursively, following
+    PATHS are report files, directories and globs; or --from DIR, a dataset `sdcscan ingest` wrote,
+    compared with the same rules in DuckDB (docs/fleet_sql.md). Directories are searched recursively, following
     symbolic links (each directory once), for *.json and *.json.gz in any case; gzip is read wherever
     it is found. Every input not read is listed with the reason. Digests are compared among units of
     the same plan (profile and seed) and cohort. Units vote within their host, each host casts one
@@ -161,11 +169,12 @@ def compare(
     """
     from sdcscan.render.fleet import render_compare
 
+    if bool(paths) == bool(from_dir):
+        raise UsageError("give report PATHS, or --from DIR (a dataset written by `sdcscan ingest`), not both")
     stale_s = parse_age(stale)
     hosts = read_hosts(hosts_file) if hosts_file else None
     golden = index_golden(load_golden(golden_path)) if golden_path else None
     now = _now(now_text)  # also for reports dated in the future, with or without --hosts
-    reports, skipped = read_reports(paths, workers=jobs or None)
     opts = Options(
         slow_z=slow_z,
         slow_drop=slow_drop,
@@ -175,8 +184,14 @@ def compare(
         golden=golden,
         fail_on_undecided="undecided" in fail_on,
     )
-    summary = summarize(reports, options=opts, skipped=skipped)
-    del reports  # the summary holds what is printed; let the extracts go before rendering
+    if from_dir:
+        from sdcscan.fleet.warehouse import compare_from  # pyarrow and duckdb load only here
+
+        summary = compare_from(from_dir, opts)
+    else:
+        reports, skipped = read_reports(paths, workers=jobs or None)
+        summary = summarize(reports, options=opts, skipped=skipped)
+        del reports  # the summary holds what is printed; let the extracts go before rendering
     if as_json:  # first: a failure while drawing the table must not cost automation its JSON
         emit_json(summary.to_dict())
         sys.stdout.flush()
