@@ -46,3 +46,13 @@ def report_options(func: F) -> F:
         help="Write the report JSON here (atomically).",
     )
     return out(func)
+
+
+# `compare` and `ingest` read reports the same way (`fleet.reading.read_reports(workers=...)`).
+jobs_option = click.option(
+    "--jobs",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Processes reading reports; 0: one per CPU when there are many files.",
+)

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 import click
 
-from sdcscan.cli.common import emit_json, reports_errors
+from sdcscan.cli.common import emit_json, jobs_option, reports_errors
 from sdcscan.errors import EXIT_INVALID, SdcscanError, UsageError
 from sdcscan.files import write_json_atomic
 from sdcscan.fleet.compare import DEFAULT_SLOW_DROP, DEFAULT_SLOW_Z, Options, summarize
@@ -114,13 +114,7 @@ def _now(text: str | None) -> float:
     multiple=True,
     help="Also exit 3 when a host is undecided (the fleet could not judge a case it ran); 1 still wins.",
 )
-@click.option(
-    "--jobs",
-    type=click.IntRange(min=0),
-    default=0,
-    show_default=True,
-    help="Processes reading reports; 0: one per CPU when there are many files.",
-)
+@jobs_option
 @click.option(
     "--now",
     "now_text",

@@ -10,7 +10,7 @@ import sys
 
 import click
 
-from sdcscan.cli.common import emit_json, reports_errors
+from sdcscan.cli.common import emit_json, jobs_option, reports_errors
 from sdcscan.cli.fleet import internal_errors_exit_3
 from sdcscan.report import printable
 
@@ -26,13 +26,7 @@ MAX_SKIPPED_SHOWN = 20  # skipped inputs listed one per line; --json lists them 
     type=click.Path(file_okay=False),
     help="Dataset directory: created when missing, appended to when it is one.",
 )
-@click.option(
-    "--jobs",
-    type=click.IntRange(min=0),
-    default=0,
-    show_default=True,
-    help="Processes reading reports; 0: one per CPU when there are many files.",
-)
+@jobs_option
 @click.option("--json", "as_json", is_flag=True, help="Print what was written as JSON on stdout.")
 @reports_errors
 @internal_errors_exit_3
