@@ -17,7 +17,9 @@ files: `compare` (the JSON path), `ingest` into a dataset, and `compare --from` 
 both paths must be identical.
 
 The child calls `sdcscan.fleet.warehouse.compare_from` (what `compare --from` runs, without the table
-drawn on stderr); `--cli` runs `python -m sdcscan compare --from` instead. A benchmark, not a test:
+drawn on stderr) and writes what was found (host, unit, kind; `--full-json`: the whole document, as
+`compare --json` does); `--cli` runs `python -m sdcscan compare --from --json` instead. The JSON-path
+comparison always uses whole documents. A benchmark, not a test:
 numbers depend on the machine. Targets (issue 12): 100k hosts within 60 s and 2 GB, 1M hosts within
 10 minutes on a 2-core machine.
 """
@@ -66,9 +68,13 @@ from sdcscan.fleet.compare import Options
 from sdcscan.fleet.reading import read_hosts
 from sdcscan.fleet.warehouse import compare_from
 from sdcscan.timefmt import parse_iso_utc
-root, now, hosts = sys.argv[1:4]
+root, now, hosts, full = sys.argv[1:5]
 summary = compare_from(root, Options(hosts=read_hosts(hosts), now=parse_iso_utc(now)))
-json.dump(summary.to_dict(), sys.stdout)
+if full == "full":
+    json.dump(summary.to_dict(), sys.stdout)
+else:  # what was found, without evidence: see --full-json
+    found = [{"host": f.host, "unit": f.unit, "kind": f.kind} for f in summary.findings]
+    json.dump({"exit_code": summary.exit_code, "findings": found}, sys.stdout)
 sys.exit(summary.exit_code)
 """
 
@@ -100,8 +106,11 @@ class FleetWriter:
         self.np = np.random.default_rng(seed)
         self.now = sim.NOW.timestamp()
         # Dictionaries: the correct digest of each (cohort, case), then the wrong ones as they appear.
+        # The correct digest of each (cohort, case); each chunk adds the wrong digests it holds to its own
+        # copy (a dictionary shared by every chunk would grow with the fleet, and be written with every
+        # row group).
         self.digests = [sim.hexdigest(c, self.week_seed, i) for c in sim.COHORTS for i in range(cases)]
-        self.digest_keys: list[int] = []
+        self.digest_keys = [digest_key(d) for d in self.digests]
         self.unit_ids = [f"cpu:{u}" for u in range(units_n)]
         self.groups = np.array([comparison_group(sim.PROFILE_SHA, self.week_seed, c) for c in sim.COHORTS])
 
@@ -141,17 +150,21 @@ class FleetWriter:
         digest = cohort[unit_host][row_unit] * cases + case_index
         null = np.zeros(total, dtype=bool)
         mismatch: dict[int, int] = {}
+        digests, keys = list(self.digests), list(self.digest_keys)
         for k, plan in plans.items():
             for i, wrong in plan.wrong.items():
                 if i < n[k]:
-                    self.digests.append(wrong)
-                    digest[starts[k] + i] = len(self.digests) - 1
+                    digests.append(wrong)
+                    keys.append(digest_key(wrong))
+                    digest[starts[k] + i] = len(digests) - 1
             if plan.mismatch_at is not None:
                 null[starts[k] + plan.mismatch_at] = True
                 mismatch[k] = plan.mismatch_at
         throughput, tp_unit = self._throughput(rids, cohort, n, speed)
         tables = {
-            "cases": self._cases(rids, cohort, unit_host, row_unit, case_index, digest, null),
+            "cases": self._cases(
+                rids, cohort, unit_host, row_unit, case_index, (digest, digests, keys), null
+            ),
             "units": self._units(rids, cohort, n, plans, mismatch),
             "throughput": throughput,
             "reports": self._reports(host_idx, rids, ended, n, plans),
@@ -175,7 +188,10 @@ class FleetWriter:
     def _constant(self, value: str, count: int) -> pa.Array:
         return _dictionary(np.zeros(count, dtype=np.int32), [value])
 
-    def _cases(self, rids, cohort, unit_host, row_unit, case_index, digest, null) -> pa.Table:
+    def _cases(self, rids, cohort, unit_host, row_unit, case_index, digest_columns, null) -> pa.Table:
+        """The case rows; `digest_columns` is (each row's index into the chunk's digests, those digests,
+        their keys)."""
+        digest, digests, keys = digest_columns
         total = len(case_index)
         units = row_unit % self.units_n
         return pa.table(
@@ -188,17 +204,11 @@ class FleetWriter:
                 "unit": _dictionary(units, self.unit_ids),
                 "case_index": case_index,
                 "workload": _dictionary(case_index % 2, list(sim.WORKLOADS)),
-                "digest": _dictionary(digest, self.digests, null),
-                "digest_key": pa.array(self._keys()[digest], mask=null),
+                "digest": _dictionary(digest, digests, null),
+                "digest_key": pa.array(np.array(keys, dtype=np.int64)[digest], mask=null),
                 "voter": np.ones(total, dtype=bool),
             }
         )
-
-    def _keys(self) -> np.ndarray:
-        """`digest_key` of every digest of the dictionary so far."""
-        known = len(self.digest_keys)
-        self.digest_keys += [digest_key(d) for d in self.digests[known:]]
-        return np.array(self.digest_keys, dtype=np.int64)
 
     def _units(self, rids, cohort, n, plans, mismatch) -> pa.Table:
         count = len(n)
@@ -336,7 +346,9 @@ def run_child(argv: list[str], stdout: Path, stderr: Path) -> tuple[int, float, 
     return os.waitstatus_to_exitcode(status), wall, usage.ru_maxrss / 1024  # ru_maxrss is KiB on Linux
 
 
-def compare_from_argv(dataset: Path, now: str, hosts: Path, cli: bool) -> list[str]:
+def compare_from_argv(dataset: Path, now: str, hosts: Path, cli: bool, full: bool = True) -> list[str]:
+    """The child that runs compare --from: the command line, or the library call (whole document or
+    findings only)."""
     if cli:
         return [
             sys.executable,
@@ -351,7 +363,7 @@ def compare_from_argv(dataset: Path, now: str, hosts: Path, cli: bool) -> list[s
             now,
             "--json",
         ]
-    return [sys.executable, "-c", CHILD, str(dataset), now, str(hosts)]
+    return [sys.executable, "-c", CHILD, str(dataset), now, str(hosts), "full" if full else "findings"]
 
 
 def findings(path: Path) -> list[dict[str, Any]]:
@@ -365,12 +377,12 @@ def disk_mb(path: Path) -> float:
     return round(sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 2**20, 1)
 
 
-def bench_parquet(hosts: int, units: int, cases: int, work: Path, cli: bool) -> dict[str, Any]:
+def bench_parquet(hosts: int, units: int, cases: int, work: Path, cli: bool, full: bool) -> dict[str, Any]:
     """Generate one fleet into Parquet, time compare --from on it, check its findings, clean up."""
     fleet, generate_s = generate(hosts, units, cases, work)
     dataset = work / "dataset"
     out, err = work / "out.json", work / "err.txt"
-    argv = compare_from_argv(dataset, sim.iso(sim.NOW), work / "hosts.txt", cli)
+    argv = compare_from_argv(dataset, sim.iso(sim.NOW), work / "hosts.txt", cli, full)
     code, wall, rss = run_child(argv, out, err)
     found = findings(out) if code in (0, 1) else []
     record = {
@@ -383,6 +395,8 @@ def bench_parquet(hosts: int, units: int, cases: int, work: Path, cli: bool) -> 
         "dataset_mb": disk_mb(dataset),
         "compare_from_s": round(wall, 1),
         "peak_rss_mb": round(rss, 1),
+        "output": "document" if full or cli else "findings",
+        "output_mb": round(out.stat().st_size / 2**20, 1),
         "exit_code": code,
         "findings": len(found),
         "exact": found == fleet.expected(),
@@ -442,7 +456,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json-sizes", default="", help="hosts of JSON fleets to compare both paths on")
     ap.add_argument("--units", type=int, default=8)
     ap.add_argument("--cases", type=int, default=100)
-    ap.add_argument("--cli", action="store_true", help="time `python -m sdcscan compare --from`")
+    ap.add_argument("--cli", action="store_true", help="time `python -m sdcscan compare --from --json`")
+    ap.add_argument(
+        "--full-json",
+        action="store_true",
+        help="the child writes the whole document (each divergent finding lists every digest of its case: "
+        "gigabytes at 1M hosts), not just what was found",
+    )
     ap.add_argument("--workdir", type=Path, default=None, help="where fleets are written (default: temp)")
     args = ap.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="sdcscan-bench-parquet-", dir=args.workdir))
@@ -452,7 +472,7 @@ def main(argv: list[str] | None = None) -> int:
             records.append(bench_json(hosts, args.units, args.cases, work, args.cli))
             print(json.dumps(records[-1]), flush=True)
         for hosts in (int(s) for s in args.sizes.split(",") if s):
-            records.append(bench_parquet(hosts, args.units, args.cases, work, args.cli))
+            records.append(bench_parquet(hosts, args.units, args.cases, work, args.cli, args.full_json))
             print(json.dumps(records[-1]), flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)

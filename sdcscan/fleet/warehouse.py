@@ -604,10 +604,10 @@ class _Unit:
 
     report: int
     unit: str
-    disputes: list[tuple[int, str, str, str, str]] = field(
-        default_factory=list
-    )  # case, digest, against, basis, workload
-    undecided: list[tuple[int, str | None, str]] = field(default_factory=list)  # case, host vote, workload
+    # (case, digest, digest disputed, basis, workload), by case
+    disputes: list[tuple[int, str, str, str, str]] = field(default_factory=list)
+    # (case, its host's vote, workload), by case
+    undecided: list[tuple[int, str | None, str]] = field(default_factory=list)
     lonely: int = 0  # digests on cases no other unit produced (not compared)
     golden_covered: int = 0  # digests on golden-covered cases, counted where all rows are here
 
@@ -618,10 +618,16 @@ class _Assembler:
     def __init__(self, db: _Database, opts: fleet_compare.Options) -> None:
         self.db, self.opts = db, opts
         self.col = Collector()
-        self._reports: dict[int, HostReport] = {}
-        self.groups: dict[int, Group] = {}
+        self._reports: dict[int, HostReport] = {}  # report id -> light record, fetched as needed
+        self.groups: dict[int, Group] = {}  # comparison_group -> (plan, cohort)
+        self.units: dict[tuple[int, str], _UnitRow] = {}  # (report, unit) -> row, of units findings cite
 
     def summary(self) -> fleet_compare.FleetSummary:
+        """The summary, built in the order `summarize` builds it (the order its Collector needs).
+
+        Raises:
+            UsageError: no report in the dataset. ReportError: a shared key (`_check_keys`).
+        """
         db, opts = self.db, self.opts
         self._check_keys()
         current, hosts, units, plans = db.rows(
@@ -1131,14 +1137,22 @@ class _Sides:
         for key, case, digest, units, hosts in db.rows(CASE_SIDES):
             self.digests.setdefault((key, case), []).append((digest, units, hosts))
         self.totals = {(key, case): (hosts, units) for key, case, hosts, units in db.rows(CASE_TOTALS)}
+        self._sides: dict[tuple[int, int], list[dict[str, Any]]] = {}
         self.host: dict[tuple[int, int, int], dict[str, int]] = {}
         for report, key, case, digest, units in db.rows(HOST_SIDES):
             self.host.setdefault((report, key, case), {})[digest] = units
 
     def of(self, key: int, case: int) -> list[dict[str, Any]]:
-        """`CohortConsensus.sides`: per digest, its host votes and units, most hosts first."""
-        rows = sorted((-h, -n, d) for d, n, h in self.digests.get((key, case), []))
-        return [{"digest": d, "hosts": -h, "units": -n} for h, n, d in rows]
+        """`CohortConsensus.sides`: per digest, its host votes and units, most hosts first.
+
+        Made once per case and shared by every finding that cites it (nothing mutates evidence): in a
+        fleet of a million hosts a case has thousands of digests and is cited by thousands of findings.
+        """
+        made = self._sides.get((key, case))
+        if made is None:
+            rows = sorted((-h, -n, d) for d, n, h in self.digests.get((key, case), []))
+            made = self._sides[(key, case)] = [{"digest": d, "hosts": -h, "units": -n} for h, n, d in rows]
+        return made
 
     def host_counts(self, key: int, case: int) -> dict[str, int]:
         """digest -> hosts that voted for it (digests no host voted for are left out)."""
