@@ -13,7 +13,7 @@ units vote within their host, each host casts one vote, a golden overrules both.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -392,25 +392,8 @@ def _partitions(
         if len(comp) < 2:
             continue
         gid = f"G{first_id + len(groups)}"
-        pairs: dict[tuple[int, str], int] = {}
-        for k in comp:
-            for p in minorities[k]:
-                pairs[p] = pairs.get(p, 0) + 1
-        shared = sorted({i for (i, _), n in pairs.items() if n >= 2})
-        members = sorted(
-            ((cc.hosts[judged[k].host][0], judged[k].unit) for k in comp), key=lambda m: (m[0].key, m[1].unit)
-        )
-        groups.append(
-            {
-                "id": gid,
-                **where,
-                "units": len(comp),
-                "hosts": len({r.key for r, _ in members}),
-                "shared_cases": len(shared),
-                "first_shared_case": shared[0] if shared else None,
-                "members": [{"host": r.key, "unit": u.unit, "run": r.run_id} for r, u in members],
-            }
-        )
+        members = [(cc.hosts[judged[k].host][0], judged[k].unit.unit) for k in comp]
+        groups.append(partition_record(gid, where, [minorities[k] for k in comp], members))
         group_of.update(dict.fromkeys(comp, gid))
     return groups, group_of
 
@@ -425,22 +408,75 @@ def _undecided_evidence(
     cc, h, j = min(items, key=lambda it: (it[2].undecided[0], it[2].unit.unit))
     first = j.undecided[0]
     vote = cc.host_vote(h, first)
-    hosts_voted, units_voted = cc.voters(first)
-    cohort = j.unit.cohort
+    return undecided_record(
+        r,
+        j.unit.cohort,
+        cases=len(cases),
+        units=units,
+        first=(first, _workload_of(j.unit, first), vote),
+        voters=cc.voters(first),
+        sides=cc.sides(first),
+        host_counts=cc.host_counts.get(first, {}),
+    )
+
+
+def undecided_record(
+    r: HostReport,
+    cohort: str,
+    *,
+    cases: int,
+    units: list[str],
+    first: tuple[int, str | None, str | None],
+    voters: tuple[int, int],
+    sides: list[dict[str, Any]],
+    host_counts: Mapping[str, int],
+) -> dict[str, Any]:
+    """The evidence of an undecided host, from `summarize` or the Parquet path (`fleet.warehouse`).
+
+    Args:
+        first: (first undecided case, its workload, the host's vote on it or None).
+        voters: (hosts, units) that voted on that case.  sides, host_counts: who stood where on it.
+    """
+    index, workload, vote = first
     return {
         "profile_sha256": r.plan[0],
         "seed": r.plan[1],
         "cohort": cohort,
-        "undecided_cases": len(cases),
+        "undecided_cases": cases,
         "units": units,
-        "first_undecided_case": first,
-        "workload": _workload_of(j.unit, first),
+        "first_undecided_case": index,
+        "workload": workload,
         "host_digest": vote,
-        "hosts_voted": hosts_voted,
-        "units_voted": units_voted,
-        "sides": cc.sides(first),
-        "why": why_undecided(cc.host_counts.get(first, {}), vote is None),
+        "hosts_voted": voters[0],
+        "units_voted": voters[1],
+        "sides": sides,
+        "why": why_undecided(host_counts, vote is None),
         "next": _undecided_next(r, units, cohort),
+    }
+
+
+def partition_record(
+    gid: str,
+    where: dict[str, Any],
+    minorities: list[list[tuple[int, str]]],
+    members: list[tuple[HostReport, str]],
+) -> dict[str, Any]:
+    """One partition group, from `summarize` or the Parquet path: its units' wrong (case, digest) pairs
+    and who they are; a case is shared when two or more members hold the same wrong digest for it."""
+    pairs: dict[tuple[int, str], int] = {}
+    for wrong in minorities:
+        for p in wrong:
+            pairs[p] = pairs.get(p, 0) + 1
+    shared = sorted({i for (i, _), n in pairs.items() if n >= 2})
+    ordered = sorted(members, key=lambda m: (m[0].key, m[1]))
+    return {
+        "id": gid,
+        **where,
+        "units": len(members),
+        "hosts": len({r.key for r, _ in ordered}),
+        "shared_cases": len(shared),
+        "first_shared_case": shared[0] if shared else None,
+        "members": [{"host": r.key, "unit": unit, "run": r.run_id} for r, unit in ordered],
     }
 
 

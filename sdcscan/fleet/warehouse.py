@@ -59,7 +59,6 @@ from sdcscan.fleet.consensus import (
     SUPERMAJORITY_NUM,
     partition_components,
     signature_order,
-    why_undecided,
 )
 from sdcscan.fleet.coverage import FUTURE_SKEW_S, coverage_findings, future_findings
 from sdcscan.fleet.findings import KINDS, Collector
@@ -967,25 +966,14 @@ class _Assembler:
             comps.sort(key=lambda c: min(rank[k] for k in c))
         out: list[dict[str, Any]] = []
         for comp in comps:
-            pairs: dict[tuple[int, str], int] = {}
-            for k in comp:
-                for p in minorities[k]:
-                    pairs[p] = pairs.get(p, 0) + 1
-            shared = sorted({i for (i, _), n in pairs.items() if n >= 2})
-            members = sorted(
-                ((self._reports[divergent[k].report], divergent[k].unit) for k in comp),
-                key=lambda m: (m[0].key, m[1]),
-            )
+            members = [(self._reports[divergent[k].report], divergent[k].unit) for k in comp]
             out.append(
-                {
-                    "id": f"G{first_id + len(out)}",
-                    **_where(self.groups[key]),
-                    "units": len(comp),
-                    "hosts": len({r.key for r, _ in members}),
-                    "shared_cases": len(shared),
-                    "first_shared_case": shared[0] if shared else None,
-                    "members": [{"host": r.key, "unit": unit, "run": r.run_id} for r, unit in members],
-                }
+                fleet_compare.partition_record(
+                    f"G{first_id + len(out)}",
+                    _where(self.groups[key]),
+                    [minorities[k] for k in comp],
+                    members,
+                )
             )
         return out
 
@@ -1050,23 +1038,16 @@ class _Assembler:
         units = sorted({u.unit for _, u in items}, key=unit_order)
         key, u = min(items, key=lambda it: (it[1].undecided[0][0], it[1].unit))
         first, vote, workload = u.undecided[0]
-        hosts_voted, units_voted = sides.voters(key, first)
-        cohort = self.groups[key][1]
-        return {
-            "profile_sha256": r.plan[0],
-            "seed": r.plan[1],
-            "cohort": cohort,
-            "undecided_cases": len(cases),
-            "units": units,
-            "first_undecided_case": first,
-            "workload": workload,
-            "host_digest": vote,
-            "hosts_voted": hosts_voted,
-            "units_voted": units_voted,
-            "sides": sides.of(key, first),
-            "why": why_undecided(sides.host_counts(key, first), vote is None),
-            "next": fleet_compare._undecided_next(r, units, cohort),
-        }
+        return fleet_compare.undecided_record(
+            r,
+            self.groups[key][1],
+            cases=len(cases),
+            units=units,
+            first=(first, workload, vote),
+            voters=sides.voters(key, first),
+            sides=sides.of(key, first),
+            host_counts=sides.host_counts(key, first),
+        )
 
     # -- slow units ----------------------------------------------------------------------------------
 
