@@ -48,6 +48,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import numpy as np  # noqa: E402
 import pyarrow as pa  # type: ignore[import-untyped]  # noqa: E402
 import simulate_fleet as sim  # noqa: E402
+from bench_compare import run_child  # noqa: E402  (scripts/ is on sys.path, above)
 
 from sdcscan.fleet.ingest import (  # noqa: E402
     DatasetWriter,
@@ -333,17 +334,6 @@ def generate(hosts: int, units: int, cases: int, out: Path) -> tuple[FleetWriter
 
 # ---------------------------------------------------------------------------------------------------
 # Timing children.
-
-
-def run_child(argv: list[str], stdout: Path, stderr: Path) -> tuple[int, float, float]:
-    """Run a child; return (exit code, wall seconds, peak RSS MiB of that child)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    with stdout.open("wb") as out, stderr.open("wb") as err:
-        start = time.perf_counter()
-        proc = subprocess.Popen(argv, stdout=out, stderr=err, cwd=ROOT, env=env)
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - start
-    return os.waitstatus_to_exitcode(status), wall, usage.ru_maxrss / 1024  # ru_maxrss is KiB on Linux
 
 
 def compare_from_argv(dataset: Path, now: str, hosts: Path, cli: bool, full: bool = True) -> list[str]:
