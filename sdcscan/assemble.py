@@ -215,6 +215,7 @@ def _unit_doc(u: dict[str, Any], cases: list[dict[str, Any]], judgement: Judgeme
         "notes": list(u.get("notes", [])) + _golden_notes(golden),
         "calibration": u.get("calibration", []),  # gemm_fp's e_max per (dtype, checker, K), for peers
         "retest": _retest_doc(judgement.retests.get(uid, [])),
+        **({"pacing": u["pacing"]} if u.get("pacing") else {}),  # background mode only
         "cases": {
             "index": [o["index"] for o in cases],
             "workload": [o["workload"] for o in cases],

@@ -91,6 +91,7 @@ class Profile:
     retest: int
     workloads: tuple[WorkloadEntry, ...]
     sha256: str
+    background: bool = False  # Ripple mode (`run --background`): idle priority, paced to the host's load
 
     def select(self, names: list[str]) -> Profile:
         """This profile restricted to `names` (in profile order).
@@ -124,6 +125,7 @@ _TOP_KEYS = {
     "units",
     "retest",
     "workloads",
+    "background",
 }
 _WORKLOAD_KEYS = {"name", "weight", "params", "cuda_params"}
 
@@ -261,7 +263,8 @@ def profile_from_data(data: Any, *, label: str, default_name: str) -> Profile:
     if not 0 <= retest <= MAX_RETEST:
         raise ProfileError(f"{label}: retest: expected 0..{MAX_RETEST}, got {shown(retest)}")
     workloads = _workloads(label, data.get("workloads"))
-    probe = Profile(name, label, description, budget_s, seed, threads, units, retest, (), "")
+    background = _get(label, data, "background", bool, False)
+    probe = Profile(name, label, description, budget_s, seed, threads, units, retest, (), "", background)
     return _with_workloads(probe, workloads)
 
 
@@ -301,6 +304,7 @@ def _with_workloads(profile: Profile, workloads: tuple[WorkloadEntry, ...]) -> P
         profile.retest,
         workloads,
         digest,
+        profile.background,
     )
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from sdcscan import interrupts
+from sdcscan import background, interrupts
 from sdcscan.events import CaseFinished, CaseStarted, EventSink, PhaseChanged, UnitProblem, UnitReady
 from sdcscan.evidence import CaseResult
 from sdcscan.journal import Journal
@@ -82,10 +82,16 @@ class UnitState:
     problem: str | None = None
     late: str | None = None  # why a unit that started after the deadline ran no case
     results: list[CaseResult] = field(default_factory=list)
+    pacing: dict[str, Any] = field(default_factory=dict)  # background mode: priority granted, time waited
+    # Background mode: the worker's run delay (and the time) when its start-up, its current case or
+    # its wait between cases began: what it has waited for a CPU since is starvation, not a hang.
+    delay_mark: float | None = None
+    marked_at: float = 0.0
+    retired: bool = False  # background: stopped at the budget's end while the host kept it from running
 
     @property
     def alive(self) -> bool:
-        return self.problem is None
+        return self.problem is None and not self.retired
 
 
 @dataclass
@@ -116,7 +122,13 @@ class Runner:
     """Run `configs` (one per unit) until `deadline`, then settle disputes with re-runs."""
 
     def __init__(
-        self, configs: list[WorkerConfig], journal: Journal, on_event: EventSink, *, retest: int = 3
+        self,
+        configs: list[WorkerConfig],
+        journal: Journal,
+        on_event: EventSink,
+        *,
+        retest: int = 3,
+        background: bool = False,
     ) -> None:
         self.ctx = worker_context()
         self.configs = {c.unit.id: c for c in configs}
@@ -127,6 +139,7 @@ class Runner:
         self.retests: dict[tuple[str, int], list[str | None]] = {}
         self.watchdog = Watchdog()
         self.retest_count = retest
+        self.background = background  # starvation under SCHED_IDLE is then no hang (see _starved)
 
     def run(self, deadline: float, command_started: float | None = None) -> RunResult:
         """Run the main pass and the re-runs, then stop the workers.
@@ -179,6 +192,7 @@ class Runner:
             finally:
                 child_end.close()  # the worker holds its own copy; ours would hide its exit (no EOF)
             state.busy = True
+            self._mark(state)
             self._send(state, ("plan", deadline))
         self.spawned_at = time.time()
 
@@ -268,11 +282,14 @@ class Runner:
             # from when it really started.
             _, _, index, workload, _attempt, since = msg
             state.current = CaseInFlight(index, workload, since)
+            self._mark(state)
             self.emit(CaseStarted(uid, index, workload))
         elif kind == "outcome":
             self._record(state, *msg[2:])
         elif kind == "idle":
             state.busy, state.current = False, None
+        elif kind == "pacing":
+            state.pacing = dict(msg[2])
         elif kind == "fatal":
             self._fail(state, msg[2], detail=msg[3])
 
@@ -306,6 +323,7 @@ class Runner:
     def _record(self, state: UnitState, index: int, attempt: int, workload: str, out: dict[str, Any]) -> None:
         uid = state.unit.id
         state.current = None
+        self._mark(state)
         record = {
             "type": "case",
             "unit": uid,
@@ -343,9 +361,55 @@ class Runner:
                     state, f"worker process died (exit code {code}) during case {self._case_of(state)}"
                 )
                 continue
-            reason = self.watchdog.check(now, ready=state.ready, busy=state.busy, current=state.current)
+            starved = self._starved(state)
+            if self._retire_if_starved(state, now, starved):
+                continue
+            reason = self.watchdog.check(
+                now, ready=state.ready, busy=state.busy, current=state.current, starved_s=starved
+            )
             if reason is not None:
                 self._fail(state, reason)
+
+    def _run_delay(self, state: UnitState) -> float | None:
+        if not self.background or state.proc is None or state.proc.pid is None:
+            return None
+        return background.run_delay_s(state.proc.pid)
+
+    def _mark(self, state: UnitState) -> None:
+        """Background mode: start counting the worker's starvation afresh (start-up, case, or between)."""
+        if self.background:
+            state.delay_mark, state.marked_at = self._run_delay(state), time.time()
+
+    def _starved(self, state: UnitState) -> float:
+        """Background mode: seconds the worker has waited for a CPU since its last mark. SCHED_IDLE
+        gives a busy core to anyone else first; that is the point, not a hang."""
+        if state.delay_mark is None:
+            return 0.0
+        now = self._run_delay(state)
+        return max(0.0, now - state.delay_mark) if now is not None else 0.0
+
+    def _retire_if_starved(self, state: UnitState, now: float, starved: float) -> bool:
+        """At the budget's end, stop without blame a worker that the host's own work kept off its CPU
+        for most of its start-up or current case; its finished cases still count."""
+        if not (self.background and state.busy and self.watchdog.overrun(now)):
+            return False
+        if starved < 0.5 * max(now - state.marked_at, 1e-9):
+            return False
+        doing = (
+            f"case {state.current.index} ({state.current.workload})"
+            if state.current
+            else ("wait for an idle core" if state.ready else "start-up")
+        )
+        state.retired, state.busy, state.current = True, False, None
+        state.late = (
+            f"{background.NOT_SCREENED}: other work on this host kept its {doing} waiting for the CPU "
+            f"for {starved:.0f} s when the budget ended (background mode yields to everything else)"
+        )
+        if state.proc is not None and state.proc.is_alive():
+            state.proc.kill()
+        state.notes.append(state.late)  # its finished cases stand; the report says why it stopped
+        self.journal.write({"type": "note", "unit": state.unit.id, "note": state.late})
+        return True
 
     def _case_of(self, state: UnitState) -> str:
         if state.current:

@@ -16,22 +16,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sdcscan import background as ripple
 from sdcscan import faults, interrupts, units
 from sdcscan.assemble import judge_and_build
-from sdcscan.errors import ReportError, UsageError
+from sdcscan.errors import ReportError, SdcscanError, UsageError
 from sdcscan.events import Event, EventSink, RunNote, RunStarted
 from sdcscan.evidence import GoldenEntry
 from sdcscan.files import calibration_cache_dir
 from sdcscan.fleet.golden import GoldenIndex, index_golden, load_golden
 from sdcscan.journal import Journal
 from sdcscan.outputs import history
-from sdcscan.outputs.publish import Outputs, check_targets, publish, run_lock
+from sdcscan.outputs.publish import Outputs, check_targets, history_path, publish, run_lock
 from sdcscan.peer_calibration import caches_to_forget
 from sdcscan.plan import week_seed
 from sdcscan.profile import Profile
 from sdcscan.runner import Runner, RunResult, warm_up_workers
+from sdcscan.sentinel import scan as sentinel
 from sdcscan.telemetry.sampler import Sampler, telemetry_findings
-from sdcscan.timefmt import iso_utc
+from sdcscan.timefmt import iso_utc, parse_iso_utc
 from sdcscan.worker import WorkerConfig
 
 TELEMETRY_INTERVAL_S = 5.0
@@ -54,6 +56,8 @@ class ScanOptions:
     retest: int | None = None  # re-runs per failing case (None: the profile's)
     golden: str | os.PathLike[str] | None = None  # judge digests against this golden file
     started: float = field(default_factory=time.time)  # the budget counts from here (the command's start)
+    background: bool | None = None  # Ripple mode (None: the profile's)
+    max_unscreened_s: float = ripple.MAX_UNSCREENED_S  # background: screen whatever the load after this
 
     @property
     def out(self) -> Path | None:
@@ -68,6 +72,8 @@ class Setup:
     seed_source: str  # cli | profile | week
     units: list[units.Unit]
     golden: GoldenIndex | None = None  # (plan, cohort) -> the golden's digests
+    background: bool = False
+    priority: dict[str, Any] = field(default_factory=dict)  # background: what the parent was granted
 
 
 class OutputError(ReportError):
@@ -92,6 +98,8 @@ def scan(opts: ScanOptions, on_event: EventSink | None = None) -> dict[str, Any]
     emit = on_event or _ignore
     with interrupts.installed():
         setup = prepare(opts)
+        if setup.background:  # before the fork server starts: it and every worker inherit this
+            setup.priority.update(ripple.lower_priority(idle_scheduler=False))
         # Only now, so that a refused option never starts a torch import: the fork server's import
         # then overlaps taking the lock, opening the journal and starting the telemetry.
         warm_up_workers()
@@ -141,7 +149,8 @@ def prepare(opts: ScanOptions) -> Setup:
     for inj in opts.injections:
         if inj.unit not in ids:
             raise UsageError(f"--inject names {inj.unit}, which is not among the selected units")
-    return Setup(seed, source, chosen, _golden_index(opts.golden))
+    on = profile.background if opts.background is None else opts.background
+    return Setup(seed, source, chosen, _golden_index(opts.golden), background=on)
 
 
 def _golden_index(path: str | os.PathLike[str] | None) -> GoldenIndex | None:
@@ -185,6 +194,7 @@ def run_and_judge(opts: ScanOptions, setup: Setup, on_event: EventSink) -> dict[
             profile.threads_per_unit,
             tuple(i for i in opts.injections if i.unit == u.id),
             opts.param_overrides,
+            background=setup.background,
         )
         for u in setup.units
     ]
@@ -201,11 +211,66 @@ def run_and_judge(opts: ScanOptions, setup: Setup, on_event: EventSink) -> dict[
     )
     retest = profile.retest if opts.retest is None else opts.retest
     with Sampler(setup.units, interval_s=TELEMETRY_INTERVAL_S) as sampler:
-        result = Runner(configs, journal, on_event, retest=retest).run(
-            deadline=started + budget, command_started=started
-        )
+        pacing = _pace(opts, setup, deadline=started + budget, on_event=on_event)
+        if pacing is not None:
+            run_doc["background"] = {"parent_priority": setup.priority, "pacing": pacing.to_dict()}
+        runner = Runner(configs, journal, on_event, retest=retest, background=setup.background)
+        if pacing is None or pacing.screen:
+            result = runner.run(deadline=started + budget, command_started=started)
+        else:
+            result = _not_screened(runner, started, pacing)
     journal.close()
     return finish(opts, setup, run_doc, result, sampler.summary())
+
+
+def _pace(opts: ScanOptions, setup: Setup, *, deadline: float, on_event: EventSink) -> ripple.Pacing | None:
+    """Background mode: wait until the host is quiet enough, or due for a screen (None: not background)."""
+    if not setup.background:
+        return None
+    unscreened = _unscreened_s(opts)
+    pacing = ripple.wait_for_quiet_host(
+        unscreened_s=unscreened, deadline=deadline, max_unscreened_s=opts.max_unscreened_s
+    )
+    if pacing.waited_s >= 1.0 or not pacing.screen:
+        on_event(RunNote(_pacing_note(pacing)))
+    return pacing
+
+
+def _unscreened_s(opts: ScanOptions) -> float | None:
+    """Seconds since this host's last judged run (pass or fail) ended; None when it has none on record."""
+    try:
+        recent = history.runs(history_path(opts.outputs.history), limit=200)
+    except SdcscanError:
+        return None
+    for run in recent:  # newest first
+        if run.get("verdict") not in ("pass", "fail"):
+            continue
+        try:
+            return max(0.0, time.time() - parse_iso_utc(str(run.get("ended_at"))))
+        except ValueError:
+            continue
+    return None
+
+
+def _pacing_note(p: ripple.Pacing) -> str:
+    load = "unknown" if p.load_per_cpu is None else f"{p.load_per_cpu:.2f}"
+    if not p.screen:
+        return (
+            f"{ripple.NOT_SCREENED}: the host stayed busy for the whole budget (load {load} per CPU, "
+            f"above the {p.threshold:.2f} allowed {_ago(p.unscreened_s)} after the last screen)"
+        )
+    return f"background: waited {p.waited_s:.0f} s for the host to quiet down (load {load} per CPU)"
+
+
+def _ago(seconds: float | None) -> str:
+    return "never" if seconds is None else f"{seconds / 3600:.1f} h"
+
+
+def _not_screened(runner: Runner, started: float, pacing: ripple.Pacing) -> RunResult:
+    """The result of a background run the host's load kept from starting: every unit unscreened."""
+    for state in runner.states.values():
+        state.late = _pacing_note(pacing)
+    return RunResult(runner.states, {}, [], started, time.time())
 
 
 def finish(
@@ -225,11 +290,12 @@ def finish(
             "cohort": result.states[u.id].cohort,
             "notes": result.states[u.id].notes,
             "peaks": result.states[u.id].peaks,
+            "pacing": result.states[u.id].pacing,
         }
         for u in setup.units
     ]
     _forget_calibrations(caches_to_forget({u["id"]: u["cohort"] for u in unit_docs}, result.outcomes))
-    return judge_and_build(
+    report = judge_and_build(
         run=run_doc,
         host={**units.host_inventory(), "hostname": _hostname(opts)},
         software=result.software,
@@ -242,6 +308,19 @@ def finish(
         telemetry=telemetry,
         telemetry_findings=telemetry_findings(telemetry),
     )
+    _add_kernel_evidence(report, opts.started, result.ended, unit_docs)
+    return report
+
+
+def _add_kernel_evidence(
+    report: dict[str, Any], started: float, ended: float, unit_docs: list[dict[str, Any]]
+) -> None:
+    """The kernel's own log of the run's window (segfaults per core, machine checks, Xids) beside the
+    tests: its findings say what to screen, and never change the run's verdict or exit code."""
+    found = sentinel.scan_window_quietly(started, ended, unit_docs)
+    if found is not None:
+        report["sentinel"] = found.section
+        report["findings"] += found.findings
 
 
 def _forget_calibrations(names: set[str]) -> None:

@@ -31,9 +31,11 @@ class Unit:
     kind: str  # "cpu" | "cuda"
     index: int
     model: str
+    pci: str | None = None  # a GPU's PCI bus id, "0000:3b:00.0": how NVML and the kernel log name it
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "kind": self.kind, "index": self.index, "model": self.model}
+        doc = {"id": self.id, "kind": self.kind, "index": self.index, "model": self.model}
+        return {**doc, "pci": self.pci} if self.pci else doc
 
 
 @cache
@@ -103,9 +105,18 @@ def gpu_units() -> list[Unit]:
     if not torch.cuda.is_available():
         return []
     return [
-        Unit(f"cuda:{i}", "cuda", i, str(torch.cuda.get_device_name(i)))
+        Unit(f"cuda:{i}", "cuda", i, str(torch.cuda.get_device_name(i)), _pci_bus_id(torch, i))
         for i in range(torch.cuda.device_count())
     ]
+
+
+def _pci_bus_id(torch: Any, index: int) -> str | None:
+    """CUDA device `index`'s PCI location as the kernel and NVML write it, or None (an old torch)."""
+    props = torch.cuda.get_device_properties(index)
+    try:
+        return f"{props.pci_domain_id:04x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
+    except (AttributeError, TypeError, ValueError):
+        return None
 
 
 def discover_units() -> list[Unit]:

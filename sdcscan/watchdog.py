@@ -72,7 +72,9 @@ class Watchdog:
         """The main pass runs past the budget by more than OVERRUN_S: whoever is still busy is stuck."""
         return self.overrun_at is not None and now > self.overrun_at
 
-    def check(self, now: float, *, ready: bool, busy: bool, current: CaseInFlight | None) -> str | None:
+    def check(
+        self, now: float, *, ready: bool, busy: bool, current: CaseInFlight | None, starved_s: float = 0.0
+    ) -> str | None:
         """Why a live worker must be stopped at `now`, or None while it may go on.
 
         Args:
@@ -80,16 +82,18 @@ class Watchdog:
             ready: the worker said it has prepared its workloads.
             busy: the worker has work it has not said it finished (the plan, or a re-run).
             current: the case it is running, if any.
+            starved_s: seconds of that case (or of the start-up, before `ready`) the worker spent
+                runnable but waiting for a CPU that other work held (background mode): not its fault.
         Returns:
             The reason, as the report states it, or None.
         """
         overrun = self.overrun(now)
-        waited = now - self.spawned_at
+        waited = now - self.spawned_at - (0.0 if ready else starved_s)
         if not ready and (waited > READY_TIMEOUT_S or overrun):
             why = " and the budget ended" if overrun else ""
             return f"worker did not start within {waited:.0f} s{why}"
         if current is not None:
-            running = now - current.since
+            running = now - current.since - starved_s
             if running > self.case_limit(current.workload) or overrun:
                 return f"case {current.index} ({current.workload}) hung: no result after {running:.0f} s; worker killed"
             return None

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from sdcscan.background import NOT_SCREENED
 from sdcscan.evidence import (
     BLAME_ATTRIBUTED,
     BLAME_DIVERGENT,
@@ -73,6 +74,11 @@ def _finding(notice: Notice, run: Mapping[str, Any]) -> Finding:
     if isinstance(notice, Problem):
         unit = notice.unit
         next_step = f"check the journal and system log for {unit}; re-run with --units {unit}"
+        if _problem(notice).startswith(NOT_SCREENED):  # busy with other work: nothing points at the unit
+            next_step = (
+                f"nothing points at {unit}: other work kept it busy; give the background run a longer "
+                "--budget, or screen it at a quiet time (sdcscan run --foreground)"
+            )
         return finding("invalid", unit, f"{unit} could not be judged: {_problem(notice)}.", next_step)
     if isinstance(notice, Undecided):
         units = ", ".join(notice.suspects)

@@ -20,7 +20,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
-from sdcscan import faults
+from sdcscan import background, faults
 from sdcscan.profile import Profile
 from sdcscan.units import Unit
 
@@ -36,6 +36,7 @@ class WorkerConfig:
     injections: tuple[faults.Injection, ...] = ()
     param_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
     run_pid: int = field(default_factory=os.getpid)  # the sdcscan parent: built there, so its pid
+    background: bool = False  # Ripple mode: lowest priority, cases only in the unit's idle gaps
 
 
 def worker_main(cfg: WorkerConfig, conn: Any) -> None:
@@ -50,6 +51,8 @@ def worker_main(cfg: WorkerConfig, conn: Any) -> None:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, signal.SIG_IGN)
     _die_with_parent(cfg.run_pid)
+    # Before torch starts a thread: Linux keeps the scheduling policy per thread, and new ones inherit it.
+    priority = background.lower_priority(idle_scheduler=True) if cfg.background else None
     uid = cfg.unit.id
     try:
         try:
@@ -60,6 +63,9 @@ def worker_main(cfg: WorkerConfig, conn: Any) -> None:
             )
             return
         conn.send(("ready", uid, engine.notes, engine.cohort_fields, engine.software, engine.peaks))
+        if priority is not None:
+            engine.pacing["priority"] = priority
+            engine.send_pacing()
         while True:
             msg = conn.recv()
             if msg[0] == "plan":
@@ -102,6 +108,9 @@ class _Engine:
 
         self.cohort_fields = cohort_fields(cfg.unit, cfg.threads)
         self.software = software_versions()
+        self.gate = _idle_gate(cfg.unit) if cfg.background else None
+        self.pacing: dict[str, Any] = {"gate": self.gate is not None, "waited_s": 0.0, "waits": 0}
+        self.stopped = False
 
     def run_plan(self, deadline: float) -> str:
         """Cases 0, 1, 2, … until the next one would likely end after `deadline` (by this process's clock),
@@ -114,6 +123,8 @@ class _Engine:
         while not self.stop_requested():
             workload = self.plan.workload_of(index)
             expected = self.mean_s.get(workload, 0.0)
+            if self.gate is not None and not self._wait_for_idle(deadline - expected):
+                return "stopped" if self.stopped else "done"
             if time.time() + expected > deadline:
                 return "done"
             seconds = self.run_case(index, attempt=0)
@@ -123,11 +134,24 @@ class _Engine:
         return "stopped"
 
     def stop_requested(self) -> bool:
-        """The parent sent "stop" (the only command it sends while a plan runs)."""
-        if not self.conn.poll():
-            return False
-        self.conn.recv()
-        return True
+        """The parent sent "stop" (the only command it sends while a plan runs). Sticky once seen."""
+        if not self.stopped and self.conn.poll():
+            self.conn.recv()
+            self.stopped = True
+        return self.stopped
+
+    def _wait_for_idle(self, deadline: float) -> bool:
+        """Background mode: hold the next case while other work uses this unit; say how long it waited."""
+        assert self.gate is not None
+        waits = self.gate.waits
+        idle = self.gate.wait_until_idle(deadline, self.stop_requested)
+        if self.gate.waits != waits:
+            self.pacing.update(waited_s=round(self.gate.waited_s, 3), waits=self.gate.waits)
+            self.send_pacing()
+        return idle
+
+    def send_pacing(self) -> None:
+        self.conn.send(("pacing", self.cfg.unit.id, dict(self.pacing)))
 
     def run_case(self, index: int, attempt: int) -> float:
         from sdcscan.outcomes import STATUS_ERROR, Outcome
@@ -162,6 +186,13 @@ class _Engine:
                 os.kill(os.getpid(), signal.SIGKILL)
             armed = faults.FaultSpec(inj.kind, workload.spec.fault_sites[0], seed=case.seed ^ (attempt + 1))
         return armed
+
+
+def _idle_gate(unit: Unit) -> Any:
+    """The unit's pacing gate in background mode: its core's idle share, or its GPU's other processes."""
+    if unit.kind == "cpu":
+        return background.CoreIdleGate(unit.index)
+    return background.gpu_gate(unit.pci) if unit.pci else None
 
 
 def _measure_peaks(device: Any, workloads: dict[str, dict[str, Any]], notes: list[str]) -> dict[str, Any]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from sdcscan.cli.ops import COMMANDS, clear_cmd, export_cmd, history_cmd, output_options, status_cmd
 from sdcscan.files import write_json_atomic
+from sdcscan.outputs.history import record_sentinel_scan
 from sdcscan.outputs.publish import Outputs, publish
+from sdcscan.timefmt import iso_utc
 from tests.helpers.reports import make_report
 
 
@@ -138,3 +141,44 @@ def test_history_status_and_export_print_text_from_reports_and_paths_as_typed(tm
     junit.parent.mkdir(parents=True)  # `a[/x].xml` is the file `x].xml` in the directory `a[`
     result = _invoke(export_cmd, str(report), "--junit", str(junit))
     assert result.exit_code == 0 and f"Wrote {junit}" in result.stderr, result.stderr
+
+
+def test_status_shows_24h_coverage_and_the_last_kernel_log_scan(tmp_path: Path) -> None:
+    """status: per unit the cases and seconds screened in the last 24 h, and the last sentinel scan's
+    window, events and outlier cores; --json carries both. Outlier cores alone do not make it exit 1."""
+    db = str(tmp_path / "h.sqlite3")
+    empty = _invoke(status_cmd, "--history", db)
+    assert (
+        "No unit screened in the last 24 h" in empty.stderr and "No kernel-log scan recorded" in empty.stderr
+    )
+    ended = iso_utc(time.time() - 600)
+    publish(make_report(fail_unit=None, run_id="r1", ended_at=ended), Outputs(history=db))
+    section = {"since": "2026-03-10T10:00:00Z", "until": "2026-03-10T11:00:00Z", "sources": ["journal"],
+               "host_counts": {"segfault": 7}, "outliers": [{"unit": "cpu:7", "programs": 5}]}  # fmt: skip
+    record_sentinel_scan(db, section, "node-a")
+    human = _invoke(status_cmd, "--history", db, env={"COLUMNS": "200"})
+    assert human.exit_code == 0, human.stderr
+    assert re.search(r"cpu:1\s*│\s*1\s*│\s*8\s*│\s*2\.0 s", human.stderr), human.stderr
+    assert (
+        "2026-03-10T10:00:00Z to 2026-03-10T11:00:00Z: 7 kernel event(s), outlier cores: cpu:7"
+        in human.stderr
+    )
+    state = json.loads(_invoke(status_cmd, "--json", "--history", db).stdout)
+    assert state["coverage_24h"]["cpu:0"] == {"cases": 8, "seconds": 2.0, "runs": 1}
+    assert state["last_sentinel"]["outliers"] == ["cpu:7"] and state["last_sentinel"]["events"] == 7
+    assert state["ok"] is True
+
+
+def test_status_sums_coverage_up_on_a_many_core_host(tmp_path: Path) -> None:
+    """Beyond 32 units status prints one line with the totals and the least screened units, not 128 rows."""
+    db = str(tmp_path / "h.sqlite3")
+    report = make_report(fail_unit=None, run_id="r1", ended_at=iso_utc(time.time() - 600))
+    template = report["units"][0]
+    report["units"] = [{**template, "id": f"cpu:{i}"} for i in range(40)]
+    report["units"][17]["throughput"] = {}
+    publish(report, Outputs(history=db))
+    human = _invoke(status_cmd, "--history", db, env={"COLUMNS": "200"})
+    assert (
+        "Screened in the last 24 h: 40 units, 320 cases, 1m 18s in all; least screened: cpu:17 (0.0 s)"
+        in (human.stderr)
+    ), human.stderr

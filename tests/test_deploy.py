@@ -621,3 +621,37 @@ def test_systemd_units_verify_without_unknown_keys(tmp_path: Path) -> None:
     proc = _systemd_analyze("verify", str(tmp_path / "sdcscan.service"), str(tmp_path / "sdcscan.timer"))
     assert proc.returncode == 0, proc.stderr
     assert "Unknown" not in proc.stderr and "ignoring" not in proc.stderr, proc.stderr
+
+
+RIPPLE = DEPLOY / "systemd" / "sdcscan-ripple.service"
+
+
+def test_ripple_service_runs_background_mode_at_idle_priority_in_the_same_sandbox() -> None:
+    """The Ripple unit runs `--background` under the idle CPU and I/O classes with a memory bound, an
+    hourly timer starts it, and its sandbox is the quick-profile service's, line for line."""
+    service = {key: values[-1] for key, values in _unit_entries(RIPPLE)["Service"].items()}
+    assert "sdcscan run --profile ripple --background" in service["ExecStart"]
+    for key, value in {
+        "CPUSchedulingPolicy": "idle", "CPUWeight": "idle", "Nice": "19", "IOSchedulingClass": "idle",
+        "OOMScoreAdjust": "1000", "MemoryMax": "4G",
+    }.items():  # fmt: skip
+        assert service.get(key) == value, key
+    timer = _unit_entries(DEPLOY / "systemd" / "sdcscan-ripple.timer")
+    assert timer["Timer"]["OnCalendar"] == ["hourly"] and timer["Install"]["WantedBy"] == ["timers.target"]
+    sandbox = [SERVICE.read_text(), RIPPLE.read_text()]
+    assert len({text[text.index("# --- Sandbox.") :] for text in sandbox}) == 1
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="needs systemd-analyze")
+def test_ripple_units_verify_and_score_like_the_quick_service(tmp_path: Path) -> None:
+    """`systemd-analyze verify` knows every key of the Ripple units; where it can, `security` rates 5.0 or better."""
+    text = RIPPLE.read_text().replace("/usr/local/bin/sdcscan", shutil.which("true") or "/bin/true")
+    (tmp_path / RIPPLE.name).write_text(text)
+    shutil.copy(DEPLOY / "systemd" / "sdcscan-ripple.timer", tmp_path / "sdcscan-ripple.timer")
+    proc = _systemd_analyze("verify", str(tmp_path / RIPPLE.name), str(tmp_path / "sdcscan-ripple.timer"))
+    assert proc.returncode == 0, proc.stderr
+    assert "Unknown" not in proc.stderr and "ignoring" not in proc.stderr, proc.stderr
+    if _offline_security_works():
+        score = _systemd_analyze("security", "--offline=true", str(tmp_path / RIPPLE.name)).stdout
+        match = re.search(r"Overall exposure level for sdcscan-ripple\.service: (\d+\.\d)", score)
+        assert match and float(match.group(1)) <= 5.0, score

@@ -189,7 +189,7 @@ def _damaged_db(path: Path) -> None:
          "delete the file first"),
         ("text", "file is not a database"),
         ("foreign", "is an SQLite database but not an sdcscan history"),
-        ("newer", "has version 2; this sdcscan reads version 1"),
+        ("newer", "has version 3; this sdcscan reads version 2"),
         ("damaged", "is damaged (SQLite quick_check: "),
         ("directory", "is not a regular file"),
     ],
@@ -214,7 +214,7 @@ def test_check_health_refuses_a_bad_history_naming_it(tmp_path: Path, kind: str,
             db.unlink()
             (tmp_path / "ours.sqlite3").rename(db)
             conn = sqlite3.connect(db)
-            conn.execute("PRAGMA user_version=2")
+            conn.execute("PRAGMA user_version=3")
         conn.commit()
         conn.close()
     with pytest.raises(UsageError) as err:

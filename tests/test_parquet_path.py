@@ -6,7 +6,8 @@ superseded reports, skipped inputs, counts, exit code): on every scenario of scr
 with and without its golden, on a simulated fleet with planted faults and corrupt files, and on random
 fleets that mix what the scenarios hold one at a time (re-runs, duplicates, machines sharing a name,
 convictions by a host's own run, ties, lonely cases, errors, invariants, invalid and slow units,
-calibrations, goldens, inventories with aliases and missing hosts, clocks ahead).
+calibrations, goldens, inventories with aliases and missing hosts, clocks ahead), and on fleets whose
+reports carry kernel-log `sentinel` sections (issue 14), hostile ones included.
 """
 
 from __future__ import annotations
@@ -29,11 +30,14 @@ from sdcscan.errors import ReportError, UsageError
 from sdcscan.fleet import warehouse
 from sdcscan.fleet.compare import FleetSummary, Options, summarize
 from sdcscan.fleet.golden import index_golden, load_golden
-from sdcscan.fleet.ingest import MARKER, SCHEMA, ingest, partition_of
+from sdcscan.fleet.ingest import FORMAT_VERSION, MARKER, SCHEMA, ingest, partition_of
 from sdcscan.fleet.reading import read_reports
 from sdcscan.timefmt import parse_iso_utc
 from tests.helpers.cli import ROOT
 from tests.helpers.fleet import PLAN_SHA, good
+from tests.helpers.fleet import report as host_report
+from tests.helpers.fleet import unit as host_unit
+from tests.helpers.hostile import MUTATIONS, field_paths, mutated_text
 from tests.helpers.reports import build_report, build_unit
 from tests.helpers.scripts import load_script
 
@@ -172,6 +176,181 @@ def test_random_fleets_exercise_what_they_are_meant_to(tmp_path: Path):
     assert {"missing", "unlisted", "alias", "future"} <= kinds
     assert {"golden", "fleet", "host", "own run"} <= bases
     assert superseded and skipped and groups
+
+
+# ---------------------------------------------------------------------------------------------------
+# Kernel-log evidence: `sentinel` findings from the sentinel tables.
+
+MODEL_A = "Intel(R) Xeon(R) Platinum 8480+"
+MODEL_B = "AMD EPYC 9654 96-Core Processor"
+
+
+def sentinel_report(
+    name: str, cores: tuple[str, ...] = (), *, model: str | None = MODEL_A, **kw: Any
+) -> dict[str, Any]:
+    """A healthy host's report whose `sentinel` section names `cores` as outliers (as `sdcscan sentinel`
+    writes them); `kw` goes to `tests.helpers.fleet.report`."""
+    doc = host_report(name, **kw)
+    if model is not None:
+        doc["host"]["cpu_model"] = model
+    outliers = [
+        {
+            "unit": c,
+            "programs": 9 + k,
+            "expected": 0.6,
+            "peers": 63,
+            "p_value": 2e-9,
+            "events": 14,
+            "examples": ["python3", "java", "sshd"][: 1 + k % 3],
+        }
+        for k, c in enumerate(cores)
+    ]
+    doc["sentinel"] = {"since": "2025-05-25T00:00:00Z", "until": "2025-06-01T00:00:00Z", "outliers": outliers}
+    return doc
+
+
+def sentinel_fleet() -> list[dict[str, Any]]:
+    """Outliers on some hosts; cpu:0 on three hosts of model A (a fleet finding) and one of model B;
+    hosts without a model; newer reports with a clean section or none; machines sharing a hostname; a
+    copy; and two hosts whose two current reports tie on end time and run id (`sentinel_tie`)."""
+    may, june = "2025-05-01T00:00:00Z", "2025-06-01T00:00:00Z"
+    fleet = [
+        sentinel_report("a1", ("cpu:0",)),
+        sentinel_report("a2", ("cpu:0", "cpu:5")),
+        sentinel_report("a3", ("cpu:0",)),
+        sentinel_report("a4"),
+        sentinel_report("b1", ("cpu:0",), model=MODEL_B),
+        sentinel_report("x1", ("cpu:3",), model=None),
+        sentinel_report("x2", ("cpu:3",), model=None),
+        sentinel_report("old", ("cpu:9",), seed=1, run_id="old-1", ended_at=may),
+        sentinel_report("old", seed=2, run_id="old-2", ended_at=june),  # newer and clean: no finding
+        sentinel_report("keep", ("cpu:4",), seed=1, run_id="keep-1", ended_at=may),
+        host_report("keep", seed=2, run_id="keep-2", ended_at=june),  # no section: says nothing
+    ]
+    for machine, core in (("aa11", "cpu:1"), ("bb22", "cpu:2")):
+        twin = sentinel_report("twin", (core,), run_id=f"twin-{machine}")
+        twin["host"]["machine_id"] = machine
+        fleet.append(twin)
+    fleet.append(json.loads(json.dumps(fleet[0])))  # a byte-identical copy
+    return fleet + sentinel_tie("t1", older=False) + sentinel_tie("t2", older=True)
+
+
+def sentinel_tie(name: str, *, older: bool) -> list[dict[str, Any]]:
+    """Two current reports of one host (one without a machine id, one with), of two plans, that end at
+    the same time with the same run id: `summarize`'s order of current reports picks the section. The
+    one with more cases comes first, unless an older report of the other plan has a smaller run id."""
+    few = sentinel_report(name, ("cpu:6",), seed=1, run_id="r", units=[host_unit("cpu:0", cases=2, seed=1)])
+    many = sentinel_report(name, ("cpu:8",), seed=2, run_id="r", units=[host_unit("cpu:0", cases=4, seed=2)])
+    many["host"]["machine_id"] = "cc33"
+    earlier = host_report(name, seed=1, run_id="a", ended_at="2025-05-01T00:00:00Z")
+    return [few, many, earlier] if older else [few, many]
+
+
+def sentinel_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
+    return [(f["host"], f["unit"]) for f in doc["findings"] if f["kind"] == "sentinel"]
+
+
+def test_sentinel_sections_give_the_same_findings_on_both_paths(tmp_path: Path):
+    """Per-host and fleet `sentinel` findings, the newest section per host, machines kept apart, ties:
+    the same document on both paths, and exit 0 (kernel-log evidence never fails compare)."""
+    write_reports(sentinel_fleet(), tmp_path / "reports")
+    doc = assert_same(tmp_path / "reports", tmp_path / "ds", Options(now=parse_iso_utc(NOW)))
+    assert doc["exit_code"] == 0
+    assert sentinel_rows(doc) == [
+        ("a1", "cpu:0"),
+        ("a2", "cpu:0"),
+        ("a2", "cpu:5"),
+        ("a3", "cpu:0"),
+        ("b1", "cpu:0"),
+        (f"fleet: {MODEL_A}", "cpu:0"),
+        ("keep", "cpu:4"),
+        ("t1", "cpu:8"),  # more cases: first in `summarize`'s order
+        ("t2", "cpu:6"),  # its plan's older report has the smaller run id: first
+        ("twin (machine aa11)", "cpu:1"),
+        ("twin (machine bb22)", "cpu:2"),
+        ("x1", "cpu:3"),
+        ("x2", "cpu:3"),
+    ]
+    fleet_wide = next(f["evidence"] for f in doc["findings"] if f["host"] == f"fleet: {MODEL_A}")
+    # cpu:0 on a1-a3, out of the model's 10 hosts with a section: a1-a4, old, keep, two twins, t1, t2
+    assert (fleet_wide["hosts"], fleet_wide["hosts_with_sentinel"]) == (3, 10)
+
+
+def test_a_fleet_without_sentinel_sections_gives_no_sentinel_finding_on_either_path(tmp_path: Path):
+    """No section anywhere: no sentinel rows are written and neither path has a sentinel finding."""
+    fleet = random_fleet(3)
+    write_reports(fleet["reports"], tmp_path / "reports")
+    doc = assert_same(tmp_path / "reports", tmp_path / "ds", Options(now=parse_iso_utc(NOW)))
+    assert doc["counts"]["sentinel"] == 0 and doc["findings"]
+    assert not list((tmp_path / "ds").glob("sentinel_*/*/*/*.parquet"))
+
+
+HOSTILE_BASE = sentinel_report("hostile", ("cpu:7",))
+HOSTILE_PATHS = [p for p in field_paths(HOSTILE_BASE) if p[0] == "sentinel" or p[:2] == ("host", "cpu_model")]
+
+
+def test_hostile_sentinel_sections_give_the_same_findings_on_both_paths(tmp_path: Path):
+    """Every field of a section (and host.cpu_model) spoiled every way, one host each: both paths keep,
+    drop and refuse the same values (`read_section` on both), and agree on the findings; exit 0."""
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    n = 0
+    for path in HOSTILE_PATHS:
+        for mutation in MUTATIONS:
+            if mutation.name == "lone-surrogate":
+                continue  # Parquet text is UTF-8: the next test
+            base = json.loads(json.dumps(HOSTILE_BASE))
+            base["host"]["hostname"], base["run"]["id"] = f"h{n}", f"h{n}-run"
+            (reports / f"h{n}.json").write_text(mutated_text(base, path, mutation))
+            n += 1
+    doc = assert_same(reports, tmp_path / "ds", Options(now=parse_iso_utc(NOW)))
+    assert doc["exit_code"] == 0 and doc["counts"]["sentinel"] > n // 2
+    fleet_wide = next(f["evidence"] for f in doc["findings"] if f["host"] == f"fleet: {MODEL_A}")
+    assert fleet_wide["hosts"] > 20 and len(fleet_wide["host_names"]) == 20  # listed names are capped
+
+
+def test_a_lone_surrogate_in_a_sentinel_section_keeps_the_report(tmp_path: Path):
+    """Text Parquet cannot hold, in optional evidence, does not cost the report its votes: it is ingested
+    and its finding made, with U+FFFD where `compare` on the JSON shows the lone surrogate."""
+    doc = sentinel_report("s", ("cpu:7",))
+    doc["host"]["cpu_model"] = "HIGH-model"
+    doc["sentinel"]["outliers"][0]["examples"] = ["py-LOW"]
+    reports = tmp_path / "reports"
+    write_reports([sentinel_report("peer", ("cpu:7",))], reports)
+    text = json.dumps(doc).replace("HIGH", "\\ud800").replace("LOW", "\\udc80")  # JSON escapes
+    (reports / "s.json").write_text(text)
+    opts = Options(now=parse_iso_utc(NOW))
+    expected = json.dumps(json_path(reports, opts).to_dict())
+    assert "\\ud800-model" in expected and "py-\\udc80" in expected  # what compare writes
+    result = parquet_path(reports, tmp_path / "ds", opts)
+    assert result.counts["skipped"] == 0
+    shown = json.dumps(result.to_dict())
+    assert shown == expected.replace("\\ud800", "\\ufffd").replace("\\udc80", "\\ufffd")
+
+
+def test_a_dataset_that_repeats_sentinel_rows_is_refused(tmp_path: Path):
+    """A copied sentinel part file would count a host twice: exit 3, not a guess."""
+    write_reports([sentinel_report("a", ("cpu:1",)), sentinel_report("b", ("cpu:1",))], tmp_path / "reports")
+    ingest([str(tmp_path / "reports")], tmp_path / "ds", workers=1)
+    assert len(sentinel_rows(warehouse.compare_from(tmp_path / "ds").to_dict())) == 3  # fine as written
+    part = next((tmp_path / "ds" / "sentinel_outliers").glob("*/*/*.parquet"))
+    shutil.copy(part, part.with_name("part-copied.parquet"))
+    with pytest.raises(ReportError, match="repeats a report's sentinel rows"):
+        warehouse.compare_from(tmp_path / "ds")
+
+
+def test_a_dataset_of_an_older_format_is_refused_with_what_to_do(tmp_path: Path):
+    """A version-1 dataset has no sentinel tables: compare --from and ingest refuse it (exit 2) and say
+    to ingest into a new directory, rather than silently leave its reports' kernel-log evidence out."""
+    write_reports([sentinel_report("a", ("cpu:1",))], tmp_path / "reports")
+    ingest([str(tmp_path / "reports")], tmp_path / "ds", workers=1)
+    marker = json.loads((tmp_path / "ds" / MARKER).read_text())
+    assert marker["version"] == FORMAT_VERSION == 2
+    (tmp_path / "ds" / MARKER).write_text(json.dumps({**marker, "version": 1}))
+    with pytest.raises(UsageError, match="ingest the reports into a new directory"):
+        warehouse.compare_from(tmp_path / "ds")
+    with pytest.raises(UsageError, match="ingest the reports into a new directory"):
+        ingest([str(tmp_path / "reports")], tmp_path / "ds", workers=1)
 
 
 # ---------------------------------------------------------------------------------------------------

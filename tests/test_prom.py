@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -12,8 +13,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from sdcscan.errors import ReportError
-from sdcscan.outputs.prom import write_prom
+from sdcscan.outputs.prom import prom_text, sentinel_prom_text, write_prom
+from sdcscan.outputs.publish import Outputs, publish
 from sdcscan.report import SCHEMA_PATH
+from sdcscan.timefmt import iso_utc
 from tests.helpers.reports import make_report
 
 
@@ -100,3 +103,123 @@ def test_missing_directory_is_a_report_error(report: dict[str, Any], tmp_path: P
     """A textfile directory that does not exist is a clear ReportError, not a traceback."""
     with pytest.raises(ReportError, match="cannot write"):
         write_prom(report, tmp_path / "nope" / "sdcscan.prom")
+
+
+# Issue 14: coverage from the history (Ripple) and kernel-log scans (Hardware Sentinel).
+
+_SENTINEL = {
+    "since": "2026-03-10T10:00:00Z",
+    "until": "2026-03-10T11:00:00Z",
+    "sources": ["journal", "rasdaemon"],
+    "notes": [],
+    "stats": {"lines": 100, "events": 9, "skipped": 0},
+    "host_counts": {"segfault": 7, "trap": 1, "mce": 1},
+    "units": {
+        "cpu:7": {"counts": {"segfault": 6, "mce": 1}, "processes": 6, "programs": 5, "first_seen": 1.0,
+                  "last_seen": 2.0},
+        "cpu:2": {"counts": {"segfault": 1}, "processes": 1, "programs": 1, "first_seen": None, "last_seen": None},
+    },
+    "outliers": [{"unit": "cpu:7", "programs": 5, "expected": 0.4, "p_value": 1e-6, "events": 7,
+                  "examples": ["python3"]}],
+}  # fmt: skip
+_SENTINEL_FAMILIES = {
+    "sdcscan_sentinel_info", "sdcscan_sentinel_events", "sdcscan_sentinel_outlier",
+    "sdcscan_sentinel_outlier_cores", "sdcscan_sentinel_last_scan_timestamp_seconds",
+}  # fmt: skip
+_COVERAGE_FAMILIES = {"sdcscan_unit_screened_seconds_24h", "sdcscan_unit_cases_24h"}
+
+
+def _parse(text: str) -> dict[str, Any]:
+    fams = {f.name: f for f in text_string_to_metric_families(text)}
+    assert all(f.type == "gauge" and f.documentation for f in fams.values())
+    return fams
+
+
+def test_coverage_families_appear_only_when_coverage_is_given(report: dict[str, Any]) -> None:
+    """`coverage=` adds screened seconds and cases of the last 24 h per unit; without it, no such family."""
+    assert not _COVERAGE_FAMILIES & set(_parse(prom_text(report)))
+    cover = {
+        "cpu:0": {"cases": 16, "seconds": 4.5, "runs": 2},
+        "cpu:1": {"cases": 0, "seconds": 0.0, "runs": 1},
+    }
+    fams = _parse(prom_text(report, coverage=cover))
+    assert _value(fams, "sdcscan_unit_screened_seconds_24h", unit="cpu:0") == 4.5
+    assert _value(fams, "sdcscan_unit_screened_seconds_24h", unit="cpu:1") == 0
+    assert _value(fams, "sdcscan_unit_cases_24h", unit="cpu:0") == 16
+    hostile = {"cpu:0": {"cases": "x", "seconds": True}, "cpu:1": None, 5: {"cases": 1, "seconds": 1.0}}
+    fams = _parse(prom_text(report, coverage=hostile))  # type: ignore[arg-type]
+    assert (
+        not fams["sdcscan_unit_screened_seconds_24h"].samples and not fams["sdcscan_unit_cases_24h"].samples
+    )
+
+
+def test_sentinel_section_of_a_report_becomes_event_outlier_and_timestamp_families(
+    report: dict[str, Any],
+) -> None:
+    """Events per unit and kind (unit="host" for the whole host), 1 per outlier core, the scan's end."""
+    assert not _SENTINEL_FAMILIES & set(_parse(prom_text(report)))
+    report["sentinel"] = _SENTINEL
+    fams = _parse(prom_text(report))
+    assert _value(fams, "sdcscan_sentinel_events", unit="cpu:7", kind="segfault") == 6
+    assert _value(fams, "sdcscan_sentinel_events", unit="cpu:2", kind="segfault") == 1
+    assert _value(fams, "sdcscan_sentinel_events", unit="host", kind="trap") == 1
+    assert [s.labels for s in fams["sdcscan_sentinel_outlier"].samples] == [{"unit": "cpu:7"}]
+    assert _value(fams, "sdcscan_sentinel_outlier", unit="cpu:7") == 1
+    assert _value(fams, "sdcscan_sentinel_outlier_cores") == 1
+    assert _value(fams, "sdcscan_sentinel_last_scan_timestamp_seconds") == 1773140400  # 2026-03-10T11:00Z
+    assert _value(fams, "sdcscan_sentinel_info", hostname="node-a", sources="journal,rasdaemon") == 1
+
+
+def test_sentinel_prom_text_alone_has_the_same_families(report: dict[str, Any]) -> None:
+    """`sdcscan sentinel --prom` writes exactly the sentinel families, with the same samples as a report's."""
+    alone = _parse(sentinel_prom_text(_SENTINEL, "node-a"))
+    assert set(alone) == _SENTINEL_FAMILIES
+    report["sentinel"] = _SENTINEL
+    in_report = _parse(prom_text(report))
+    for name in _SENTINEL_FAMILIES:
+        assert alone[name].samples == in_report[name].samples
+
+
+@pytest.mark.parametrize(
+    "section",
+    [
+        None,
+        ["cpu:7"],
+        {"host_counts": {"segfault": True, "mce": 2**64, "trap": -1, "xid": "2", 3: 1, "ok\ud800": 4},
+         "units": {"cpu:1": 5, 7: {"counts": {"trap": 1}}, "cpu:2": {"counts": [1]}},
+         "outliers": [None, "cpu:3", {"unit": 4}, {"unit": 'cpu:"9\n'}], "until": "soon", "sources": "journal"},
+    ],
+    ids=["none", "list", "wrong-types"],
+)  # fmt: skip
+def test_hostile_sentinel_sections_give_well_formed_text(section: Any) -> None:
+    """Wrong types, huge or negative counts, odd unit names: skipped or escaped, the file still parses."""
+    fams = _parse(sentinel_prom_text(section, "node-a"))
+    assert set(fams) == _SENTINEL_FAMILIES
+    events = {(s.labels["unit"], s.labels["kind"]): s.value for s in fams["sdcscan_sentinel_events"].samples}
+    assert events == ({("host", "ok?"): 4} if isinstance(section, dict) else {})
+    outliers = [s.labels["unit"] for s in fams["sdcscan_sentinel_outlier"].samples]
+    assert outliers == (['cpu:"9\n'] if isinstance(section, dict) else [])
+    assert _value(fams, "sdcscan_sentinel_last_scan_timestamp_seconds") > 1.7e9  # the write time
+
+
+def test_publish_records_the_history_then_writes_its_coverage(tmp_path: Path) -> None:
+    """With --prom and history, the textfile's 24 h coverage includes the run just recorded."""
+    prom, db = tmp_path / "m.prom", tmp_path / "h.sqlite3"
+    ended = iso_utc(time.time() - 60)
+    publish(make_report(fail_unit=None, run_id="r1", ended_at=ended), Outputs(prom=prom, history=db))
+    publish(make_report(fail_unit=None, run_id="r2", ended_at=ended), Outputs(prom=prom, history=db))
+    fams = _parse(prom.read_text())
+    assert _value(fams, "sdcscan_unit_cases_24h", unit="cpu:1") == 16  # 8 cases in each of the two runs
+    assert _value(fams, "sdcscan_unit_screened_seconds_24h", unit="cpu:0") == 4.0
+    publish(make_report(run_id="r3", ended_at=ended), Outputs(prom=prom, history=db, record_history=False))
+    assert not _COVERAGE_FAMILIES & set(_parse(prom.read_text()))
+
+
+def test_publish_writes_the_prom_file_without_coverage_when_the_history_fails(tmp_path: Path) -> None:
+    """An emptied history is named in the error; the Prometheus file is still written, without coverage."""
+    prom, db = tmp_path / "m.prom", tmp_path / "h.sqlite3"
+    db.write_bytes(b"")
+    with pytest.raises(ReportError, match=r"history .* is empty"):
+        publish(make_report(run_id="r1"), Outputs(prom=prom, history=db))
+    fams = _parse(prom.read_text())
+    assert "sdcscan_unit_verdict" in fams and not _COVERAGE_FAMILIES & set(fams)

@@ -12,6 +12,7 @@ from sdcscan.cli.ingest import ingest_cmd
 from sdcscan.cli.ops import COMMANDS as OPS_COMMANDS
 from sdcscan.cli.report import report_cmd
 from sdcscan.cli.run import run_cmd
+from sdcscan.cli.sentinel import sentinel_cmd
 from sdcscan.errors import EXIT_INTERRUPTED, EXIT_INVALID
 
 
@@ -31,6 +32,7 @@ for _command in (
     workloads,
     info,
     *OPS_COMMANDS,
+    sentinel_cmd,
     compare,
     ingest_cmd,
     golden,

@@ -21,7 +21,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 UNIT_ID = re.compile(r"^(cpu|cuda):[0-9]+$")
 HISTORY_ENV = "SDCSCAN_HISTORY"
 _HISTORY_HELP = f"History database [env {HISTORY_ENV}; default $XDG_STATE_HOME/sdcscan/history.sqlite3]."
-_history_option = click.option(
+history_option = click.option(
     "--history", "history", type=click.Path(dir_okay=False), envvar=HISTORY_ENV, help=_HISTORY_HELP
 )
 
@@ -31,7 +31,7 @@ def output_options(func: F) -> F:
     func = click.option("--no-history", is_flag=True, help="Do not record this run in the history database.")(
         func
     )
-    func = _history_option(func)
+    func = history_option(func)
     func = click.option(
         "--prom",
         type=click.Path(dir_okay=False),
@@ -73,7 +73,7 @@ def export_cmd(report: str, junit: str | None, prom: str | None) -> None:
     "--limit", type=click.IntRange(min=0), default=20, show_default=True, help="Newest N runs; 0 = all."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the runs as JSON on stdout.")
-@_history_option
+@history_option
 @reports_errors
 def history_cmd(unit: str | None, limit: int, as_json: bool, history: str | None) -> None:
     """List recorded runs and their per-unit verdicts, newest first.
@@ -95,15 +95,17 @@ def history_cmd(unit: str | None, limit: int, as_json: bool, history: str | None
         print_history(found, str(path))
 
 
-@click.command("status")
+@click.command("status", short_help="Flagged units, 24 h coverage and the last kernel-log scan.")
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON on stdout.")
-@_history_option
+@history_option
 @reports_errors
 def status_cmd(as_json: bool, history: str | None) -> None:
-    """Show units flagged by a failure; exit 1 while any is flagged.
+    """Show units flagged by a failure, each unit's screening of the last 24 h and the last kernel-log
+    scan; exit 1 while any unit is flagged.
 
     A unit that failed once stays flagged, even if later runs pass, until an operator clears it
-    with `sdcscan clear UNIT --reason TEXT`.
+    with `sdcscan clear UNIT --reason TEXT`. Outlier cores of a kernel-log scan (`sdcscan sentinel`)
+    are shown, not flagged: they are suspects to screen, not proven miscomputation.
 
     \b
     Example:
@@ -112,9 +114,12 @@ def status_cmd(as_json: bool, history: str | None) -> None:
     """
     from sdcscan.render.ops import print_status
 
-    state = hist.status(history_path(history))
-    if as_json:
-        emit_json({**state, "ok": not state["flagged"]})
+    path = history_path(history)
+    state = hist.status(path)
+    if as_json:  # with the last 7 UTC days per unit: what a background screen covered day by day
+        emit_json(
+            {**state, "coverage_by_day": hist.coverage_by_day(path, days=7), "ok": not state["flagged"]}
+        )
     else:
         print_status(state)
     if state["flagged"]:
@@ -124,7 +129,7 @@ def status_cmd(as_json: bool, history: str | None) -> None:
 @click.command("clear")
 @click.argument("unit")
 @click.option("--reason", help="Required: why the unit is trusted again (recorded), e.g. 'replaced'.")
-@_history_option
+@history_option
 @reports_errors
 def clear_cmd(unit: str, reason: str | None, history: str | None) -> None:
     """Clear a flagged unit after repair or replacement; the reason is recorded.

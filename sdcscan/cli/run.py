@@ -51,6 +51,18 @@ from sdcscan.errors import EXIT_FAIL, EXIT_INVALID
     type=click.Path(dir_okay=False),
     help="Judge digests against a golden file (`sdcscan golden record`).",
 )
+@click.option(
+    "--background/--foreground",
+    default=None,
+    help="Ripple mode: idle priority, start when the host is quiet, cases only in each core's "
+    "idle gaps (default: the profile's; on in `ripple`).",
+)
+@click.option(
+    "--max-unscreened",
+    metavar="DURATION",
+    help="Background: screen whatever the load once this long has passed since the last "
+    "judged run (default: 24h).",
+)
 @output_options
 @reports_errors
 def run_cmd(**kw: Any) -> None:
@@ -72,6 +84,7 @@ def run_cmd(**kw: Any) -> None:
         sdcscan run                              # quick profile, 60 s, all units
         sdcscan run -p burnin --budget 2h -o /var/lib/sdcscan/report.json --junit junit.xml
         sdcscan run --budget 10s --inject cpu:1:bitflip@0.3   # prove the pipeline catches a bad unit
+        sdcscan run -p ripple --budget 24h       # beside production: idle priority, paced
     """
     started = time.time()
     from sdcscan import interrupts
@@ -143,6 +156,7 @@ def _options(kw: dict[str, Any], started: float) -> Any:
     from sdcscan.units import parse_units_spec
 
     budget_s = parse_budget(kw["budget"]) if kw["budget"] is not None else None
+    max_unscreened = _max_unscreened(kw["max_unscreened"])
     injections = [parse_inject(s) for s in kw["inject"]]
     if kw["units_spec"] is not None:
         parse_units_spec(kw["units_spec"])
@@ -169,4 +183,20 @@ def _options(kw: dict[str, Any], started: float) -> Any:
         retest=kw["retest"],
         golden=kw["golden_path"],
         started=started,
+        background=kw["background"],
+        max_unscreened_s=max_unscreened,
     )
+
+
+def _max_unscreened(text: str | None) -> float:
+    """--max-unscreened in seconds (default 24 h); it only means something with --background."""
+    from sdcscan.background import MAX_UNSCREENED_S
+    from sdcscan.errors import UsageError
+    from sdcscan.timefmt import parse_duration
+
+    if text is None:
+        return MAX_UNSCREENED_S
+    try:
+        return parse_duration(text, max_s=365 * 86400.0)
+    except UsageError as err:
+        raise UsageError(f"--max-unscreened: {err}") from None

@@ -45,6 +45,7 @@ from sdcscan.fleet.model import (
     separate_machines,
 )
 from sdcscan.fleet.perf import slow_findings
+from sdcscan.fleet.sentinel import fleet_findings, host_findings
 from sdcscan.timefmt import iso_utc
 from sdcscan.verdict import unit_order
 
@@ -167,6 +168,7 @@ def summarize(
     _invariants(current, col)
     _invalid(current, col)
     calibration_findings(current, col)
+    _sentinel(current, col)
     slow_findings(current, col, z=opts.slow_z, drop=opts.slow_drop, min_units=opts.slow_min_units)
     # Coverage looks at every report of a host, superseded ones too: an older report of the same plan
     # still covers a host whose newest one is dated in the future or tested nothing.
@@ -515,6 +517,15 @@ def _invariants(reports: list[HostReport], col: Collector) -> None:
                     "checks": list(inv.checks),
                 }
                 col.add(r, u.unit, "invariant", ev)
+
+
+def _sentinel(reports: list[HostReport], col: Collector) -> None:
+    """Add `sentinel` findings: outlier cores the reports' kernel-log sections name, per host and per CPU
+    model (`fleet.sentinel`). Evidence to screen, not a judgement: they do not change the exit code."""
+    for r, unit, evidence in host_findings(reports):
+        col.add(r, unit, "sentinel", evidence)
+    for label, unit, evidence in fleet_findings(reports):
+        col.add_host(label, unit, "sentinel", evidence)
 
 
 def _invalid(reports: list[HostReport], col: Collector) -> None:

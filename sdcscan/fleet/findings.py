@@ -14,6 +14,7 @@ KINDS = (
     "undecided",
     "invalid",
     "calibration",  # gemm_fp's e_max differs from the cohort's other hosts: its checks are not like theirs
+    "sentinel",  # kernel logs: far more programs crash on this core than on its peers (`fleet.sentinel`)
     "collision",  # one hostname, several machines: kept apart, nothing fails
     "stale",
     "missing",

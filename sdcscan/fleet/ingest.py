@@ -12,8 +12,9 @@ Layout of the dataset directory DIR:
     DIR/skipped/part-INGEST-N.parquet       inputs an ingest did not use, with the reason
 
 TABLE is `reports` (one row per report), `units` (per report and unit), `cases` (per report, unit and
-case: the bulk), `throughput` (per report, unit, workload and measure) and `calibrations` (per report,
-unit and gemm_fp calibration key). The directories are Hive
+case: the bulk), `throughput` (per report, unit, workload and measure), `calibrations` (per report,
+unit and gemm_fp calibration key), `sentinel_sections` (per report with a kernel-log `sentinel`
+section) and `sentinel_outliers` (per report and outlier core it names). The directories are Hive
 partitions by plan (`SHA256-SEED`, the profile hash and the seed) and by the UTC day the run ended,
 so a weekly ingest adds files beside the old ones and an engine can prune by day. The partition
 values are only names: every column the SQL reads (`profile_sha256`, `seed`, ...) is in the files.
@@ -25,7 +26,8 @@ report's row appears only after all its rows do, and an interrupted ingest leave
 sees (its hidden `.part-*.tmp` files may be deleted).
 
 Reports whose text cannot be stored as UTF-8 (a lone surrogate escaped in the JSON) are skipped and
-listed: Parquet strings are UTF-8. `compare` on the JSON files reads them.
+listed: Parquet strings are UTF-8. `compare` on the JSON files reads them. The text of a kernel-log
+`sentinel` section is the exception: optional evidence, it keeps U+FFFD for a lone surrogate instead.
 
 pyarrow is imported inside the functions that need it: importing this module costs nothing, and a
 missing pyarrow is a one-line usage error (`require_fleet_extra`).
@@ -57,14 +59,15 @@ from sdcscan.files import FILE_MODE, write_json_atomic
 from sdcscan.fleet.inputs import expand_paths
 from sdcscan.fleet.model import HostReport, Skipped
 from sdcscan.fleet.reading import POOL_MIN_FILES, read_chunk
+from sdcscan.fleet.sentinel import SentinelSection
 from sdcscan.report import printable
 
 FORMAT = "sdcscan-fleet-parquet"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the sentinel tables (a version-1 dataset lacks its reports' kernel-log evidence)
 MARKER = "sdcscan-fleet.json"
 INSTALL_HINT = "pip install 'sdcscan[fleet]'"
 # Written in this order at commit: a `reports` row is what makes a report's other rows count.
-TABLES = ("cases", "units", "throughput", "calibrations", "reports")
+TABLES = ("cases", "units", "throughput", "calibrations", "sentinel_sections", "sentinel_outliers", "reports")
 SKIPPED_TABLE = "skipped"
 CHUNK_FILES = 128  # reports one worker task reads and converts
 IN_FLIGHT_PER_WORKER = 2  # tasks queued per worker: enough to keep it busy, few enough to bound memory
@@ -72,6 +75,7 @@ MAX_OPEN_FILES = 64  # Parquet files open at once; more partitions than this reo
 COMPRESSION = "zstd"  # read by DuckDB, Spark (3.2+) and Trino
 PARENT_POLL_S = 0.5
 _HEX64 = re.compile(r"[0-9a-f]{64}")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 # Columns of every table: (name, type). Types are Arrow's; in SQL: int64 BIGINT, float64 DOUBLE,
 # string VARCHAR, bool BOOLEAN, list<string> ARRAY(VARCHAR). Kept as plain data so that importing
@@ -146,6 +150,22 @@ SCHEMA: dict[str, tuple[tuple[str, str], ...]] = {
         ("checker", "string"),
         ("k", "string"),  # gemm_fp's K, in decimal: a report may hold any integer
         ("e_max", "float64"),
+    ),
+    # A report's kernel-log evidence, as `fleet.sentinel.read_section` keeps it (`compare --from` gives
+    # the `sentinel` findings `compare` gives: `fleet.warehouse_sentinel`).
+    "sentinel_sections": (
+        ("report", "int64"),  # one row per report whose `sentinel` section is an object
+        ("cpu_model", "string"),  # host.cpu_model as `compare` keeps it (groups hosts), or null
+        ("since", "string"),  # the kernel-log window the section says it read, or null
+        ("until", "string"),
+    ),
+    "sentinel_outliers": (
+        ("report", "int64"),
+        ("unit", "string"),  # `cpu:N`
+        ("programs", "int64"),  # distinct programs that crashed on it; null: not a count in the report
+        ("expected", "float64"),  # what its peers make likely, or null
+        ("p_value", "float64"),  # or null
+        ("examples", "list<string>"),  # a few program names
     ),
     SKIPPED_TABLE: (("path", "string"), ("reason", "string")),
 }
@@ -282,8 +302,22 @@ class _Columns:
             for dtype, checker, k, e_max in u.calibration:
                 held = (rid, sha, seed, u.cohort, u.unit, dtype, checker, str(k), e_max)
                 _append(self.data["calibrations"], held)
+        if r.sentinel is not None:
+            self._sentinel(rid, r.cpu_model, r.sentinel)
         ids = (rid, r.source, r.sha256, r.host, r.machine_id, r.run_id, r.profile, sha, seed, r.ended_at)
         _append(self.data["reports"], (*ids, r.verdict, len(r.units), case_rows, tested))
+
+    def _sentinel(self, rid: int, cpu_model: str | None, section: SentinelSection) -> None:
+        """The rows of a report's sentinel section, whose values `read_section` already vetted.
+
+        Its text is optional evidence: a lone surrogate in it becomes U+FFFD rather than refusing the
+        whole report (and its votes) as other text that is not Unicode does.
+        """
+        row = (rid, _unicode(cpu_model), _unicode(section.since), _unicode(section.until))
+        _append(self.data["sentinel_sections"], row)
+        for c in section.outliers:
+            held = (rid, c.unit, c.programs, c.expected, c.p_value, [_unicode(e) for e in c.examples])
+            _append(self.data["sentinel_outliers"], held)
 
     def _cases(
         self,
@@ -331,6 +365,11 @@ def _value_type(kind: Any) -> Any:
 def _append(cols: dict[str, list[Any]], row: tuple[Any, ...]) -> None:
     for values, value in zip(cols.values(), row, strict=True):
         values.append(value)
+
+
+def _unicode(text: str | None) -> str | None:
+    """`text` with lone surrogates (which UTF-8 cannot hold) replaced by U+FFFD."""
+    return None if text is None else _SURROGATE.sub("\ufffd", text)
 
 
 def _invariant_columns(inv: Any) -> tuple[Any, ...]:
@@ -547,7 +586,8 @@ def check_marker(root: Path) -> None:
         raise UsageError(f"{shown_root}: unreadable {MARKER}: {err}") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("version") != FORMAT_VERSION:
         raise UsageError(
-            f"{shown_root}: {MARKER} is not format {FORMAT} version {FORMAT_VERSION} (this sdcscan's)"
+            f"{shown_root}: {MARKER} is not format {FORMAT} version {FORMAT_VERSION} (this sdcscan's); "
+            "ingest the reports into a new directory"
         )
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sdcscan.errors import ReportError
+from sdcscan.fleet.sentinel import SentinelSection, read_section
 from sdcscan.report import shown, validate_report
 from sdcscan.timefmt import parse_iso_utc
 
@@ -25,6 +26,7 @@ PlanKey = tuple[str, int]  # (run.profile.sha256, run.seed): two units ran the s
 CONVICTING_FINDINGS = frozenset({"divergent", "not_reproducible", "invariant"})
 RETEST_CLASSES = frozenset({"persistent", "transient", "case", "untested"})
 MAX_MACHINE_ID_CHARS = 64  # a short hash (`units.machine_id`); anything longer is not one
+MAX_CPU_MODEL_CHARS = 100  # `host.cpu_model` as kept: a model name, not a document
 
 
 class Interner:
@@ -86,6 +88,8 @@ class HostReport:
     # Kept on the report, not the unit, because it comes from the report's top-level `findings`.
     blamed: tuple[tuple[str, tuple[str, ...]], ...] = ()
     machine_tag: str | None = None  # set by `separate_machines` when machines share this hostname
+    cpu_model: str | None = None  # host.cpu_model: groups hosts for the fleet's sentinel signal
+    sentinel: SentinelSection | None = None  # the report's kernel-log evidence (`fleet.sentinel`), if any
 
     @property
     def key(self) -> str:
@@ -165,6 +169,8 @@ class Extractor:
             machine_id=_machine_id(report["host"]),
             profile=self.intern(run["profile"]["name"]),
             blamed=_own_blame(report["findings"]),
+            cpu_model=self._cpu_model(report["host"].get("cpu_model")),
+            sentinel=read_section(report.get("sentinel")),
         )
 
     def _unit(self, unit: dict[str, Any], records: list[dict[str, Any]]) -> UnitRecord:
@@ -191,6 +197,10 @@ class Extractor:
             calibration=self._calibration(unit.get("calibration")),
             efficiency=self._efficiency(unit),
         )
+
+    def _cpu_model(self, value: Any) -> str | None:
+        """host.cpu_model (not validated: nothing is judged by it), or None when not a non-empty string."""
+        return self.intern(value[:MAX_CPU_MODEL_CHARS]) if isinstance(value, str) and value.strip() else None
 
     def _calibration(self, held: Any) -> tuple[tuple[str, str, int, float], ...]:
         """The e_max gemm_fp used, per (dtype, checker, K); entries of the wrong shape are left out (the

@@ -29,8 +29,9 @@ where later steps read it more than once); `sql_script` prints them for another 
 Python then assembles the same `FleetSummary` as `compare.summarize` from the few rows the SQL returns,
 with the helpers `summarize` uses: evidence, partition groups (`consensus.partition_components`),
 undecided hosts, invariant and invalid findings, calibration (`fleet.calibration` on one value per host
-and key, reduced in SQL), slow units (`fleet.perf` on each group's samples, which the SQL narrows to each
-host's newest report per profile) and coverage (`fleet.coverage` on one small record per kept report).
+and key, reduced in SQL), kernel-log `sentinel` findings (`fleet.warehouse_sentinel`), slow units
+(`fleet.perf` on each group's samples, which the SQL narrows to each host's newest report per profile)
+and coverage (`fleet.coverage` on one small record per kept report).
 """
 
 from __future__ import annotations
@@ -85,6 +86,7 @@ from sdcscan.fleet.model import (
     Superseded,
     UnitRecord,
 )
+from sdcscan.fleet.warehouse_sentinel import SENTINEL_RESULTS, SENTINEL_STEPS, sentinel_findings
 from sdcscan.report import printable
 from sdcscan.verdict import unit_order
 
@@ -94,9 +96,10 @@ INT64 = (-(2**63), 2**63 - 1)
 AGREED = "agreed"
 
 # ---------------------------------------------------------------------------------------------------
-# The SQL. Base tables: reports, units, cases, throughput, calibrations (`fleet.ingest.SCHEMA`) and
-# golden (comparison_group, case_index, digest, workload; empty without --golden). Each step is a
-# SELECT over the base tables and earlier steps, registered under its name.
+# The SQL. Base tables: reports, units, cases, throughput, calibrations, sentinel_sections,
+# sentinel_outliers (`fleet.ingest.SCHEMA`) and golden (comparison_group, case_index, digest, workload;
+# empty without --golden). Each step is a SELECT over the base tables and earlier steps, registered
+# under its name; the sentinel steps are `fleet.warehouse_sentinel`'s.
 
 CASE_KEY = "comparison_group, case_index"
 
@@ -324,7 +327,7 @@ VOTE_STEPS = (
     ("unit_case_outcomes", UNIT_CASE_OUTCOMES, True),
     ("slow_samples", SLOW_SAMPLES, True),
 )
-STEPS = REPORT_STEPS + VOTE_STEPS
+STEPS = REPORT_STEPS + VOTE_STEPS + SENTINEL_STEPS
 
 # Result queries: read by Python, by no step.
 COMPARISON_GROUPS = """
@@ -382,6 +385,7 @@ RESULTS = {
     "case_totals": CASE_TOTALS,
     "host_sides": HOST_SIDES,
     "host_calibrations": HOST_CALIBRATIONS,
+    **SENTINEL_RESULTS,
 }
 
 GOLDEN_COLUMNS = (
@@ -649,6 +653,7 @@ class _Assembler:
         fleet_compare._invariants(self._reports_with_units("invariant_mismatches IS NOT NULL"), self.col)
         fleet_compare._invalid(self._invalid_reports(), self.col)
         calibration_findings(self._calibration_reports(), self.col)
+        sentinel_findings(self.db, self.reports, self.col)
         self._slow()
         # As in `summarize`, coverage looks at every kept report of a host, superseded ones too.
         if opts.hosts is not None and opts.now is not None:

@@ -4,6 +4,11 @@ node_exporter reads every `*.prom` file in its `--collector.textfile.directory` 
 the file is written atomically (temporary file in the same directory, then rename) and readable by
 other users. Verdicts are one-hot gauges (`sdcscan_unit_verdict{unit="cpu:1",verdict="fail"} 1`),
 the Prometheus idiom for an enum, so alerts read `sdcscan_unit_verdict{verdict="fail"} == 1`.
+
+Two families come from beyond the report: what each unit screened in the last 24 h, from the run
+history (`coverage`, passed in by `publish`: an alert on `sdcscan_unit_screened_seconds_24h == 0`
+catches a unit background screening never reaches), and a kernel-log scan's events and outlier
+cores (`sentinel` section; `sentinel_prom_text` writes them alone for `sdcscan sentinel --prom`).
 """
 
 from __future__ import annotations
@@ -11,36 +16,73 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from sdcscan.files import write_text_atomic
 from sdcscan.outcomes import VERDICTS
+from sdcscan.outputs.coverage import unit_order
+from sdcscan.outputs.sentinel_history import is_count, outlier_units, sources
 from sdcscan.timefmt import parse_iso_utc
 
 Sample = tuple[dict[str, str], float]
 
 
-def write_prom(report: dict[str, Any], path: str | os.PathLike[str]) -> None:
+Family = tuple[str, str, list[Sample]]
+Coverage = Mapping[str, Mapping[str, Any]]  # unit -> {"cases", "seconds", "runs"} (history.coverage)
+
+
+def write_prom(
+    report: dict[str, Any], path: str | os.PathLike[str], *, coverage: Coverage | None = None
+) -> None:
     """Write the report's metrics to `path` (name it `*.prom` for node_exporter), atomically.
+
+    Args:
+        report: a judged report.
+        path: the textfile.
+        coverage: each unit's screening over the last 24 h (`history.coverage`); None: no such families.
 
     Raises:
         ReportError: the file could not be written, or `path` exists and is not a regular file or
             is a symlink (`sdcscan.files.replace_problem`: /dev/null is never replaced).
     """
-    write_text_atomic(path, prom_text(report))
+    write_text_atomic(path, prom_text(report, coverage=coverage))
 
 
-def prom_text(report: dict[str, Any]) -> str:
-    """The report as Prometheus text exposition format (version 0.0.4) with HELP and TYPE lines."""
+def prom_text(report: dict[str, Any], *, coverage: Coverage | None = None) -> str:
+    """The report as Prometheus text exposition format (version 0.0.4) with HELP and TYPE lines.
+
+    Args:
+        report: a judged report; its optional `sentinel` section adds the sentinel families.
+        coverage: each unit's screening over the last 24 h (`history.coverage`); None: no such families.
+    """
+    families = _run_families(report) + _unit_families(report["units"])
+    if coverage is not None:
+        families += _coverage_families(coverage)
+    section = report.get("sentinel")
+    if isinstance(section, Mapping):
+        families += _sentinel_families(section, report["host"]["hostname"])
+    return _exposition(families)
+
+
+def sentinel_prom_text(section: Mapping[str, Any], hostname: str) -> str:
+    """A kernel-log scan alone (for `sdcscan sentinel --prom FILE`), in the families `prom_text` uses.
+
+    Args:
+        section: the scan's section (`since`, `until`, `sources`, `host_counts`, `units`, `outliers`);
+            values of the wrong type are left out.
+        hostname: the scanned host, as the `hostname` label of `sdcscan_sentinel_info`.
+    """
+    return _exposition(_sentinel_families(section if isinstance(section, Mapping) else {}, hostname))
+
+
+def _exposition(families: list[Family]) -> str:
     lines = []
-    for name, help_text, samples in _run_families(report) + _unit_families(report["units"]):
+    for name, help_text, samples in families:
         lines.append(f"# HELP {name} {_escape_help(help_text)}")
         lines.append(f"# TYPE {name} gauge")
         lines.extend(f"{name}{_labels(labels)} {_value(value)}" for labels, value in samples)
     return "\n".join(lines) + "\n"
-
-
-Family = tuple[str, str, list[Sample]]
 
 
 def _run_families(report: dict[str, Any]) -> list[Family]:
@@ -78,6 +120,58 @@ def _unit_families(units: list[dict[str, Any]]) -> list[Family]:
         ("sdcscan_unit_workload_cases", "Cases each unit ran per workload in the last run.",
          _throughput(units, "cases")),
     ]  # fmt: skip
+
+
+def _coverage_families(coverage: Coverage) -> list[Family]:
+    units = [(u, c) for u, c in coverage.items() if isinstance(u, str) and isinstance(c, Mapping)]
+    return [
+        ("sdcscan_unit_screened_seconds_24h", "Seconds of cases each unit ran in the runs that ended in "
+         "the last 24 h (from the run history); 0 or absent: the unit is not being screened.",
+         [({"unit": u}, c["seconds"]) for u, c in units if _is_number(c.get("seconds"))]),
+        ("sdcscan_unit_cases_24h", "Cases each unit ran in the runs that ended in the last 24 h.",
+         [({"unit": u}, c["cases"]) for u, c in units if _is_number(c.get("cases"))]),
+    ]  # fmt: skip
+
+
+def _sentinel_families(section: Mapping[str, Any], hostname: str) -> list[Family]:
+    outliers = outlier_units(section)
+    info = {"hostname": str(hostname), "sources": ",".join(sources(section))}
+    return [
+        ("sdcscan_sentinel_info", "Labels of the last kernel-log scan (value always 1): host and the "
+         "logs it read.", [(info, 1)]),
+        ("sdcscan_sentinel_events", "Kernel events (segfault, trap, mce, xid) in the last scan's window, "
+         "per unit and kind; unit=\"host\" counts the whole host, events without a CPU included.",
+         _sentinel_events(section)),
+        ("sdcscan_sentinel_outlier", "1 for each core on which far more programs crashed than on its "
+         "peers in the last scan (a suspect core: screen it with sdcscan run --units).",
+         [({"unit": u}, 1) for u in outliers]),
+        ("sdcscan_sentinel_outlier_cores", "How many outlier cores the last kernel-log scan found.",
+         [({}, len(outliers))]),
+        ("sdcscan_sentinel_last_scan_timestamp_seconds", "End of the last kernel-log scan's window, Unix "
+         "time; alert when it is stale.", [({}, _epoch(section.get("until")))]),
+    ]  # fmt: skip
+
+
+def _sentinel_events(section: Mapping[str, Any]) -> list[Sample]:
+    host = section.get("host_counts")
+    samples: list[Sample] = [({"unit": "host", "kind": k}, n) for k, n in _counts(host)]
+    units = section.get("units")
+    tallies = [(u, t) for u, t in units.items() if isinstance(u, str)] if isinstance(units, Mapping) else []
+    for unit, tally in sorted(tallies, key=lambda ut: unit_order(ut[0])):
+        if isinstance(tally, Mapping):
+            samples.extend(({"unit": unit, "kind": k}, n) for k, n in _counts(tally.get("counts")))
+    return samples
+
+
+def _counts(counts: object) -> list[tuple[str, int]]:
+    """The valid `(kind, count)` pairs of a `{kind: count}` mapping, by kind."""
+    if not isinstance(counts, Mapping):
+        return []
+    return sorted((k, c) for k, c in counts.items() if isinstance(k, str) and is_count(c))
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _one_hot(labels: dict[str, str], verdict: str) -> list[Sample]:
@@ -127,6 +221,7 @@ def _labels(labels: dict[str, str]) -> str:
 
 
 def _escape_label(value: str) -> str:
+    value = value.encode("utf-8", "replace").decode("utf-8")  # a lone surrogate cannot be written as UTF-8
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 

@@ -4,6 +4,7 @@ Used by `sdcscan run` (through `sdcscan.scan`) and `sdcscan export`. `check_targ
 work, so a path that could never be written (a device, a directory, a symlink, a missing directory)
 or a damaged history is exit 2 at once, not exit 3 after the whole budget. The report file comes
 first, so a failure later loses nothing; every other output is attempted even if an earlier one fails.
+The history comes before the Prometheus file, whose coverage families are read back from it.
 """
 
 from __future__ import annotations
@@ -78,7 +79,10 @@ def run_lock(outputs: Outputs) -> Iterator[str | None]:
 
 
 def publish(report: dict[str, Any], outputs: Outputs) -> None:
-    """Write the report file, then JUnit, Prometheus and the history, as `outputs` asks.
+    """Write the report file, then JUnit, the history and Prometheus, as `outputs` asks.
+
+    The history is recorded before the Prometheus file is written, so the file's 24 h coverage
+    families (`history.coverage`) include this run; without a recorded history it has none.
 
     Raises:
         ReportError: an output could not be written; the message names each (and, when the report
@@ -86,7 +90,6 @@ def publish(report: dict[str, Any], outputs: Outputs) -> None:
     """
     from sdcscan.files import write_json_atomic  # imported here: `sdcscan --help` stays fast
     from sdcscan.outputs.junit import write_junit
-    from sdcscan.outputs.prom import write_prom
 
     if outputs.report is not None:
         try:
@@ -96,19 +99,38 @@ def publish(report: dict[str, Any], outputs: Outputs) -> None:
             raise ReportError(
                 f"{err}; every finished case is in {journal}: sdcscan report --from-journal {journal}"
             ) from None
-    steps: list[tuple[Callable[..., None], tuple[Any, ...]]] = []
+    problems: list[str] = []
     if outputs.junit is not None:  # an empty path is refused by the writer, never skipped in silence
-        steps.append((write_junit, (report, outputs.junit)))
-    if outputs.prom is not None:
-        steps.append((write_prom, (report, outputs.prom)))
+        _attempt(problems, write_junit, report, outputs.junit)
+    recorded = None
     if outputs.record_history:
-        path = str(outputs.report) if outputs.report else None
-        steps.append((history.record_run, (history_path(outputs.history), report, path)))
-    problems = []
-    for write, args in steps:
-        try:
-            write(*args)
-        except SdcscanError as err:
-            problems.append(str(err))
+        db, path = history_path(outputs.history), str(outputs.report) if outputs.report else None
+        recorded = db if _attempt(problems, history.record_run, db, report, path) else None
+    if outputs.prom is not None:
+        _attempt(problems, _write_prom, report, outputs.prom, recorded)
     if problems:
         raise ReportError("; ".join(problems))
+
+
+def _attempt(problems: list[str], write: Callable[..., None], *args: Any) -> bool:
+    """Call `write(*args)`; on an sdcscan error add its message to `problems`. True when it succeeded."""
+    try:
+        write(*args)
+    except SdcscanError as err:
+        problems.append(str(err))
+        return False
+    return True
+
+
+def _write_prom(report: dict[str, Any], path: str | os.PathLike[str], db: Path | None) -> None:
+    """The Prometheus file, with the 24 h coverage of the history `db` this run was just recorded in.
+
+    A history that cannot be read back leaves the coverage families out rather than the whole file.
+    """
+    from sdcscan.outputs.prom import write_prom
+
+    cover = None
+    if db is not None:
+        with contextlib.suppress(SdcscanError):
+            cover = history.coverage(db)
+    write_prom(report, path, coverage=cover)

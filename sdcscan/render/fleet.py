@@ -26,6 +26,7 @@ STYLE = {
     "undecided": "magenta",
     "invalid": "red",
     "calibration": "yellow",
+    "sentinel": "yellow",
     "collision": "yellow",
     "stale": "cyan",
     "missing": "cyan",
@@ -225,6 +226,11 @@ def _next_step(summary: FleetSummary) -> str:
         return "Next: check cooling, power caps and clocks of the slow units, then retest them."
     if "undecided" in kinds:
         return "Next: decide the undecided hosts as listed above; no unit is judged wrong until then."
+    if "sentinel" in kinds:
+        return (
+            "Next: screen the cores the kernel logs point at (sdcscan run --units UNIT -p burnin on their "
+            "hosts); a core named on many hosts of one model points at the model or at scheduling."
+        )
     if kinds & {"missing", "stale", "invalid"}:
         return "Next: run sdcscan on the missing, stale or invalid hosts."
     return "No unit is divergent, failing an invariant or slow."

@@ -10,11 +10,13 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from rich.console import Console
 from rich.table import Table
 
 from sdcscan.render.console import cell, stderr_console
 
 MAX_NAMED_UNITS = 6  # a 128-core host lists "cpu:3, cpu:17, … (+4)" instead of 128 names
+MAX_COVERAGE_ROWS = 32  # beyond this many units, status sums coverage up and names the least screened
 
 
 def units_summary(units: list[dict[str, Any]]) -> str:
@@ -55,6 +57,8 @@ def print_status(status: dict[str, Any]) -> None:
                            f"({units_summary(last['units'])})."))  # fmt: skip
     else:
         console.print(cell(f"No runs recorded in {status['history']}."))
+    _print_coverage(console, status.get("coverage_24h") or {})
+    _print_sentinel(console, status.get("last_sentinel"))
     if not status["flagged"]:
         console.print("No unit is flagged.")
         return
@@ -76,6 +80,52 @@ def print_status(status: dict[str, Any]) -> None:
     names = ", ".join(f["unit"] for f in status["flagged"])
     console.print(cell(f"flagged: {names}"))
     console.print("After repair or replacement: sdcscan clear UNIT --reason TEXT")
+
+
+def _print_coverage(console: Console, coverage: dict[str, dict[str, Any]]) -> None:
+    """What each unit screened in the last 24 h: a table, or for a many-core host a summary naming the least."""
+    if not coverage:
+        console.print("No unit screened in the last 24 h.")
+        return
+    if len(coverage) > MAX_COVERAGE_ROWS:
+        least = sorted(coverage.items(), key=lambda uc: uc[1]["seconds"])[:MAX_NAMED_UNITS]
+        cases = sum(c["cases"] for c in coverage.values())
+        seconds = sum(c["seconds"] for c in coverage.values())
+        named = ", ".join(f"{u} ({duration(c['seconds'])})" for u, c in least)
+        console.print(cell(f"Screened in the last 24 h: {len(coverage)} units, {cases} cases, "
+                           f"{duration(seconds)} in all; least screened: {named}."))  # fmt: skip
+        return
+    table = Table(title="Screened in the last 24 h", title_justify="left")
+    for col in ("unit", "runs", "cases", "screened"):
+        table.add_column(col, justify="left" if col == "unit" else "right")
+    for unit, c in coverage.items():
+        table.add_row(cell(unit), cell(c["runs"]), cell(c["cases"]), cell(duration(c["seconds"])))
+    console.print(table)
+
+
+def _print_sentinel(console: Console, scan: dict[str, Any] | None) -> None:
+    """The last kernel-log scan: its window, its events and the outlier cores it named."""
+    if not scan:
+        console.print("No kernel-log scan recorded (sdcscan sentinel).")
+        return
+    events = "?" if scan.get("events") is None else scan["events"]
+    window = f"{scan.get('since') or '?'} to {scan.get('until') or '?'}"
+    outliers = scan.get("outliers") or []
+    found = f"outlier cores: {', '.join(outliers)}" if outliers else "no outlier core"
+    console.print(cell(f"Last kernel-log scan, {window}: {events} kernel event(s), {found}."),
+                  style="bold red" if outliers else "")  # fmt: skip
+    if outliers:  # suspects, not proven: a directed screen of those cores decides
+        console.print(cell(f"Screen them: sdcscan run -p burnin --units {','.join(outliers)}"))
+
+
+def duration(seconds: float) -> str:
+    """Seconds for people: `42.0 s`, `12m 03s`, `3h 05m`."""
+    s = float(seconds)
+    if s < 60:
+        return f"{s:.1f} s"
+    if s < 3600:
+        return f"{int(s // 60)}m {int(s % 60):02d}s"
+    return f"{int(s // 3600)}h {int(s % 3600 // 60):02d}m"
 
 
 def print_cleared(cleared: list[dict[str, Any]]) -> None:

@@ -1,0 +1,8 @@
+"""Hardware Sentinel: per-core evidence from the kernel's own logs, no test run (`sdcscan sentinel`).
+
+Programs that crash far more often on one core than on its peers point at that core (Meta's
+"Hardware Sentinel"). `events` parses the kernel's messages about segfaults, traps, machine checks
+and NVIDIA Xid errors; `sources` reads them for a time window from the journal, /dev/kmsg or dmesg,
+plus rasdaemon's database; `outliers` tallies them per unit and names the cores that stand out.
+Torch-free: it imports nothing from sdcscan but `errors`, `timefmt`, `files` and its own modules.
+"""
