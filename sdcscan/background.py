@@ -181,17 +181,13 @@ class CoreIdleGate:
         if share is None or share <= self.busy_max:
             return True
         self.waits += 1
-        started = self._clock()
-        try:
-            while True:
-                if stop() or self._clock() + YIELD_S > deadline:
-                    return False
-                self._sleep(YIELD_S)
-                share = self.others_share()
-                if share is not None and share <= self.busy_max:
-                    return True
-        finally:
-            self.waited_s += self._clock() - started
+        idle, waited = _wait_while_busy(self._busy, deadline, stop, self._clock, self._sleep)
+        self.waited_s += waited
+        return idle
+
+    def _busy(self) -> bool:
+        share = self.others_share()
+        return share is None or share > self.busy_max  # None: too soon to tell, so look again later
 
 
 class GpuIdleGate:
@@ -231,16 +227,30 @@ class GpuIdleGate:
         if not self.others():
             return True
         self.waits += 1
-        started = self._clock()
-        try:
-            while True:
-                if stop() or self._clock() + YIELD_S > deadline:
-                    return False
-                self._sleep(YIELD_S)
-                if not self.others():
-                    return True
-        finally:
-            self.waited_s += self._clock() - started
+        idle, waited = _wait_while_busy(lambda: bool(self.others()), deadline, stop, self._clock, self._sleep)
+        self.waited_s += waited
+        return idle
+
+
+def _wait_while_busy(
+    busy: Callable[[], bool],
+    deadline: float,
+    stop: Callable[[], bool],
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+) -> tuple[bool, float]:
+    """Sleep YIELD_S at a time until `busy()` is False (True), or `stop()` or the deadline come (False).
+
+    Returns:
+        (idle, seconds waited).
+    """
+    started = clock()
+    while True:
+        if stop() or clock() + YIELD_S > deadline:
+            return False, clock() - started
+        sleep(YIELD_S)
+        if not busy():
+            return True, clock() - started
 
 
 def gpu_gate(pci_bus_id: str) -> GpuIdleGate | None:

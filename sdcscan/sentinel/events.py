@@ -196,24 +196,7 @@ def normalise_pci(text: str) -> str | None:
 def _segfault(text: str, time: float | None, source: str) -> KernelEvent | None:
     """arch/x86/mm/fault.c show_signal_msg(); None when garbled."""
     m = _SEGV.match(text)
-    if m is None:
-        return None
-    tail = _tail(m["rest"])
-    if tail is None:
-        return None
-    binary, cpu, core, socket = tail
-    return KernelEvent(
-        kind="segfault",
-        time=time,
-        cpu=cpu,
-        comm=m["comm"] or None,
-        pid=int(m["pid"]),
-        binary=binary,
-        detail=f"error {m['err'].lower()}",
-        core=core,
-        socket=socket,
-        source=source,
-    )
+    return None if m is None else _crash("segfault", m, f"error {m['err'].lower()}", time, source)
 
 
 def _trap(text: str, time: float | None, source: str) -> KernelEvent | None:
@@ -221,24 +204,20 @@ def _trap(text: str, time: float | None, source: str) -> KernelEvent | None:
     m = _TRAP.match(text)
     if m is None:
         return None
+    desc = m["desc"].strip()
+    return _crash("trap", m, desc[len("trap ") :] if desc.startswith("trap ") else desc, time, source)
+
+
+def _crash(kind: str, m: re.Match[str], detail: str, time: float | None, source: str) -> KernelEvent | None:
+    """A segfault or trap line's event: the process, then the mapping and likely CPU after `rest`."""
     tail = _tail(m["rest"])
     if tail is None:
         return None
     binary, cpu, core, socket = tail
-    desc = m["desc"].strip()
-    desc = desc[len("trap ") :] if desc.startswith("trap ") else desc
     return KernelEvent(
-        kind="trap",
-        time=time,
-        cpu=cpu,
-        comm=m["comm"] or None,
-        pid=int(m["pid"]),
-        binary=binary,
-        detail=desc,
-        core=core,
-        socket=socket,
-        source=source,
-    )
+        kind=kind, time=time, cpu=cpu, comm=m["comm"] or None, pid=int(m["pid"]), binary=binary,
+        detail=detail, core=core, socket=socket, source=source,
+    )  # fmt: skip
 
 
 def _tail(rest: str) -> tuple[str | None, int | None, int | None, int | None] | None:
