@@ -82,5 +82,5 @@ def sentinel(opts: SentinelOptions) -> tuple[SentinelScan, str]:
 
 
 def _since_last_scan(db: Path, now: float) -> float:
-    last = last_sentinel_scan(db) if db.exists() else None
+    last = last_sentinel_scan(db)  # None without a database or a scan
     return default_since(last.get("until") if last else None, now=now)

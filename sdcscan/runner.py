@@ -361,12 +361,15 @@ class Runner:
                     state, f"worker process died (exit code {code}) during case {self._case_of(state)}"
                 )
                 continue
-            starved = self._starved(state)
-            if self._retire_if_starved(state, now, starved):
-                continue
-            reason = self.watchdog.check(
-                now, ready=state.ready, busy=state.busy, current=state.current, starved_s=starved
-            )
+            reason = self.watchdog.check(now, ready=state.ready, busy=state.busy, current=state.current)
+            if reason is not None and self.background:
+                # Only now, when the watchdog would act: this runs on every message of every unit.
+                starved = self._starved(state)
+                if self._retire_if_starved(state, now, starved):
+                    continue
+                reason = self.watchdog.check(
+                    now, ready=state.ready, busy=state.busy, current=state.current, starved_s=starved
+                )
             if reason is not None:
                 self._fail(state, reason)
 
@@ -391,7 +394,7 @@ class Runner:
     def _retire_if_starved(self, state: UnitState, now: float, starved: float) -> bool:
         """At the budget's end, stop without blame a worker that the host's own work kept off its CPU
         for most of its start-up or current case; its finished cases still count."""
-        if not (self.background and state.busy and self.watchdog.overrun(now)):
+        if not (state.busy and self.watchdog.overrun(now)):
             return False
         if starved < 0.5 * max(now - state.marked_at, 1e-9):
             return False

@@ -363,7 +363,8 @@ def _differs_from(reference: str | None) -> Callable[[str | None], bool]:
     return lambda digest: digest != reference
 
 
-def unit_order(unit: str) -> tuple[str, int]:
-    """cpu:2 before cpu:10: units sort by kind, then by number."""
+def unit_order(unit: str) -> tuple[str, int, str]:
+    """cpu:2 before cpu:10: units sort by kind, then by number; names that are not `kind:N` (a GPU the
+    kernel log names by PCI id, a row of another tool in the history) after their kind's, by name."""
     kind, _, index = unit.partition(":")
-    return (kind, int(index) if index.isdigit() else 0)
+    return (kind, int(index), "") if index.isdigit() and len(index) < 10 else (kind, 1 << 40, index)

@@ -235,9 +235,20 @@ def _journal_has_a_case(directory) -> bool:
     return any('"type": "case"' in p.read_text() for p in directory.glob("r.*.journal.jsonl"))
 
 
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.kill()
+    proc.wait()
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
 def _busy_loop_on(cpu: int) -> subprocess.Popen[bytes]:
-    code = f"import os\nos.sched_setaffinity(0, {{{cpu}}})\nwhile True: pass"
-    return subprocess.Popen([sys.executable, "-c", code])
+    """A process spinning on `cpu`, returned once it is pinned there and spinning."""
+    code = f"import os\nos.sched_setaffinity(0, {{{cpu}}})\nprint(flush=True)\nwhile True: pass"
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    proc.stdout.readline()
+    return proc
 
 
 @pytest.mark.slow
@@ -250,19 +261,21 @@ def test_a_core_kept_busy_by_other_work_is_not_screened_and_never_called_hung(ru
         out = tmp_path / "r.json"
         r = run_cli("run", "-p", "ripple", "--units", TWO, "--budget", "4s", "-o", str(out), timeout=120)
     finally:
-        busy.kill()
-        busy.wait()
+        _stop(busy)
     report = json.loads(out.read_text())
-    assert r.returncode == 3, r.stderr
     units = {u["id"]: u for u in report["units"]}
+    assert r.returncode == 3, (
+        r.stderr,
+        [(u["id"], u["verdict"], u["reason"], u["cases_run"]) for u in units.values()],
+    )
     bad, good = units[f"cpu:{CPUS[-1]}"], units[f"cpu:{CPUS[0]}"]
     assert bad["verdict"] == "invalid" and bad["reason"].startswith(background.NOT_SCREENED), bad["reason"]
     assert "hung" not in bad["reason"]
-    assert good["verdict"] == "pass" and good["cases_run"] > 0
+    assert good["verdict"] == "pass" and good["cases_run"] > 0, (good, r.stderr)
     assert good["pacing"]["priority"]["oom_score_adj"] == background.OOM_SCORE_ADJ
     assert report["run"]["background"]["parent_priority"]["cpu"] in ("nice 19", None)
     assert report["run"]["duration_s"] < 4 + 10 + 30 + 3 + 15  # budget, overrun, re-runs, stop, start-up
-    assert "nothing points at" in r.stderr
+    assert "nothing points at" in " ".join(r.stderr.split()), r.stderr
 
 
 @pytest.mark.slow
@@ -334,8 +347,7 @@ def test_a_worker_steps_aside_while_its_core_is_busy_and_resumes_after(tmp_path)
             time.sleep(0.1)
         busy = _busy_loop_on(cpu)
         time.sleep(3.0)
-        busy.kill()
-        busy.wait()
+        _stop(busy)
         _, stderr = run.communicate(timeout=120)
     finally:
         run.kill()

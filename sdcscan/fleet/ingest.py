@@ -58,7 +58,7 @@ from sdcscan.errors import ReportError, UsageError
 from sdcscan.files import FILE_MODE, write_json_atomic
 from sdcscan.fleet.inputs import expand_paths
 from sdcscan.fleet.model import HostReport, Skipped
-from sdcscan.fleet.reading import POOL_MIN_FILES, read_chunk
+from sdcscan.fleet.reading import first_reasons, read_chunk, worker_count
 from sdcscan.fleet.sentinel import SentinelSection
 from sdcscan.report import printable
 
@@ -633,12 +633,14 @@ def ingest(paths: Iterable[str], to: str | os.PathLike[str], *, workers: int | N
     root = prepare_dataset(to)
     files, skipped = expand_paths(paths)
     if not files:
-        raise UsageError(f"no report file to ingest: {_first_reasons(skipped) or 'no input'}")
+        raise UsageError(f"no report file to ingest: {first_reasons(skipped) or 'no input'}")
     ingest_id = uuid.uuid4().hex[:16]
     writer = DatasetWriter(root, ingest_id)
     reports = 0
     try:
-        for result in _convert_all(files, ingest_id, _workers(workers, len(files))):
+        for result in _convert_all(
+            files, ingest_id, worker_count(workers, len(files), files_per_worker=CHUNK_FILES)
+        ):
             reports += result.reports
             skipped += result.skipped
             for part, tables in result.tables:
@@ -646,7 +648,7 @@ def ingest(paths: Iterable[str], to: str | os.PathLike[str], *, workers: int | N
                     writer.write(name, part, tables[name])
         skipped.sort(key=lambda s: (s.path, s.reason))
         if not reports:
-            raise UsageError(f"no usable report to ingest: {_first_reasons(skipped)}")
+            raise UsageError(f"no usable report to ingest: {first_reasons(skipped)}")
         writer.write_skipped(skipped)
         written = writer.files()
         writer.commit()
@@ -654,20 +656,6 @@ def ingest(paths: Iterable[str], to: str | os.PathLike[str], *, workers: int | N
         writer.abort()
         raise
     return IngestResult(str(root), reports, dict(writer.rows), written, tuple(skipped))
-
-
-def _first_reasons(skipped: Sequence[Skipped]) -> str:
-    first = "; ".join(printable(f"{s.path}: {s.reason}") for s in skipped[:3])
-    return first + (f" (and {len(skipped) - 3} more)" if len(skipped) > 3 else "")
-
-
-def _workers(asked: int | None, files: int) -> int:
-    if asked is not None:
-        return max(1, min(asked, files))
-    if files < POOL_MIN_FILES:
-        return 1
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, min(cpus, files // CHUNK_FILES or 1))
 
 
 def _convert_all(files: list[str], ingest: str, workers: int) -> Iterator[ChunkResult]:

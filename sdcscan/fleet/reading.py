@@ -18,7 +18,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
@@ -61,26 +61,31 @@ def read_reports(
     """
     files, skipped = expand_paths(args)
     reports: list[HostReport] = []
-    for item in _read_all(files, _worker_count(workers, len(files))):
+    for item in _read_all(files, worker_count(workers, len(files), files_per_worker=POOL_MIN_FILES // 2)):
         if isinstance(item, Skipped):
             skipped.append(item)
         else:
             reports.append(item)
     if not reports:
-        first = "; ".join(printable(f"{s.path}: {s.reason}") for s in skipped[:3])
-        more = f" (and {len(skipped) - 3} more)" if len(skipped) > 3 else ""
-        raise UsageError(f"no usable report to compare: {first or 'no input'}{more}")
+        raise UsageError(f"no usable report to compare: {first_reasons(skipped) or 'no input'}")
     return reports, skipped
 
 
-def _worker_count(asked: int | None, files: int) -> int:
-    """How many processes read `files` files: as asked, else one per CPU when there are many files."""
+def first_reasons(skipped: Sequence[Skipped]) -> str:
+    """The first three skipped inputs with their reasons, and how many more, for a one-line error."""
+    first = "; ".join(printable(f"{s.path}: {s.reason}") for s in skipped[:3])
+    return first + (f" (and {len(skipped) - 3} more)" if len(skipped) > 3 else "")
+
+
+def worker_count(asked: int | None, files: int, *, files_per_worker: int) -> int:
+    """How many processes read `files` files: as asked, else one per CPU when there are many files,
+    with at least `files_per_worker` files each."""
     if asked is not None:
         return max(1, min(asked, files))
     if files < POOL_MIN_FILES:
         return 1
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, min(cpus, files // (POOL_MIN_FILES // 2)))
+    return max(1, min(cpus, files // files_per_worker or 1))
 
 
 def _read_all(files: list[str], workers: int) -> Iterator[HostReport | Skipped]:

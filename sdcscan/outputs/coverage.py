@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import sqlite3
 import time
 from collections.abc import Mapping
@@ -23,12 +22,12 @@ from sdcscan.errors import UsageError
 from sdcscan.outputs.history_db import reading
 from sdcscan.outputs.history_schema import has_column
 from sdcscan.timefmt import iso_utc, parse_iso_utc
+from sdcscan.verdict import unit_order
 
 DAY_S = 86400.0
 # Runs are recorded after they end, so `recorded_at >= ended_at` but for clock steps; a day of slack
 # lets SQLite skip old runs (recorded_at is always sdcscan's own sortable format, ended_at may not be).
 _RECORDED_SLACK_S = DAY_S
-_UNIT_ID = re.compile(r"^([a-z]+):(\d+)$")
 _ROWS = (
     "SELECT r.id AS run, r.ended_at, u.unit, u.cases_run, u.screened_s FROM unit_results u "
     "JOIN runs r ON r.id = u.run WHERE r.recorded_at >= ?"
@@ -147,12 +146,6 @@ def _unit_rows(db: sqlite3.Connection, start: float, end: float) -> list[tuple[f
             seconds = r["screened_s"] if _is_amount(r["screened_s"]) else 0.0
             out.append((ended, r["unit"], int(cases), float(seconds)))
     return out
-
-
-def unit_order(unit: str) -> tuple[str, int, str]:
-    """Sort key putting units in natural order: cpu:2 before cpu:10, then anything else by name."""
-    m = _UNIT_ID.match(unit)
-    return (m.group(1), int(m.group(2)), "") if m else ("~", 0, unit)
 
 
 def _is_amount(value: object) -> TypeGuard[int | float]:

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sdcscan.render.console import cell, stderr_console
+from sdcscan.verdict import unit_order
 
 MAX_ROWS = 32  # a 256-core host with events on many cores lists the busiest, then a count
 
@@ -51,7 +52,7 @@ def _units_table(console: Console, units: dict[str, dict[str, Any]]) -> None:
         "last seen",
     ):
         table.add_column(col, justify="left" if col in ("unit", "first seen", "last seen") else "right")
-    for t in sorted(busiest[:MAX_ROWS], key=lambda t: _order(t["unit"])):
+    for t in sorted(busiest[:MAX_ROWS], key=lambda t: unit_order(t["unit"])):
         c = t["counts"]
         table.add_row(
             cell(t["unit"]), cell(c.get("segfault", 0)), cell(c.get("trap", 0)), cell(c.get("mce", 0)),
@@ -60,8 +61,3 @@ def _units_table(console: Console, units: dict[str, dict[str, Any]]) -> None:
     console.print(table)
     if len(units) > MAX_ROWS:
         console.print(f"… and {len(units) - MAX_ROWS} more units with fewer events (--json lists all)")
-
-
-def _order(unit: str) -> tuple[str, int]:
-    kind, _, index = unit.partition(":")
-    return (kind, int(index) if index.isdigit() else 1 << 40)

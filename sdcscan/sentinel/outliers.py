@@ -21,6 +21,7 @@ from typing import Any
 from sdcscan.errors import UsageError
 from sdcscan.sentinel.events import KINDS, KernelEvent, normalise_pci
 from sdcscan.timefmt import iso_utc
+from sdcscan.verdict import unit_order
 
 Finding = dict[str, Any]  # {kind, unit, message, next}: the shape of a report's finding (sdcscan.wording)
 
@@ -152,7 +153,7 @@ def tally(
         unit = unit_of(e, keys)
         if unit is not None:
             by_unit[unit].append(e)
-    return {u: _tally_one(u, by_unit[u]) for u in sorted(by_unit, key=unit_key)}
+    return {u: _tally_one(u, by_unit[u]) for u in sorted(by_unit, key=unit_order)}
 
 
 def _tally_one(unit: str, events: list[KernelEvent]) -> UnitTally:
@@ -176,12 +177,6 @@ def host_counts(events: Iterable[KernelEvent]) -> dict[str, int]:
     """Events per kind for the whole host, those that name no CPU included; every kind of KINDS is listed."""
     kinds = Counter(e.kind for e in events)
     return {k: kinds[k] for k in (*KINDS, *sorted(set(kinds) - set(KINDS)))}
-
-
-def unit_key(unit: str) -> tuple[str, int, str]:
-    """`cpu:2` before `cpu:10`: by kind, then number (units that are not `kind:N` last in their kind)."""
-    kind, _, index = unit.partition(":")
-    return (kind, int(index) if index.isdigit() and len(index) < 10 else 1 << 40, index)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -230,7 +225,7 @@ def core_outliers(
     tested = [
         _test(core, progs, total, cpus) for core, progs in per_core.items() if len(progs) >= min_programs
     ]
-    return sorted((o for o in tested if o.p_value < alpha), key=lambda o: (o.p_value, unit_key(o.unit)))
+    return sorted((o for o in tested if o.p_value < alpha), key=lambda o: (o.p_value, unit_order(o.unit)))
 
 
 def _test(core: int, programs: Counter[str], total: int, cpus: int) -> CoreOutlier:
@@ -343,7 +338,7 @@ def findings(
         `{"kind", "unit", "message", "next"}` dicts: `sentinel` (outlier core), `machine_check`, `xid`.
     """
     out = [_outlier_finding(o, tallies.get(o.unit)) for o in outliers]
-    ordered = [tallies[u] for u in sorted(tallies, key=unit_key)]
+    ordered = [tallies[u] for u in sorted(tallies, key=unit_order)]
     out += [_mce_finding(t.unit, t.counts["mce"], t.mce_banks) for t in ordered if t.counts.get("mce")]
     out += [f for t in ordered if (f := _xid_finding(t)) is not None]
     unattributed = (host or {}).get("mce", 0) - sum(t.counts.get("mce", 0) for t in tallies.values())
