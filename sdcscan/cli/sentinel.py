@@ -8,7 +8,7 @@ import click
 
 from sdcscan.cli.common import emit_json, reports_errors
 from sdcscan.cli.ops import history_option
-from sdcscan.errors import EXIT_FAIL, EXIT_INVALID, EXIT_PASS
+from sdcscan.errors import EXIT_INVALID, EXIT_PASS
 
 
 @click.command("sentinel", short_help="Per-core evidence from the kernel's logs (segfaults, MCEs, Xids).")
@@ -41,9 +41,10 @@ def sentinel_cmd(**kw: object) -> None:
     kernel log needs root, or the adm / systemd-journal group (kmsg and dmesg: CAP_SYSLOG where
     kernel.dmesg_restrict=1); without it the notes say what is missing.
 
-    Exit codes: 0 no core stands out; 1 an outlier core (SDC suspected: screen it with the command the
-    finding gives); 3 no kernel log could be read (nothing judged). Machine checks and hardware Xids
-    are findings to act on, but do not change the exit code: they say the hardware detected an error.
+    Exit codes: 0 the log was read (outlier cores, machine checks and hardware Xids are findings, and
+    `sdcscan_sentinel_outlier` in --prom: suspects to screen with the command each finding gives,
+    whose exit code is the judgement; a crash statistic alone never exits 1); 3 no kernel log could
+    be read (nothing judged).
 
     \b
     Example:
@@ -56,8 +57,9 @@ def sentinel_cmd(**kw: object) -> None:
 
     opts = SentinelOptions(kw["since"], kw["prom"], kw["history"], not kw["no_history"], kw["hostname"])  # type: ignore[arg-type]
     scan, hostname = sentinel(opts)
-    code = EXIT_INVALID if not scan.read_anything else EXIT_FAIL if scan.outliers else EXIT_PASS
+    # 1 means a unit was judged to miscompute: crash counts make a suspect, and the screen judges it.
+    code = EXIT_PASS if scan.read_anything else EXIT_INVALID
     if kw["as_json"]:
         emit_json({"host": hostname, "exit_code": code, "sentinel": scan.section, "findings": scan.findings})
-    print_sentinel(scan.section, scan.findings, {EXIT_PASS: "pass", EXIT_FAIL: "fail"}.get(code, "invalid"))
+    print_sentinel(scan.section, scan.findings, "pass" if code == EXIT_PASS else "invalid")
     sys.exit(code)
