@@ -93,6 +93,12 @@ class Profile:
     sha256: str
     background: bool = False  # Ripple mode (`run --background`): idle priority, paced to the host's load
 
+    def adding(self, names: list[str]) -> Profile:
+        """This profile with the named workloads it lacks appended, at their defaults (a new plan)."""
+        have = {w.name for w in self.workloads}
+        extra = tuple(WorkloadEntry(n) for n in names if n not in have)
+        return _with_workloads(self, self.workloads + extra) if extra else self
+
     def select(self, names: list[str]) -> Profile:
         """This profile restricted to `names` (in profile order).
 

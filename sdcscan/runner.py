@@ -31,6 +31,7 @@ from sdcscan.units import Unit, cohort_key
 from sdcscan.verdict import retest_plan
 from sdcscan.watchdog import CaseInFlight, Watchdog
 from sdcscan.worker import WorkerConfig, worker_main
+from sdcscan.workloads import SPECS
 
 # Shutdown bound: budget + watchdog.OVERRUN_S (a unit still busy or not started then is stopped as
 # hung) + the re-run window (rerun_schedule.retest_window) + STOP_S. The CLI's --help states it;
@@ -88,6 +89,7 @@ class UnitState:
     delay_mark: float | None = None
     marked_at: float = 0.0
     retired: bool = False  # background: stopped at the budget's end while the host kept it from running
+    world: dict[str, Any] = field(default_factory=dict)  # a distributed run: what this rank saw of the world
 
     @property
     def alive(self) -> bool:
@@ -129,6 +131,7 @@ class Runner:
         *,
         retest: int = 3,
         background: bool = False,
+        grace_s: float = 0.0,
     ) -> None:
         self.ctx = worker_context()
         self.configs = {c.unit.id: c for c in configs}
@@ -140,6 +143,9 @@ class Runner:
         self.watchdog = Watchdog()
         self.retest_count = retest
         self.background = background  # starvation under SCHED_IDLE is then no hang (see _starved)
+        # A distributed run: a worker may wait this long past the budget in a collective whose peer
+        # stopped answering (the collective timeout, then the barrier that names the peer).
+        self.grace_s = grace_s
 
     def run(self, deadline: float, command_started: float | None = None) -> RunResult:
         """Run the main pass and the re-runs, then stop the workers.
@@ -198,7 +204,8 @@ class Runner:
 
     def _retest(self, until: float) -> None:
         """Re-run failing cases on their units and on peers (see verdict.retest_plan), all units at once."""
-        results = [r for st in self.states.values() for r in st.results]
+        # A distributed case cannot run on one unit alone: its peers would never join the collective.
+        results = [r for st in self.states.values() for r in st.results if not SPECS[r.workload].distributed]
         cohorts = {uid: st.cohort for uid, st in self.states.items() if st.alive}
         jobs = retest_plan(cohorts, results, reruns=self.retest_count, max_cases=MAX_RETEST_CASES)
         schedule = RerunSchedule(jobs, until=until)
@@ -290,6 +297,11 @@ class Runner:
             state.busy, state.current = False, None
         elif kind == "pacing":
             state.pacing = dict(msg[2])
+        elif kind == "world":
+            state.world = dict(msg[2])
+        elif kind == "withdrawn":  # a distributed case a lost peer cut short: no outcome, no blame
+            state.current = None
+            self._mark(state)
         elif kind == "fatal":
             self._fail(state, msg[2], detail=msg[3])
 
@@ -361,17 +373,33 @@ class Runner:
                     state, f"worker process died (exit code {code}) during case {self._case_of(state)}"
                 )
                 continue
-            reason = self.watchdog.check(now, ready=state.ready, busy=state.busy, current=state.current)
+            grace = self._grace(state)
+            reason = self.watchdog.check(
+                now, ready=state.ready, busy=state.busy, current=state.current, grace_s=grace
+            )
             if reason is not None and self.background:
                 # Only now, when the watchdog would act: this runs on every message of every unit.
                 starved = self._starved(state)
                 if self._retire_if_starved(state, now, starved):
                     continue
                 reason = self.watchdog.check(
-                    now, ready=state.ready, busy=state.busy, current=state.current, starved_s=starved
+                    now,
+                    ready=state.ready,
+                    busy=state.busy,
+                    current=state.current,
+                    starved_s=starved,
+                    grace_s=grace,
                 )
             if reason is not None:
                 self._fail(state, reason)
+
+    def _grace(self, state: UnitState) -> float:
+        """A distributed run: past the budget, a worker in a distributed case or between cases (at the
+        agreement) may be waiting on a peer that stopped answering, for at most the collective
+        timeout and the barrier that names the peer; a per-unit case gets no such grace."""
+        if not self.grace_s or (state.current is not None and not SPECS[state.current.workload].distributed):
+            return 0.0
+        return self.grace_s
 
     def _run_delay(self, state: UnitState) -> float | None:
         if not self.background or state.proc is None or state.proc.pid is None:

@@ -19,6 +19,7 @@ from typing import Any
 from sdcscan import background as ripple
 from sdcscan import faults, interrupts, units
 from sdcscan.assemble import judge_and_build
+from sdcscan.distributed.env import BARRIER_S, RankSetup
 from sdcscan.errors import ReportError, SdcscanError, UsageError
 from sdcscan.events import Event, EventSink, RunNote, RunStarted
 from sdcscan.evidence import GoldenEntry
@@ -35,6 +36,7 @@ from sdcscan.sentinel import scan as sentinel
 from sdcscan.telemetry.sampler import Sampler, telemetry_findings
 from sdcscan.timefmt import iso_utc, parse_iso_utc
 from sdcscan.worker import WorkerConfig
+from sdcscan.workloads import SPECS
 
 TELEMETRY_INTERVAL_S = 5.0
 
@@ -58,6 +60,7 @@ class ScanOptions:
     started: float = field(default_factory=time.time)  # the budget counts from here (the command's start)
     background: bool | None = None  # Ripple mode (None: the profile's)
     max_unscreened_s: float = ripple.MAX_UNSCREENED_S  # background: screen whatever the load after this
+    rank: RankSetup | None = None  # a distributed run: this process is one rank (one unit) of the world
 
     @property
     def out(self) -> Path | None:
@@ -149,7 +152,16 @@ def prepare(opts: ScanOptions) -> Setup:
     for inj in opts.injections:
         if inj.unit not in ids:
             raise UsageError(f"--inject names {inj.unit}, which is not among the selected units")
+    distributed = [w.name for w in profile.workloads if SPECS[w.name].distributed]
+    if distributed and opts.rank is None:
+        raise UsageError(
+            f"workload {', '.join(distributed)} runs only in a distributed run (sdcscan run --distributed)"
+        )
     on = profile.background if opts.background is None else opts.background
+    if on and opts.rank is not None:
+        raise UsageError(
+            "--background does not combine with --distributed: a rank cannot yield its peers' time"
+        )
     return Setup(seed, source, chosen, _golden_index(opts.golden), background=on)
 
 
@@ -195,6 +207,7 @@ def run_and_judge(opts: ScanOptions, setup: Setup, on_event: EventSink) -> dict[
             tuple(i for i in opts.injections if i.unit == u.id),
             opts.param_overrides,
             background=setup.background,
+            rank=opts.rank,
         )
         for u in setup.units
     ]
@@ -214,7 +227,8 @@ def run_and_judge(opts: ScanOptions, setup: Setup, on_event: EventSink) -> dict[
         pacing = _pace(opts, setup, deadline=started + budget, on_event=on_event)
         if pacing is not None:
             run_doc["background"] = {"parent_priority": setup.priority, "pacing": pacing.to_dict()}
-        runner = Runner(configs, journal, on_event, retest=retest, background=setup.background)
+        grace = 0.0 if opts.rank is None else opts.rank.timeout_s + BARRIER_S
+        runner = Runner(configs, journal, on_event, retest=retest, background=setup.background, grace_s=grace)
         if pacing is None or pacing.screen:
             result = runner.run(deadline=started + budget, command_started=started)
         else:
@@ -284,6 +298,8 @@ def finish(
     }
     if result.interrupted:
         run_doc["interrupted_by"] = result.interrupted
+    if opts.rank is not None:
+        run_doc["distributed"] = _rank_doc(opts.rank, result)
     unit_docs = [
         {
             **u.to_dict(),
@@ -310,6 +326,18 @@ def finish(
     )
     _add_kernel_evidence(report, opts.started, result.ended, unit_docs)
     return report
+
+
+def _rank_doc(rank: RankSetup, result: RunResult) -> dict[str, Any]:
+    """A rank report's `run.distributed`: where the rank sat and what its worker saw of the world."""
+    seen = next((s.world for s in result.states.values() if s.world), {})
+    return {
+        **rank.env.to_dict(),
+        "hostname": rank.hostname,
+        "injections": [f.to_dict() for f in rank.faults],
+        "timeout_s": rank.timeout_s,
+        **{k: v for k, v in seen.items() if k not in ("rank", "world_size")},
+    }
 
 
 def _add_kernel_evidence(

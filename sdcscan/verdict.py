@@ -41,6 +41,7 @@ from sdcscan.evidence import (
 )
 from sdcscan.outcomes import CONSENSUS, INVARIANT, STATUS_ERROR, STATUS_MISMATCH, STATUS_OK, Verdict
 from sdcscan.retest import CASE, PERSISTENT, TRANSIENT, UNTESTED, Retest, classify, unit_classification
+from sdcscan.workloads import SPECS
 
 T = TypeVar("T")
 
@@ -274,7 +275,9 @@ class _Judge:
     def invariants(self, results: list[CaseResult]) -> None:
         failed: dict[str, list[CaseResult]] = defaultdict(list)
         for r in results:
-            if r.status == STATUS_MISMATCH:
+            if r.status == STATUS_MISMATCH and _runs_with_peers(r.workload):
+                failed[r.unit].append(r)  # never re-run alone: its peers judged it with it, in its case
+            elif r.status == STATUS_MISMATCH:
                 rec = self.classify(
                     r.unit, r.index, r.workload, INVARIANT, lambda x: x is None, self.peers_of(r.unit)
                 )
@@ -363,8 +366,23 @@ def _differs_from(reference: str | None) -> Callable[[str | None], bool]:
     return lambda digest: digest != reference
 
 
-def unit_order(unit: str) -> tuple[str, int, str]:
+def _runs_with_peers(workload: str) -> bool:
+    """A distributed workload's case (collectives across ranks): there is no re-run of it on one unit."""
+    spec = SPECS.get(workload)
+    return spec is not None and spec.distributed
+
+
+def unit_order(unit: str) -> tuple[int, str, int, str]:
     """cpu:2 before cpu:10: units sort by kind, then by number; names that are not `kind:N` (a GPU the
-    kernel log names by PCI id, a row of another tool in the history) after their kind's, by name."""
+    kernel log names by PCI id, a row of another tool in the history) after their kind's, by name.
+    A distributed run's `rank{R}/kind:N` sorts by rank number first (rank2/ before rank10/)."""
+    prefix, slash, rest = unit.partition("/")
+    rank = prefix[4:]
+    if slash and prefix.startswith("rank") and rank.isdigit() and len(rank) < 10:
+        return (int(rank), *_plain_unit_order(rest))
+    return (-1, *_plain_unit_order(unit))
+
+
+def _plain_unit_order(unit: str) -> tuple[str, int, str]:
     kind, _, index = unit.partition(":")
     return (kind, int(index), "") if index.isdigit() and len(index) < 10 else (kind, 1 << 40, index)

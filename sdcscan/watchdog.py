@@ -73,7 +73,14 @@ class Watchdog:
         return self.overrun_at is not None and now > self.overrun_at
 
     def check(
-        self, now: float, *, ready: bool, busy: bool, current: CaseInFlight | None, starved_s: float = 0.0
+        self,
+        now: float,
+        *,
+        ready: bool,
+        busy: bool,
+        current: CaseInFlight | None,
+        starved_s: float = 0.0,
+        grace_s: float = 0.0,
     ) -> str | None:
         """Why a live worker must be stopped at `now`, or None while it may go on.
 
@@ -84,10 +91,12 @@ class Watchdog:
             current: the case it is running, if any.
             starved_s: seconds of that case (or of the start-up, before `ready`) the worker spent
                 runnable but waiting for a CPU that other work held (background mode): not its fault.
+            grace_s: seconds past the budget it may go on because it waits on its peers (a distributed
+                case, or the agreement between cases, bounded by the collective timeout).
         Returns:
             The reason, as the report states it, or None.
         """
-        overrun = self.overrun(now)
+        overrun = self.overrun(now - grace_s)
         waited = now - self.spawned_at - (0.0 if ready else starved_s)
         if not ready and (waited > READY_TIMEOUT_S or overrun):
             why = " and the budget ended" if overrun else ""

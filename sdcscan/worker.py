@@ -21,8 +21,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sdcscan import background, faults
+from sdcscan.distributed.env import RankSetup
 from sdcscan.profile import Profile
 from sdcscan.units import Unit
+from sdcscan.workloads import SPECS
 
 HANG_SLEEP_S = 3600.0
 
@@ -37,6 +39,7 @@ class WorkerConfig:
     param_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
     run_pid: int = field(default_factory=os.getpid)  # the sdcscan parent: built there, so its pid
     background: bool = False  # Ripple mode: lowest priority, cases only in the unit's idle gaps
+    rank: RankSetup | None = None  # a distributed run: this worker is one rank of the world
 
 
 def worker_main(cfg: WorkerConfig, conn: Any) -> None:
@@ -99,9 +102,9 @@ class _Engine:
             workload.prepare(ctx)
             self.workloads[spec.name], self.contexts[spec.name] = workload, ctx
             self.notes.extend(ctx.notes)
-        self.peaks = _measure_peaks(
-            device, {name: ctx.params for name, ctx in self.contexts.items()}, self.notes
-        )
+        # A distributed workload's rate is its bus bandwidth (in its case details), not a plain op's.
+        local = {name: ctx.params for name, ctx in self.contexts.items() if not SPECS[name].distributed}
+        self.peaks = _measure_peaks(device, local, self.notes)
         self.mean_s: dict[str, float] = {}
         # The worker states its own cohort: it is the process whose threads, pins and kernels count.
         from sdcscan.units import cohort_fields, software_versions
@@ -109,6 +112,7 @@ class _Engine:
         self.cohort_fields = cohort_fields(cfg.unit, cfg.threads)
         self.software = software_versions()
         self.gate = _idle_gate(cfg.unit) if cfg.background else None
+        self.lockstep = _join_world(cfg.rank, device, self.contexts, self.cohort_fields) if cfg.rank else None
         self.pacing: dict[str, Any] = {"gate": self.gate is not None, "waited_s": 0.0, "waits": 0}
         self.stopped = False
 
@@ -123,15 +127,29 @@ class _Engine:
         while not self.stop_requested():
             workload = self.plan.workload_of(index)
             expected = self.mean_s.get(workload, 0.0)
+            if self.lockstep is not None and not self.lockstep.may_run(workload, deadline - expected):
+                index += 1  # distributed cases have stopped (agreed, or the world broke): skip theirs
+                continue
             if self.gate is not None and not self._wait_for_idle(deadline - expected):
                 return "stopped" if self.stopped else "done"
             if time.time() + expected > deadline:
+                self._leave_world(tell_peers=True)
                 return "done"
             seconds = self.run_case(index, attempt=0)
             n = index // max(1, len(self.workloads)) + 1
             self.mean_s[workload] = expected + (seconds - expected) / min(n, 10)
             index += 1
+        self._leave_world(tell_peers=False)  # interrupted: the peers are stopping too
         return "stopped"
+
+    def _leave_world(self, *, tell_peers: bool) -> None:
+        """A distributed run's plan ends: at the budget's end, tell the peers (at their next
+        distributed case) that this rank stops; either way, report what this rank saw of the world."""
+        if self.lockstep is None:
+            return
+        if tell_peers:
+            self.lockstep.leave()
+        self.conn.send(("world", self.cfg.unit.id, self.lockstep.summary()))
 
     def stop_requested(self) -> bool:
         """The parent sent "stop" (the only command it sends while a plan runs). Sticky once seen."""
@@ -165,9 +183,16 @@ class _Engine:
         try:
             outcome = workload.run(ctx, case)
         except Exception as err:
+            if self.lockstep is not None and self.lockstep.lost_peer(workload, err):
+                # A peer died or stopped answering: not this unit's fault, and nothing to judge.
+                self.conn.send(("world", uid, self.lockstep.summary()))
+                self.conn.send(("withdrawn", uid, index))
+                return time.perf_counter() - start
             outcome = Outcome(status=STATUS_ERROR, digest=None, error=f"{type(err).__name__}: {err}")
         outcome.seconds = time.perf_counter() - start
         outcome.phases, outcome.injected = dict(ctx.phases), ctx.injected
+        if self.lockstep is not None:
+            self.lockstep.record(index, case.workload, outcome)
         self.conn.send(("outcome", uid, index, attempt, case.workload, _outcome_dict(outcome)))
         return outcome.seconds
 
@@ -186,6 +211,16 @@ class _Engine:
                 os.kill(os.getpid(), signal.SIGKILL)
             armed = faults.FaultSpec(inj.kind, workload.spec.fault_sites[0], seed=case.seed ^ (attempt + 1))
         return armed
+
+
+def _join_world(
+    setup: RankSetup, device: Any, contexts: dict[str, Any], cohort_fields: dict[str, Any]
+) -> Any:
+    """A distributed run: join the world (after prepare, so the join absorbs the ranks' start-up skew)."""
+    from sdcscan.distributed.lockstep import Lockstep
+
+    distributed = {name for name in contexts if SPECS[name].distributed}
+    return Lockstep.join(setup, device, contexts, distributed, cohort_fields)
 
 
 def _idle_gate(unit: Unit) -> Any:

@@ -30,6 +30,17 @@ FP4 = ["float32", "float64", "bfloat16", "float16"]
 # (workload, params, key the error names, what it says): one bad value per parameter, each of which the
 # workload would refuse in its worker, compute nothing with, or misjudge as a miscomputing unit.
 BAD_PARAMS = [
+    ("collective", {"collectives": ["all_to_all"]}, "collectives", "one of all_reduce"),
+    ("collective", {"dtypes": ["float64"]}, "dtypes", "one of bfloat16"),
+    ("collective", {"sizes": [0]}, "sizes", "item [0]"),
+    ("collective", {"triage_budget": 0}, "triage_budget", "integer in 1..1024"),
+    ("train_dp", {"width": 0}, "width", "integer"),
+    ("train_dp", {"depth": 0}, "depth", "integer"),
+    ("train_dp", {"batch": 0}, "batch", "integer"),
+    ("train_dp", {"steps": 0}, "steps", "integer"),
+    ("train_dp", {"hash_every": 0}, "hash_every", "integer"),
+    ("train_dp", {"dtype": "float16"}, "dtype", "one of"),
+    ("train_dp", {"lr": 0.0}, "lr", "number"),
     ("train", {"inputs": 0}, "inputs", "integer >= 1"),
     ("train", {"hidden": 0}, "hidden", "integer >= 1"),
     ("train", {"classes": 1}, "classes", "integer >= 2"),

@@ -10,6 +10,7 @@ import click
 
 from sdcscan.cli.common import emit_json, report_options, reports_errors
 from sdcscan.cli.ops import output_options
+from sdcscan.cli.run_distributed import distributed_options
 from sdcscan.errors import EXIT_FAIL, EXIT_INVALID
 
 
@@ -33,7 +34,8 @@ from sdcscan.errors import EXIT_FAIL, EXIT_INVALID
     "--inject",
     multiple=True,
     metavar="UNIT:KIND[@RATE]",
-    help="Fault injection: bitflip, nan, hang, crash, raise.",
+    help="Fault injection: bitflip, nan, hang, crash, raise. Distributed: RANK:KIND with link, update, "
+    "hang, crash.",
 )
 @click.option(
     "--retest",
@@ -64,6 +66,7 @@ from sdcscan.errors import EXIT_FAIL, EXIT_INVALID
     "judged run (default: 24h).",
 )
 @output_options
+@distributed_options
 @reports_errors
 def run_cmd(**kw: Any) -> None:
     """Run the profile's workloads on every unit of this host for the time budget.
@@ -85,6 +88,7 @@ def run_cmd(**kw: Any) -> None:
         sdcscan run -p burnin --budget 2h -o /var/lib/sdcscan/report.json --junit junit.xml
         sdcscan run --budget 10s --inject cpu:1:bitflip@0.3   # prove the pipeline catches a bad unit
         sdcscan run -p ripple --budget 24h       # beside production: idle priority, paced
+        sdcscan run --distributed --standalone --nproc-per-node 4 --budget 60s -o cluster.json
     """
     started = time.time()
     from sdcscan import interrupts
@@ -96,6 +100,10 @@ def run_cmd(**kw: Any) -> None:
     interrupts.install()  # from here on, Ctrl-C and SIGTERM end in 130/143 and a report
     try:
         opts = _options(kw, started)  # refused options exit 2 before anything starts
+        if kw["distributed"]:
+            from sdcscan.cli.run_distributed import run_distributed
+
+            run_distributed(kw, opts, console)
         with render.Progress(console) as progress:
             report = library.scan(opts, on_event=progress)
     except library.OutputError as err:
@@ -157,7 +165,12 @@ def _options(kw: dict[str, Any], started: float) -> Any:
 
     budget_s = parse_budget(kw["budget"]) if kw["budget"] is not None else None
     max_unscreened = _max_unscreened(kw["max_unscreened"])
-    injections = [parse_inject(s) for s in kw["inject"]]
+    if not kw["distributed"]:
+        from sdcscan.cli.run_distributed import check_not_distributed
+
+        check_not_distributed(kw)
+    # A distributed run's injections name ranks (RANK:KIND), parsed with its other options.
+    injections = [] if kw["distributed"] else [parse_inject(s) for s in kw["inject"]]
     if kw["units_spec"] is not None:
         parse_units_spec(kw["units_spec"])
     profile = load_profile(kw["profile"])

@@ -30,6 +30,7 @@ class Outputs:
     prom: str | os.PathLike[str] | None = None
     history: str | os.PathLike[str] | None = None  # the database; None: the default in the state directory
     record_history: bool = True  # False: --no-history
+    lock: bool = True  # False: a distributed rank (its launcher holds the host's lock for all its ranks)
 
 
 def history_path(path: str | os.PathLike[str] | None) -> Path:
@@ -67,6 +68,9 @@ def run_lock(outputs: Outputs) -> Iterator[str | None]:
     """
     with contextlib.ExitStack() as stack:
         note = None
+        if not outputs.lock:
+            yield None
+            return
         try:
             stack.enter_context(history.run_lock(history_path(outputs.history).parent))
         except history.RunActiveError:

@@ -61,6 +61,8 @@ class WorkloadSpec:
         tiny: parameter overrides that make a case take milliseconds (tests, CI).
         params: every parameter's accepted values (the same keys as `defaults`).
         rules: checks across parameters, run on the merged parameters a unit will get.
+        distributed: it runs collectives with its peers (`Context.world`): only in a distributed
+            run, every rank at the same case at once, never re-run alone.
     """
 
     name: str
@@ -72,6 +74,7 @@ class WorkloadSpec:
     tiny: Mapping[str, Any] = field(default_factory=dict)
     params: Mapping[str, Param] = field(default_factory=dict)
     rules: tuple[Rule, ...] = ()
+    distributed: bool = False
 
     def param_problem(self, key: str, value: Any) -> str | None:
         """What is wrong with `value` for parameter `key` (None: accepted); `key` must be in `params`."""
@@ -184,6 +187,38 @@ _CATALOGUE = (
             "lr": Number(0.0, 1.0, low_open=True),
             "dtype": Choice(TRAIN_DTYPES),
         },
+    ),
+    WorkloadSpec(
+        name="train_dp",
+        description=(
+            "deterministic data-parallel MLP training with AdamW; every rank hashes its parameters and "
+            "optimizer state, a wrong hash names its rank or its hop"
+        ),
+        evidence=(INVARIANT, CONSENSUS),
+        quality=Quality.BETA,
+        defaults={
+            "width": 64,
+            "depth": 3,
+            "batch": 32,
+            # 6 steps: 80-130 ms per case with 4 gloo ranks on 2 cores, most of it collective latency
+            "steps": 6,
+            "hash_every": 3,  # steps between exchanges of state hashes (and at the case's end)
+            "lr": 1e-3,
+            "dtype": "float32",
+        },
+        # a parameter right after the optimizer step; `--inject R:update` strikes there on rank R alone
+        fault_sites=("update",),
+        tiny={"width": 16, "depth": 1, "batch": 8, "steps": 4, "hash_every": 2},
+        params={
+            "width": Int(1),
+            "depth": Int(1),
+            "batch": Int(1),  # 0: the loss of an empty batch is NaN
+            "steps": Int(1),
+            "hash_every": Int(1),
+            "lr": Number(0.0, 1.0, low_open=True),  # as train's
+            "dtype": Choice(("float32", "bfloat16")),  # train_dp.DTYPES (its test checks them)
+        },
+        distributed=True,
     ),
     WorkloadSpec(
         name="matmul_golden",
@@ -306,6 +341,37 @@ _CATALOGUE = (
             "calibration": CalibrationPath(),
         },
         rules=(_fp_rules,),
+    ),
+    WorkloadSpec(
+        name="collective",
+        description=(
+            "all_gather, all_reduce, reduce_scatter, broadcast and a send/recv ring on exact data, checked "
+            "bit for bit on every rank; a wrong block names its hop, unexplained sums go to triage"
+        ),
+        evidence=(INVARIANT,),
+        quality=Quality.BETA,
+        defaults={
+            "collectives": ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv"],
+            "dtypes": ["bfloat16", "float16", "float32", "int32"],
+            # elements per block, cycled with the collectives and dtypes: 10-100 ms per case with 4 gloo
+            # ranks on 2 cores; GPU profiles set KB to hundreds of MB in cuda_params
+            "sizes": [4096, 65536, 262144],
+            "triage_budget": 16,  # subgroup re-runs when no hop or rank explains a failure
+        },
+        # not a ctx.fault site: `--inject R:link` makes the hop into rank R corrupt what crosses it
+        fault_sites=("link",),
+        tiny={"sizes": [257]},
+        params={
+            # restated from collectives.COLLECTIVES, collective.DTYPES and collective.MAX_BLOCK (exact data
+            # needs ~40 B of host memory per element); tests/test_workload_collective.py checks them
+            "collectives": ListOf(
+                Choice(("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv"))
+            ),
+            "dtypes": ListOf(Choice(("bfloat16", "float16", "float32", "int32"))),
+            "sizes": ListOf(Int(1, 2**27)),
+            "triage_budget": Int(1, 1024),
+        },
+        distributed=True,
     ),
 )
 SPECS: dict[str, WorkloadSpec] = {s.name: s for s in _CATALOGUE}

@@ -1,0 +1,180 @@
+"""`sdcscan run --distributed`: the options, and the two ways in (sdcscan's launcher, or torchrun's)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any, NoReturn, TypeVar
+
+import click
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_OPTIONS = (
+    click.option(
+        "--distributed",
+        is_flag=True,
+        help="One rank per GPU (NCCL) or CPU core (gloo) across nodes: collectives checked bit for bit, "
+        "per-hop blame, data-parallel training hashes, live digest exchange; see deploy/README.md.",
+    ),
+    click.option(
+        "--standalone", is_flag=True, help="Distributed: this machine alone (rendezvous on localhost)."
+    ),
+    click.option(
+        "--nnodes", type=click.IntRange(1, 100000), default=1, show_default=True, help="Distributed: nodes."
+    ),
+    click.option(
+        "--nproc-per-node",
+        type=click.IntRange(1, 4096),
+        help="Distributed: ranks on this node (default: its GPUs, else its CPU cores).",
+    ),
+    click.option(
+        "--rdzv-endpoint", metavar="HOST:PORT", help="Distributed: the c10d rendezvous (the first node)."
+    ),
+    click.option(
+        "--rdzv-id", metavar="ID", help="Distributed: the run's id, the same on every node (e.g. the job id)."
+    ),
+    click.option(
+        "--collective-timeout",
+        metavar="DURATION",
+        default="10s",
+        show_default=True,
+        help="Distributed: a collective whose peer does not answer within this fails, and the peer is named.",
+    ),
+    click.option(
+        "--join-timeout",
+        metavar="DURATION",
+        default="120s",
+        show_default=True,
+        help="Distributed: give up (exit 3) when the other ranks have not joined within this.",
+    ),
+)
+
+
+def distributed_options(func: F) -> F:
+    for option in reversed(_OPTIONS):
+        func = option(func)
+    return func
+
+
+def check_not_distributed(kw: dict[str, Any]) -> None:
+    """Distributed-only options without --distributed are a usage error, not silently ignored."""
+    from sdcscan.errors import UsageError
+
+    given = [
+        flag
+        for flag, key in (
+            ("--standalone", "standalone"),
+            ("--nproc-per-node", "nproc_per_node"),
+            ("--rdzv-endpoint", "rdzv_endpoint"),
+            ("--rdzv-id", "rdzv_id"),
+        )
+        if kw[key]
+    ]
+    if kw["nnodes"] != 1:
+        given.append("--nnodes")
+    if given:
+        raise UsageError(f"{', '.join(given)} only mean something with --distributed")
+
+
+def dist_options(kw: dict[str, Any]) -> Any:
+    """--collective-timeout, --join-timeout and the rank injections, checked before any work."""
+    from sdcscan.cluster.rank import DistOptions
+    from sdcscan.distributed.env import parse_rank_injection
+    from sdcscan.errors import UsageError
+    from sdcscan.timefmt import parse_duration
+
+    def seconds(option: str, text: str, low: float, high: float) -> float:
+        try:
+            value = parse_duration(text, max_s=high)
+        except UsageError as err:
+            raise UsageError(f"{option}: {err}") from None
+        if value < low:
+            raise UsageError(f"{option}: at least {low:.0f} s")
+        return value
+
+    return DistOptions(
+        timeout_s=seconds("--collective-timeout", kw["collective_timeout"], 1.0, 3600.0),
+        join_timeout_s=seconds("--join-timeout", kw["join_timeout"], 5.0, 86400.0),
+        injections=tuple(parse_rank_injection(s) for s in kw["inject"]),
+    )
+
+
+def run_distributed(kw: dict[str, Any], opts: Any, console: Any) -> NoReturn:
+    """Run as a rank under torchrun (RANK in the environment), or launch this node's ranks."""
+    from sdcscan.distributed.env import in_torchrun
+
+    dist = dist_options(kw)
+    if in_torchrun():
+        _as_torchrun_rank(kw, opts, dist, console)
+    _as_launcher(kw, opts, dist, console)
+
+
+def _as_torchrun_rank(kw: dict[str, Any], opts: Any, dist: Any, console: Any) -> NoReturn:
+    """torchrun started this process as one rank: run it; rank 0 shows the cluster's summary."""
+    from sdcscan.cluster.rank import cluster_report_path, rank_report_path, run_rank
+    from sdcscan.distributed.env import from_environment
+    from sdcscan.errors import UsageError
+    from sdcscan.report import load_report
+
+    if kw["standalone"] or kw["rdzv_endpoint"] or kw["rdzv_id"] or kw["nproc_per_node"] or kw["nnodes"] != 1:
+        raise UsageError(
+            "under torchrun, give the launch options to torchrun, not to sdcscan run --distributed"
+        )
+    env = from_environment()
+    code = run_rank(opts, dist, env)
+    if env.rank == 0:
+        _show(load_report(cluster_report_path(opts, env.run_id)), kw, console)
+    else:
+        console.print(f"rank {env.rank}: exit {code}; report {rank_report_path(opts, env)}")
+    sys.exit(code)
+
+
+def _as_launcher(kw: dict[str, Any], opts: Any, dist: Any, console: Any) -> NoReturn:
+    from sdcscan.cluster.launcher import LaunchOptions, launch
+    from sdcscan.errors import UsageError
+    from sdcscan.outputs.publish import check_targets, run_lock
+    from sdcscan.report import load_report
+
+    where = LaunchOptions(
+        nproc_per_node=kw["nproc_per_node"] or _default_ranks(),
+        standalone=kw["standalone"],
+        nnodes=kw["nnodes"],
+        rdzv_endpoint=kw["rdzv_endpoint"],
+        rdzv_id=kw["rdzv_id"],
+    )
+    where.check()
+    check_targets(opts.outputs)
+    for rank, _, _ in dist.injections:
+        if rank >= where.world_size:
+            raise UsageError(f"--inject names rank {rank}; the world has ranks 0 to {where.world_size - 1}")
+    with run_lock(opts.outputs) as note:  # one lock for all of this node's ranks
+        if note:
+            console.print(note)
+        console.print(
+            f"distributed: {where.nproc_per_node} rank(s) on this node, {where.world_size} in the world; "
+            f"budget {opts.budget_s or opts.profile.budget_s:.0f} s"
+        )
+        result = launch(opts, dist, where)
+    for line in result.lines:
+        console.print(line)
+    if result.cluster_report is not None:
+        _show(load_report(result.cluster_report), kw, console)
+    else:
+        console.print(f"exit {result.exit_code} (the cluster report is written on the node of rank 0)")
+    sys.exit(result.exit_code)
+
+
+def _default_ranks() -> int:
+    from sdcscan import units
+
+    return len(units.gpu_units()) or len(units.cpu_units())
+
+
+def _show(report: dict[str, Any], kw: dict[str, Any], console: Any) -> None:
+    from sdcscan.cli.common import emit_json
+    from sdcscan.render.run import render_summary
+
+    render_summary(report, console)
+    if kw["as_json"]:
+        emit_json(report)

@@ -1,0 +1,167 @@
+"""`sdcscan run --distributed`: start this node's ranks with torch's elastic launcher and map what
+they return to sdcscan's exit codes.
+
+torch.distributed.elastic does the rendezvous (c10d), starts one process per rank, and watches
+them. Why not plain torchrun: it exits 1 whenever any rank exits non-zero, which turns "could not
+judge" (3) into "SDC suspected" (1). Here each rank *returns* its exit code (`rank.run_rank`), so a
+rank that judged its unit bad does not look crashed, and only a rank that died (a signal, an exit of
+its own) counts as a failure of the worker group, which makes this node's code 3.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sdcscan import interrupts
+from sdcscan.cluster.rank import DistOptions, cluster_report_path, run_rank
+from sdcscan.errors import (
+    EXIT_FAIL,
+    EXIT_INTERRUPTED,
+    EXIT_INVALID,
+    EXIT_PASS,
+    EXIT_TERMINATED,
+    EXIT_USAGE,
+    SdcscanError,
+    UsageError,
+)
+from sdcscan.scan import ScanOptions
+
+SHUTDOWN_S = 15  # after a rank died, the others get this long to write their reports before SIGKILL
+# Which code wins when this node's ranks differ: the order of `Verdict.severity` (a stop by signal,
+# then "could not judge", then a judged miscompute, then pass), as for the units of one host; a
+# configuration error found by a rank comes first of all but a signal: nothing of its rank ran.
+_PRECEDENCE = (EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, EXIT_INVALID, EXIT_FAIL, EXIT_PASS)
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    """Where this node's ranks meet the others (checked by the CLI before anything starts)."""
+
+    nproc_per_node: int
+    standalone: bool = False
+    nnodes: int = 1
+    rdzv_endpoint: str | None = None  # HOST:PORT of the c10d rendezvous (the first node)
+    rdzv_id: str | None = None  # the same on every node of one run, e.g. the Slurm job id
+
+    def check(self) -> None:
+        """Raises UsageError: a standalone run with rendezvous options, or a multi-node one without."""
+        if self.nproc_per_node < 1 or self.nnodes < 1:
+            raise UsageError("--nnodes and --nproc-per-node must be at least 1")
+        if self.standalone:
+            if self.nnodes != 1 or self.rdzv_endpoint or self.rdzv_id:
+                raise UsageError(
+                    "--standalone runs on this machine alone: leave out --nnodes, --rdzv-endpoint and --rdzv-id"
+                )
+            return
+        if not self.rdzv_endpoint or not self.rdzv_id:
+            raise UsageError(
+                "--distributed needs --standalone (one machine) or --rdzv-endpoint HOST:PORT and --rdzv-id ID"
+            )
+        host, _, port = self.rdzv_endpoint.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise UsageError(f"--rdzv-endpoint {self.rdzv_endpoint!r} is not HOST:PORT")
+
+    @property
+    def world_size(self) -> int:
+        return self.nnodes * self.nproc_per_node
+
+
+@dataclass(frozen=True)
+class LaunchResult:
+    exit_code: int
+    cluster_report: str | None  # written on this node (the node of rank 0), else None
+    lines: tuple[str, ...]  # one per rank that died or failed to start, for the operator
+
+
+def launch(opts: ScanOptions, dist_opts: DistOptions, where: LaunchOptions) -> LaunchResult:
+    """Start this node's ranks, wait for them (every rank ends within its budget plus bounded grace),
+    and combine their codes.
+
+    Raises:
+        interrupts.Interrupted: SIGINT or SIGTERM reached this launcher (the ranks got it too and
+            wrote their reports).
+    """
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    _quiet_torch_logs()
+    run_id = where.rdzv_id or f"standalone-{uuid.uuid4().hex[:12]}"
+    config = LaunchConfig(
+        min_nodes=where.nnodes,
+        max_nodes=where.nnodes,
+        nproc_per_node=where.nproc_per_node,
+        run_id=run_id,
+        rdzv_backend="c10d",
+        rdzv_endpoint="localhost:0" if where.standalone else str(where.rdzv_endpoint),
+        rdzv_configs={"join_timeout": int(dist_opts.join_timeout_s)},
+        max_restarts=0,  # a rank that died is a finding about this run, not a reason to start over
+        monitor_interval=0.1,
+        start_method="spawn",
+        shutdown_timeout=SHUTDOWN_S,
+    )
+    path = str(cluster_report_path(opts, run_id))
+    try:
+        codes: Mapping[int, Any] = elastic_launch(config, _rank_entry)(opts, dist_opts)
+    except ChildFailedError as err:
+        lines = tuple(_death_line(rank, failure) for rank, failure in sorted(err.failures.items()))
+        return LaunchResult(EXIT_INVALID, _existing(path), lines)
+    except SignalException as err:
+        raise interrupts.Interrupted(int(err.sigval)) from None
+    except Exception as err:  # the rendezvous: timeout, connection refused, closed
+        raise RendezvousFailed(f"rendezvous at {config.rdzv_endpoint} failed: {_one_line(err)}") from None
+    return LaunchResult(combine(codes.values()), _existing(path), ())
+
+
+class RendezvousFailed(SdcscanError):
+    """This node could not join the others within --join-timeout: nothing was judged (exit 3)."""
+
+
+def combine(codes: Any) -> int:
+    """This node's exit code from its ranks' (rank 0's is the cluster's): see _PRECEDENCE."""
+    got = {int(c) if isinstance(c, int) else EXIT_INVALID for c in codes}
+    return next((c for c in _PRECEDENCE if c in got), EXIT_INVALID)
+
+
+def _rank_entry(opts: ScanOptions, dist_opts: DistOptions) -> int:
+    """A rank process started by the elastic agent: run the rank, return its code, never raise (a raise
+    would read as a crashed rank)."""
+    _quiet_torch_logs()
+    interrupts.install()  # the agent forwards SIGINT/SIGTERM: the rank stops and writes its report
+    try:
+        return run_rank(opts, dist_opts)
+    except interrupts.Interrupted as stop:
+        return stop.exit_code
+    except SdcscanError as err:
+        print(f"Error: {err}", file=sys.stderr)
+        return err.exit_code
+    except Exception as err:  # a bug or a library failure: this rank could not be judged
+        print(f"Error: rank failed: {_one_line(err)}", file=sys.stderr)
+        return EXIT_INVALID
+
+
+def _death_line(rank: int, failure: Any) -> str:
+    code = getattr(failure, "exitcode", None)
+    how = f"signal {-code}" if isinstance(code, int) and code < 0 else f"exit code {code}"
+    return f"rank {rank} died ({how}); its unit is invalid"
+
+
+def _existing(path: str) -> str | None:
+    return path if os.path.exists(path) else None
+
+
+def _one_line(err: BaseException) -> str:
+    lines = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {lines[0] if lines else ''}"[:300]
+
+
+def _quiet_torch_logs() -> None:
+    """torch's agent logs every worker failure with a traceback; sdcscan says it in one line instead."""
+    for name in ("torch.distributed.elastic", "torch.distributed.launcher", "torch.distributed"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)

@@ -1,0 +1,561 @@
+"""The cluster report of a distributed run: every rank's report merged into one, judged across ranks.
+
+Each rank writes an ordinary report of its one unit (`sdcscan run --out`); rank 0 merges them into
+one document of the same schema. A rank's unit `cpu:1` becomes `rank3/cpu:1` (unit ids repeat across
+hosts), with the rank, host, local rank and device beside it; every record that names a unit (case
+mismatches, disputes, errors, findings, telemetry) is renamed with it. Then the cluster adds what no
+rank can see alone:
+
+- a rank that wrote no report (it died, hung or timed out) is an `invalid` unit and a finding;
+- the digests of all ranks are compared by `sdcscan compare`'s rule (`fleet.compare.summarize`:
+  units vote within their host, each host casts one vote). A unit compare finds `divergent` fails;
+  one compare leaves `undecided` cannot be judged (`invalid`): its digest disagrees and nobody can
+  say who is right, which is neither a pass nor proof that it miscomputes;
+- the attributions the distributed workloads record (a mismatch whose `where` names a hop or a
+  rank) are one finding per distinct text, however many ranks reported it.
+
+The run's verdict follows the rules of a host's report: the worst unit verdict (`Verdict.worst`),
+`interrupted` when any rank was stopped by a signal. Pure: no I/O, no clock, no torch.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sdcscan.errors import ReportError
+from sdcscan.fleet.compare import summarize
+from sdcscan.fleet.consensus import FLEET, GOLDEN, HOST, CohortConsensus, comparison_groups
+from sdcscan.fleet.findings import FleetFinding
+from sdcscan.fleet.model import Extractor, HostReport
+from sdcscan.outcomes import Verdict
+from sdcscan.report import validate_report, verdict_exit_code
+from sdcscan.verdict import unit_order
+from sdcscan.wording import finding, replay_args
+
+__all__ = ["DISTRIBUTED_WORKLOADS", "RankInfo", "build_cluster_report", "rank_unit_id"]
+
+RANK_UNIT = re.compile(r"^(cpu|cuda):[0-9]+$")  # the unit a rank runs on
+# Workloads whose mismatches carry an attribution in `where` ("hop 1→2 corrupts blocks ...").
+DISTRIBUTED_WORKLOADS = frozenset({"collective", "train_dp"})
+MAX_ATTRIBUTION_FINDINGS = 20  # distinct attributions listed one by one; the rest are counted
+# What compare's basis of a reference digest means, in a sentence about a divergent unit.
+_BASIS_WORDS = {
+    HOST: "the majority of the other units on its host",
+    FLEET: "the digest more than 2/3 of the hosts agree on",
+    GOLDEN: "the golden",
+    "own run": "its own run's consensus",
+}
+
+
+@dataclass(frozen=True)
+class RankInfo:
+    """One rank of the world, as the launcher knows it (whether or not the rank wrote a report).
+
+    Attributes:
+        rank: Its global rank.
+        host: The hostname it ran on.
+        local_rank: Its rank on that host.
+        unit: The unit it tested, `cpu:N` or `cuda:N`.
+        device: The GPU's UUID or PCI bus id; None on a CPU.
+        report: The path of its rank report, None when it wrote none.
+    """
+
+    rank: int
+    host: str
+    local_rank: int
+    unit: str
+    device: str | None = None
+    report: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.rank < 0 or self.local_rank < 0:
+            raise ValueError(f"rank {self.rank}: rank and local rank must be >= 0")
+        if not RANK_UNIT.fullmatch(self.unit):
+            raise ValueError(f"rank {self.rank}: unit {self.unit!r} is not cpu:N or cuda:N")
+        if not self.host:
+            raise ValueError(f"rank {self.rank}: empty host name")
+
+    @property
+    def unit_id(self) -> str:
+        """Its unit as the cluster report names it."""
+        return rank_unit_id(self.rank, self.unit)
+
+
+def rank_unit_id(rank: int, unit: str) -> str:
+    """`rank3/cpu:1`: unit ids repeat across hosts (and ranks of one host), so the rank comes first."""
+    return f"rank{rank}/{unit}"
+
+
+def build_cluster_report(
+    rank_reports: Mapping[int, dict[str, Any]],
+    ranks: Sequence[RankInfo],
+    *,
+    missing: Mapping[int, str],
+    run: dict[str, Any],
+    backend: str | None = None,
+) -> dict[str, Any]:
+    """Merge the ranks' reports into the cluster report and judge the digests across ranks.
+
+    Args:
+        rank_reports: rank -> its judged report, one unit each; one `report.validate_report` refuses
+            leaves its rank an invalid unit with the refusal as the reason.
+        ranks: every rank of the world, in rank order.
+        missing: rank -> why it has no report ("rank 2 died (SIGKILL)"); a rank with neither a report
+            nor a reason here is missing too.
+        run: the cluster's `run` object (id, profile, seed, budget, started/ended, argv, ...);
+            `run.distributed` is added (world size, backend, one record per rank).
+        backend: the data group's backend ("nccl", "gloo"), if known.
+
+    Returns:
+        A report of schema 1 (`report.schema.json`) holding every rank's units.
+
+    Raises:
+        ValueError: ranks repeat, or a report is given for a rank not in `ranks`.
+    """
+    _check_world(rank_reports, ranks)
+    usable, refused = _usable(rank_reports)
+    renamed = {info.rank: _renamed(usable[info.rank], info) for info in ranks if info.rank in usable}
+    units: list[dict[str, Any]] = []
+    findings: list[dict[str, Any]] = []
+    for info in ranks:
+        doc = renamed.get(info.rank)
+        if doc is not None and doc["units"]:
+            units += doc["units"]
+            findings += doc["findings"]
+            continue
+        why = refused.get(info.rank) or missing.get(info.rank) or f"rank {info.rank} wrote no report"
+        if doc is not None:
+            why = f"rank {info.rank}'s report holds no unit"
+            findings += doc["findings"]
+        units.append(_missing_unit(info, why))
+        findings.append(_missing_finding(info, why))
+    docs = [(info, renamed[info.rank]) for info in ranks if info.rank in renamed]
+    host_reports = _host_reports(docs)
+    consensus = [f for f in summarize(host_reports).findings if f.kind in ("divergent", "undecided")]
+    findings += _judge_consensus(consensus, {u["id"]: u for u in units}, docs)
+    mismatches = [m for _, d in docs for m in d.get("mismatches", [])]
+    findings += _attribution_findings(mismatches)
+    units.sort(key=lambda u: unit_order(u["id"]))
+    first = docs[0][1] if docs else None
+    run_doc = _run_doc(run, ranks, units, [d for _, d in docs], backend)
+    report: dict[str, Any] = {
+        "schema_version": 1,
+        "tool": first["tool"] if first else {"name": "sdcscan", "version": ""},
+        "verdict": _cluster_verdict(units, run_doc, [d for _, d in docs]).value,
+        "exit_code": 0,  # set below from the verdict, as `sdcscan report` derives it
+        "run": run_doc,
+        "host": _host_doc(ranks, first),
+        "software": first["software"] if first else {},
+        "cohorts": {k: v for _, d in docs for k, v in d.get("cohorts", {}).items()},
+        "units": units,
+        "mismatches": mismatches,
+        "disputes": [x for _, d in docs for x in d.get("disputes", [])] + _cross_rank_disputes(host_reports),
+        "errors": [e for _, d in docs for e in d.get("errors", [])],
+        "telemetry": _telemetry(docs),
+        "findings": _unique(findings),
+    }
+    report["exit_code"] = verdict_exit_code(report)
+    return report
+
+
+def _usable(reports: Mapping[int, Any]) -> tuple[dict[int, dict[str, Any]], dict[int, str]]:
+    """The rank reports `validate_report` accepts, and why each other one is refused: a report that
+    reached rank 0 damaged leaves its rank unjudged, never the cluster without a report."""
+    usable: dict[int, dict[str, Any]] = {}
+    refused: dict[int, str] = {}
+    for rank, report in reports.items():
+        try:
+            usable[rank] = validate_report(report, label=f"rank {rank}'s report")
+        except ReportError as err:
+            refused[rank] = f"{err} (refused)"
+    return usable, refused
+
+
+def _check_world(rank_reports: Mapping[int, dict[str, Any]], ranks: Sequence[RankInfo]) -> None:
+    numbers = [info.rank for info in ranks]
+    if len(set(numbers)) != len(numbers):
+        raise ValueError(f"ranks repeat: {sorted(numbers)}")
+    strangers = sorted(set(rank_reports) - set(numbers))
+    if strangers:
+        raise ValueError(f"reports of ranks outside the world: {strangers}")
+
+
+# --------------------------------------------------------------------------------------------------
+# Renaming: a rank report's units and every record that names them.
+
+
+def _renamed(report: dict[str, Any], info: RankInfo) -> dict[str, Any]:
+    """A copy of a rank report whose unit ids are `rank{R}/{unit}`, with the rank's facts on each unit."""
+    names = {u["id"]: rank_unit_id(info.rank, u["id"]) for u in report["units"]}
+    text = _renamer(names)
+
+    def unit_of(record: dict[str, Any]) -> dict[str, Any]:
+        return {**record, "unit": names.get(record["unit"], record["unit"])} if "unit" in record else record
+
+    units = [
+        {
+            **u,
+            "id": names[u["id"]],
+            "reason": text(u["reason"]) if u.get("reason") else u.get("reason"),
+            **({"retest": _renamed_retest(u["retest"], names)} if isinstance(u.get("retest"), dict) else {}),
+            "rank": info.rank,
+            "host": info.host,
+            "local_rank": info.local_rank,
+            "device": info.device,
+        }
+        for u in report["units"]
+    ]
+    telemetry = report.get("telemetry") or {}
+    return {
+        **report,
+        "units": units,
+        "mismatches": [unit_of(m) for m in report.get("mismatches", [])],
+        "errors": [unit_of(e) for e in report.get("errors", []) if isinstance(e, dict)],
+        "disputes": [
+            {**d, "digests": {names.get(k, k): v for k, v in d["digests"].items()}}
+            for d in report.get("disputes", [])
+        ],
+        "findings": [_renamed_finding(f, names, text, info.host) for f in report["findings"]],
+        "telemetry": {
+            "host": telemetry.get("host") or {},
+            "units": {names.get(k, k): v for k, v in (telemetry.get("units") or {}).items()},
+        },
+    }
+
+
+def _renamer(names: Mapping[str, str]) -> Any:
+    """A function that renames every whole unit id of `names` in a text (`cpu:1`, not `cpu:10`)."""
+    if not names:
+        return lambda text: text
+    pattern = re.compile(
+        r"(?<![\w/:])(" + "|".join(re.escape(k) for k in sorted(names, key=len, reverse=True)) + r")(?!\d)"
+    )
+    return lambda text: pattern.sub(lambda m: names[m.group(1)], text)
+
+
+def _renamed_finding(f: dict[str, Any], names: Mapping[str, str], text: Any, host: str) -> dict[str, Any]:
+    """A rank's finding in the cluster: its unit renamed, host-level ones said of their host, and the
+    next step (a command to run on that host, with the host's own unit names) said where to run it."""
+    unit = names.get(f["unit"], f["unit"]) if f["unit"] is not None else None
+    message = text(f["message"]) if unit is not None else f"{host}: {text(f['message'])}"
+    next_step = f.get("next")
+    return {
+        **f,
+        "unit": unit,
+        "message": message,
+        "next": f"on {host}: {next_step}" if next_step else next_step,
+    }
+
+
+def _renamed_retest(retest: dict[str, Any], names: Mapping[str, str]) -> dict[str, Any]:
+    cases = retest.get("cases")
+    if not isinstance(cases, list):
+        return retest
+    renamed = [
+        {**c, "peers": [names.get(p, p) for p in c.get("peers", [])]} if isinstance(c, dict) else c
+        for c in cases
+    ]
+    return {**retest, "cases": renamed}
+
+
+# --------------------------------------------------------------------------------------------------
+# Ranks without a report.
+
+
+def _missing_unit(info: RankInfo, why: str) -> dict[str, Any]:
+    """The unit of a rank that wrote no report: invalid, with the reason, having run nothing."""
+    uid = info.unit_id
+    return {
+        "id": uid,
+        "kind": info.unit.split(":")[0],
+        "model": "",
+        "cohort": f"unstarted:{uid}",
+        "verdict": Verdict.INVALID.value,
+        "reason": why,
+        "cases_run": 0,
+        "workloads": [],
+        "throughput": {},
+        "mismatches": 0,
+        "first_bad_case": None,
+        "notes": [],
+        "cases": {"index": [], "workload": [], "digest": [], "status": [], "seconds": []},
+        "rank": info.rank,
+        "host": info.host,
+        "local_rank": info.local_rank,
+        "device": info.device,
+    }
+
+
+def _missing_finding(info: RankInfo, why: str) -> dict[str, Any]:
+    return finding(
+        "rank_missing",
+        info.unit_id,
+        f"rank {info.rank} ({info.unit} on {info.host}, local rank {info.local_rank}) has no report, so "
+        f"its unit could not be judged: {why}.",
+        f"read rank {info.rank}'s output and the system log on {info.host}, then re-run the distributed run",
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Consensus across ranks, by compare's rule.
+
+
+def _host_reports(docs: Sequence[tuple[RankInfo, dict[str, Any]]]) -> list[HostReport]:
+    """One in-memory report per host and plan holding all that host's rank units, as compare reads them.
+
+    compare keeps only the newest report of a host and plan, so the ranks of one host must be one
+    report: fed separately, all but one would be dropped as superseded.
+    """
+    groups: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
+    for info, doc in docs:
+        plan = (info.host, doc["run"]["profile"]["sha256"], doc["run"]["seed"])
+        groups.setdefault(plan, []).append(doc)
+    extractor = Extractor()
+    reports = []
+    for k, ((host, _, _), members) in enumerate(sorted(groups.items())):
+        units = [u for d in members for u in d["units"]]
+        merged = {
+            **members[0],
+            "run": {**members[0]["run"], "id": f"{members[0]['run']['id']}#{k}"},  # dedupe keeps each
+            "host": {"hostname": host},
+            "verdict": Verdict.worst((u["verdict"] for u in units), default=Verdict.PASS).value,
+            "units": units,
+            "mismatches": [m for d in members for m in d.get("mismatches", [])],
+            "findings": [f for d in members for f in d["findings"]],
+            "disputes": [],
+        }
+        merged.pop("sentinel", None)  # the kernel log's evidence is the rank reports' own, not a vote
+        reports.append(extractor.extract(merged, source=f"rank reports of {host}"))
+    return reports
+
+
+def _judge_consensus(
+    found: Iterable[FleetFinding],
+    units: Mapping[str, dict[str, Any]],
+    docs: Sequence[tuple[RankInfo, dict[str, Any]]],
+) -> list[dict[str, Any]]:
+    """Apply compare's divergent and undecided findings to the units (in place); return report findings.
+
+    A divergent unit fails, as a divergent unit of a host's run does, without hiding that it could
+    not be judged (an invalid unit stays invalid). An undecided unit that passed becomes invalid.
+    """
+    run_of = {u["id"]: d["run"] for _, d in docs for u in d["units"]}
+    out = []
+    for f in found:
+        ev = f.evidence
+        named = [f.unit] if f.unit is not None else [u for u in ev.get("units", []) if u in units]
+        if f.kind == "divergent":
+            case = f"case {ev.get('first_disputed_case')} ({ev.get('workload')})"
+            against = _BASIS_WORDS.get(ev.get("basis", ""), "the cross-rank consensus")
+            for uid in named:
+                unit = units[uid]
+                if unit["verdict"] in (Verdict.PASS, Verdict.INTERRUPTED):
+                    unit["verdict"] = Verdict.FAIL.value
+                    unit["reason"] = (
+                        f"digest of {case} disagreed with the ranks' consensus ({ev.get('basis')})"
+                    )
+            who = ", ".join(named)
+            out.append(
+                finding(
+                    "divergent",
+                    f.unit,
+                    f"{who} on {f.host}: digest of {case} differs from {against} "
+                    f"({ev.get('hosts_voted')} host(s), {ev.get('units_voted')} unit(s) voted; "
+                    f"{ev.get('disputed_cases')} disputed case(s)).",
+                    _replay(named[0], units, run_of) if named else None,
+                )
+            )
+        else:
+            case = f"case {ev.get('first_undecided_case')} ({ev.get('workload')})"
+            for uid in named:
+                unit = units[uid]
+                if unit["verdict"] == Verdict.PASS:
+                    unit["verdict"] = Verdict.INVALID.value
+                    unit["reason"] = (
+                        f"digest of {case} disagrees across ranks and the consensus cannot decide"
+                    )
+            out.append(
+                finding(
+                    "undecided",
+                    None,
+                    f"{f.host}: units {', '.join(named)} disagree with other ranks at {case} "
+                    f"({ev.get('undecided_cases')} case(s)) and the ranks' consensus cannot decide: {ev.get('why')}.",
+                    "re-run on more hosts, or judge the ranks against a golden "
+                    "(sdcscan golden record REPORT… of known-good hosts of this plan)",
+                )
+            )
+    return out
+
+
+def _replay(uid: str, units: Mapping[str, dict[str, Any]], run_of: Mapping[str, dict[str, Any]]) -> str:
+    """The command that reproduces a rank's plan on its unit, on its host."""
+    unit = units[uid]
+    own = uid.split("/", 1)[1]
+    return (
+        f"on {unit['host']}: sdcscan run {replay_args(run_of[uid])} --units {own} --budget 15m "
+        f"(reproduce; then take {uid} out of service)"
+    )
+
+
+def _cross_rank_disputes(reports: Sequence[HostReport]) -> list[dict[str, Any]]:
+    """Every case whose digests disagree across ranks, with compare's reference digest where it has one
+    (`majority`: golden, agreed or the hosts' decision; None where it stays open or only a host decides)."""
+    out = []
+    for (_, cohort), hosts in sorted(comparison_groups(reports).items()):
+        cc = CohortConsensus(hosts, None)
+        held: dict[int, dict[str, str]] = {}
+        workload: dict[int, str] = {}
+        for _, units in hosts:
+            for u in units:
+                for i, d, w in zip(u.indices, u.digests, u.workloads, strict=True):
+                    if d is not None:
+                        held.setdefault(i, {})[u.unit] = d
+                        workload.setdefault(i, w)
+        for i, digests in sorted(held.items()):
+            if len(set(digests.values())) < 2:
+                continue
+            reference = cc.reference.get(i)
+            out.append(
+                {
+                    "index": i,
+                    "workload": workload[i],
+                    "cohort": cohort,
+                    "digests": dict(sorted(digests.items(), key=lambda kv: unit_order(kv[0]))),
+                    "majority": reference[0] if reference else None,
+                }
+            )
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Attributions of the distributed workloads.
+
+
+def _attribution_findings(mismatches: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One finding per distinct attribution (the `where` of a distributed workload's mismatch).
+
+    `where` is `LABEL: ATTRIBUTION`, the label saying which step (train_dp) or which collective, dtype
+    and size (collective) showed it. A bad hop shows in many cases and on every rank it accuses, so
+    findings are keyed by the attribution alone, naming its first case and every rank that reported it.
+    """
+    seen: dict[str, list[dict[str, Any]]] = {}
+    for m in mismatches:
+        if m["workload"] in DISTRIBUTED_WORKLOADS and m["where"]:
+            seen.setdefault(_attribution(m["where"])[1], []).append(m)
+    out = []
+    for text, records in list(seen.items())[:MAX_ATTRIBUTION_FINDINGS]:
+        first = min(records, key=lambda m: (m["index"], unit_order(m["unit"])))
+        label = _attribution(first["where"])[0]
+        reporters = sorted({m["unit"] for m in records}, key=unit_order)
+        cases = len({m["index"] for m in records})
+        out.append(
+            finding(
+                "attribution",
+                None,
+                f"{text} ({first['workload']}, {cases} case(s), first case {first['index']}"
+                f"{', ' + label if label else ''}; reported by {', '.join(reporters)}).",
+            )
+        )
+    if len(seen) > MAX_ATTRIBUTION_FINDINGS:
+        rest = len(seen) - MAX_ATTRIBUTION_FINDINGS
+        out.append(finding("attribution", None, f"{rest} more distinct attribution(s) in the mismatches."))
+    return out
+
+
+def _attribution(where: str) -> tuple[str, str]:
+    """(label, attribution) of a distributed mismatch's `where`; no label when it has none."""
+    label, sep, text = where.partition(": ")
+    return (label, text) if sep and text else ("", where)
+
+
+# --------------------------------------------------------------------------------------------------
+# The run, the host, the verdict.
+
+
+def _run_doc(
+    run: dict[str, Any],
+    ranks: Sequence[RankInfo],
+    units: Sequence[dict[str, Any]],
+    reports: Sequence[dict[str, Any]],
+    backend: str | None,
+) -> dict[str, Any]:
+    """The given run plus `distributed` and, when a rank was stopped by a signal, `interrupted_by`."""
+    verdict_of: dict[int, list[str]] = {}
+    for u in units:
+        verdict_of.setdefault(u["rank"], []).append(u["verdict"])
+    records = [
+        {
+            "rank": info.rank,
+            "host": info.host,
+            "local_rank": info.local_rank,
+            "unit": info.unit,
+            "device": info.device,
+            "report": info.report,
+            "verdict": Verdict.worst(verdict_of.get(info.rank, [])).value,
+        }
+        for info in ranks
+    ]
+    given = run.get("distributed")
+    distributed = {**(given if isinstance(given, dict) else {}), "world_size": len(ranks), "ranks": records}
+    seen = [r["run"].get("distributed") for r in reports]  # a rank report's: where it sat, what it saw
+    backend = backend or next((d["backend"] for d in seen if isinstance(d, dict) and d.get("backend")), None)
+    if isinstance(backend, str):
+        distributed["backend"] = backend
+    doc = {**run, "distributed": distributed}
+    stopped = [r["run"].get("interrupted_by") for r in reports if _interrupted(r)]
+    if not doc.get("interrupted_by") and stopped:
+        # SIGTERM first: the cluster was told to stop, and `sdcscan report` then exits 143 as the rank did.
+        doc["interrupted_by"] = "SIGTERM" if "SIGTERM" in stopped else next((s for s in stopped if s), None)
+    return doc
+
+
+def _interrupted(report: dict[str, Any]) -> bool:
+    return bool(report["verdict"] == Verdict.INTERRUPTED or report["run"].get("interrupted_by"))
+
+
+def _cluster_verdict(
+    units: Sequence[dict[str, Any]], run: dict[str, Any], reports: Sequence[dict[str, Any]]
+) -> Verdict:
+    """A host report's rule: interrupted when the cluster or any rank was stopped, else the worst unit
+    verdict (so a rank that could not be judged outweighs one that failed, as a unit does on a host)."""
+    if run.get("interrupted_by") or any(_interrupted(r) for r in reports):
+        return Verdict.INTERRUPTED
+    return Verdict.worst(u["verdict"] for u in units)
+
+
+def _host_doc(ranks: Sequence[RankInfo], first: dict[str, Any] | None) -> dict[str, Any]:
+    """The first reporting rank's host facts, named for every host of the world.
+
+    `hostname` joins the hosts (the schema wants one string); `hosts` lists them. A machine id would
+    be one machine's, so it is dropped when the world spans several.
+    """
+    hosts = list(dict.fromkeys(info.host for info in ranks))
+    doc = dict(first["host"]) if first else {}
+    if len(hosts) > 1:
+        doc.pop("machine_id", None)
+    return {**doc, "hostname": ",".join(hosts), "hosts": hosts}
+
+
+def _telemetry(docs: Sequence[tuple[RankInfo, dict[str, Any]]]) -> dict[str, Any]:
+    """Each unit's telemetry, and each host's (from its first rank: its ranks share the host's counters)."""
+    units: dict[str, Any] = {}
+    hosts: dict[str, Any] = {}
+    for info, doc in docs:
+        units.update(doc["telemetry"]["units"])
+        hosts.setdefault(info.host, doc["telemetry"]["host"])
+    return {"units": units, "hosts": hosts}
+
+
+def _unique(findings: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The findings in order, each (kind, unit, message) once: ranks of one host repeat host findings."""
+    seen: set[tuple[Any, ...]] = set()
+    out = []
+    for f in findings:
+        key = (f["kind"], f["unit"], f["message"])
+        if key not in seen:
+            seen.add(key)
+            out.append(f)
+    return out

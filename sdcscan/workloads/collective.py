@@ -1,0 +1,457 @@
+"""`collective`: checked collectives on exact data, every rank checking every element it holds.
+
+A case runs one (collective, dtype, size) of the product of the parameters, chosen from the case's
+occurrence, so every rank of the world runs the same one (the worker runs distributed cases in
+lockstep). The data come from `sdcscan.distributed.exact_data`, whose right result is known bit for
+bit whatever algorithm the backend picks; after the collective every rank shares what it saw wrong
+over the gloo control group, so every rank computes the same attribution (`attribution`): a wrong
+block of a copy (all_gather, broadcast, the send/recv ring) names the hop it crossed; a wrong sum
+names a rank when it is wrong alone, and otherwise goes to reductive triage on subgroups
+(`triage`). Only the ranks blamed report a mismatch, so the exit code points at them.
+
+Injected faults are simulated where they would strike: `--inject R:link` makes the hop into rank R
+(from its predecessor on the ring, rank order) corrupt everything that crosses it. A copied block
+travels from its source along the ring, so it arrives wrong wherever its path crossed the hop; a
+sum mixes every rank's data on every hop of its group's ring, so the hop corrupts every rank's
+result. Either way the receiver flips one bit after the collective and the same check catches it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import random
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypeAlias
+
+import torch
+import torch.distributed as dist
+
+from sdcscan.distributed.attribution import (
+    CAUSE_COPY,
+    Attribution,
+    Clean,
+    HopBlame,
+    RankBlame,
+    Unattributed,
+    blame_all_gather,
+    blame_send_recv_ring,
+)
+from sdcscan.distributed.collectives import (
+    ALL_GATHER,
+    ALL_REDUCE,
+    BROADCAST,
+    COLLECTIVES,
+    REDUCE_SCATTER,
+    SEND_RECV,
+    _flip_one_bit,
+    _global,
+    _reduce_scatter,
+    algorithm_bytes,
+    bus_bandwidth,
+)
+from sdcscan.distributed.exact_data import bitwise_equal, block, contribution, expected_sum, wrong_elements
+from sdcscan.distributed.triage import Node, Triage, reductive_triage
+from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
+from sdcscan.workloads import SPECS, WorkloadSpec
+from sdcscan.workloads.base import Context, register
+
+DTYPES: dict[str, torch.dtype] = {
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+    "float32": torch.float32,
+    "int32": torch.int32,
+}
+MAX_BLOCK = 2**27  # elements per block: 512 MiB of float32, and its exact data takes ~5 GB of host memory
+CACHE_BYTES = 2**31  # built inputs and expected results kept per rank, least recently used dropped first
+COPIES = (ALL_GATHER, BROADCAST, SEND_RECV)  # the collectives whose blocks have a source to blame
+
+Pair: TypeAlias = tuple[int, int]  # (source, receiver), group ranks: receiver holds source's block wrong
+BadHop: TypeAlias = Callable[[int, int], bool]  # (sender, receiver), global ranks -> corrupts what crosses
+
+
+@dataclass(frozen=True, slots=True)
+class _Pick:
+    """What one case runs; the same on every rank."""
+
+    collective: str
+    dtype: str
+    numel: int
+    root: int  # broadcast's root (a global rank); it moves one rank each lap through the product
+
+    @property
+    def label(self) -> str:
+        return f"{self.collective} {self.dtype} {self.numel}"
+
+
+@dataclass(frozen=True, slots=True)
+class _Group:
+    """The ranks a collective runs on: the whole world or a triage subgroup."""
+
+    members: tuple[int, ...]  # global ranks, sorted: the group's ring is this order
+    handle: Any  # the process group (None: the default group)
+    me: int  # this process's rank in the group
+
+    @property
+    def size(self) -> int:
+        return len(self.members)
+
+    def root(self, pick: _Pick) -> int:
+        """Broadcast's root in this group: the case's root if a member, else the group's rank 0."""
+        return self.members.index(pick.root) if pick.root in self.members else 0
+
+    def path_crosses(self, source: int, receiver: int, bad: BadHop) -> bool:
+        """Whether `source`'s block, travelling the group's ring to `receiver`, crosses a bad hop."""
+        n, at = self.size, source
+        while at != receiver:
+            if bad(self.members[at], self.members[(at + 1) % n]):
+                return True
+            at = (at + 1) % n
+        return False
+
+    def ring_crosses(self, bad: BadHop) -> bool:
+        """Whether any hop of the group's ring is bad (a ring of one has none)."""
+        n = self.size
+        return n > 1 and any(bad(self.members[i], self.members[(i + 1) % n]) for i in range(n))
+
+
+@dataclass(frozen=True, slots=True)
+class _Data:
+    """One rank's input and the result it must hold afterwards, for one pick on one group."""
+
+    send: torch.Tensor  # the input (cloned before a collective that writes into it)
+    expected: torch.Tensor  # all_gather: every source's block, flat; the others: this rank's result
+
+
+@register
+class Collective:
+    """all_gather, all_reduce, reduce_scatter, broadcast and a send/recv ring, checked bit for bit."""
+
+    name: ClassVar[str] = "collective"
+    spec: ClassVar[WorkloadSpec] = SPECS[name]
+
+    def __init__(self, params: Mapping[str, Any]) -> None:
+        self.p = {**self.spec.defaults, **params}
+        for key, known in (("collectives", COLLECTIVES), ("dtypes", tuple(DTYPES))):
+            values = self.p[key]
+            if not values or any(v not in known for v in values):
+                raise ValueError(f"collective: {key} must be a non-empty list of {', '.join(known)}")
+        sizes = self.p["sizes"]
+        if not sizes or any(
+            not isinstance(s, int) or isinstance(s, bool) or not 1 <= s <= MAX_BLOCK for s in sizes
+        ):
+            raise ValueError(f"collective: sizes must be a non-empty list of integers in 1..{MAX_BLOCK}")
+        if not isinstance(self.p["triage_budget"], int) or self.p["triage_budget"] < 1:
+            raise ValueError("collective: triage_budget must be an integer >= 1")
+        self.combos = list(itertools.product(self.p["collectives"], self.p["dtypes"], self.p["sizes"]))
+        self._cache: OrderedDict[tuple[Any, ...], _Data] = OrderedDict()
+        self._cached_bytes = 0
+
+    def prepare(self, ctx: Context) -> None:
+        """Nothing to build yet: the world (and so each rank's data) is known only when cases run."""
+
+    def run(self, ctx: Context, case: Case) -> Outcome:
+        world = ctx.world
+        if world is None:
+            raise RuntimeError(
+                "collective needs a distributed run (ctx.world is None): start it with `sdcscan run --distributed`"
+            )
+        pick = self._pick(case.occurrence, world.size)
+        fault = world.fault("link")
+        # One draw from the case seed, the same on every rank: either the whole case (triage included)
+        # sees the bad hop, or none of it does.
+        active = fault is not None and random.Random(f"{case.seed}:link").random() < fault.rate
+
+        def bad(sender: int, receiver: int) -> bool:
+            return active and bool(world.link_corrupts(sender, receiver))
+
+        members = tuple(range(world.size))
+        group = _Group(members, world.data, world.rank)
+        # The data seed is the run's, not the case's: every case of one (collective, dtype, size) uses
+        # the same data, so after the first the cache holds them and a case costs the collective and
+        # the comparison only. Exact data make any corruption visible whatever the values; the run
+        # seed is the same on every rank (it fixes the plan they share) and differs between runs.
+        seed = ctx.run_seed
+        result = self._execute(ctx, pick, group, seed, bad, timed=True)
+        with ctx.phase("check"):
+            seen = _all_gather_object(result, world)
+            findings = _attribute(pick.collective, members, seen)
+        triage = None
+        if any(isinstance(f, Unattributed) for f in findings):
+            with ctx.phase("triage"):
+                triage = self._triage(ctx, pick, seed, bad, world)
+        blamed = _blamed(findings, triage, world.nodes())
+        seconds = ctx.phases.get("compute", 0.0)
+        nbytes = algorithm_bytes(pick.collective, pick.numel, DTYPES[pick.dtype], world.size)
+        attribution = [f.to_dict() for f in findings]
+        triage_dict = triage.to_dict() if triage is not None else None
+        mismatches = []
+        if world.rank in blamed:
+            mismatches.append(_mismatch(pick, findings, seen, triage, sorted(blamed)))
+        return Outcome(
+            status=STATUS_MISMATCH if mismatches else STATUS_OK,
+            digest=_digest(pick, world.size, attribution, triage_dict),
+            mismatches=mismatches,
+            ops=float(nbytes),
+            ops_unit="byte",
+            detail={
+                "collective": pick.collective,
+                "dtype": pick.dtype,
+                "numel": pick.numel,
+                "bytes": nbytes,
+                "root": pick.root if pick.collective == BROADCAST else None,
+                "algbw_gbps": nbytes / seconds / 1e9 if seconds > 0 else None,
+                "busbw_gbps": (
+                    bus_bandwidth(pick.collective, nbytes, seconds, world.size) / 1e9 if seconds > 0 else None
+                ),
+                "attribution": attribution,
+                "triage": triage_dict,
+                "ring": list(world.ring),
+                "backend": world.backend,
+                "nccl_algo": os.environ.get("NCCL_ALGO"),  # recorded: it changes the path a block takes
+            },
+        )
+
+    def _pick(self, occurrence: int, world_size: int) -> _Pick:
+        """The (collective, dtype, size) of this occurrence, cycling the product; the root moves per lap."""
+        collective, dtype, numel = self.combos[occurrence % len(self.combos)]
+        return _Pick(collective, dtype, numel, root=(occurrence // len(self.combos)) % world_size)
+
+    def _execute(
+        self, ctx: Context, pick: _Pick, group: _Group, seed: int, bad: BadHop, *, timed: bool
+    ) -> list[Pair] | int:
+        """Run `pick` on `group` and check it: this rank's wrong pairs (copies) or wrong elements (sums).
+
+        `timed`: time setup, the collective (compute) and the check as the case's phases; triage's
+        re-runs are timed as a whole instead, so they do not count as the case's compute.
+        """
+
+        def phase(name: str) -> AbstractContextManager[None]:
+            return ctx.phase(name) if timed else nullcontext()
+
+        with phase("setup"):
+            data = self._data(pick, group, seed, ctx.world.device)
+            buffers = _buffers(pick, group, data)
+        with phase("compute"):
+            _call(pick, group, data, buffers)
+        with phase("check"):
+            return _check(pick, group, data, buffers, bad)
+
+    def _data(self, pick: _Pick, group: _Group, seed: int, device: torch.device) -> _Data:
+        """This rank's input and expected result, built once and kept while the cache has room."""
+        root = group.root(pick) if pick.collective == BROADCAST else None  # the others do not use it
+        key = (pick.collective, pick.dtype, pick.numel, group.size, group.me, root, seed, str(device))
+        found = self._cache.get(key)
+        if found is not None:
+            self._cache.move_to_end(key)
+            return found
+        data = _build(pick, group, seed, device)
+        size = _nbytes(data)
+        if size <= CACHE_BYTES:
+            while self._cached_bytes + size > CACHE_BYTES:
+                _, old = self._cache.popitem(last=False)
+                self._cached_bytes -= _nbytes(old)
+            self._cache[key] = data
+            self._cached_bytes += size
+        return data
+
+    def _triage(self, ctx: Context, pick: _Pick, seed: int, bad: BadHop, world: Any) -> Triage:
+        """Reductive triage on subgroups; every rank plans the same trials and sees the same answers."""
+
+        def reproduces(nodes: tuple[Node, ...]) -> bool | None:
+            ranks = tuple(sorted(r for node in nodes for r in node.ranks))
+            handle = world.subgroup(ranks)  # every rank, member or not, in the same order
+            outcome = 0  # 0: clean, 1: reproduced, 2: could not run
+            if world.rank in ranks:
+                sub = _Group(ranks, handle, ranks.index(world.rank))
+                try:
+                    result = self._execute(ctx, pick, sub, seed, bad, timed=False)
+                    outcome = 1 if result else 0
+                except RuntimeError:  # a peer died or timed out: this trial says nothing
+                    outcome = 2
+            flag = torch.tensor([outcome], dtype=torch.int32)
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=world.control)
+            answer = int(flag.item())
+            return None if answer == 2 else answer == 1
+
+        return reductive_triage(
+            world.nodes(), reproduces, budget=self.p["triage_budget"], min_size=2, known_to_reproduce=True
+        )
+
+
+def _build(pick: _Pick, group: _Group, seed: int, device: torch.device) -> _Data:
+    """Inputs from `exact_data` (seeded by group ranks) and the result this rank must end with."""
+    dtype, n, me, numel = DTYPES[pick.dtype], group.size, group.me, pick.numel
+    if pick.collective == ALL_GATHER:
+        expected = torch.cat([block(s, numel, dtype, seed, device=device) for s in range(n)])
+        return _Data(send=expected[me * numel : (me + 1) * numel], expected=expected)
+    if pick.collective == BROADCAST:
+        mine = block(group.root(pick), numel, dtype, seed, device=device)
+        return _Data(send=mine, expected=mine)
+    if pick.collective == SEND_RECV:
+        return _Data(
+            send=block(me, numel, dtype, seed, device=device),
+            expected=block((me - 1) % n, numel, dtype, seed, device=device),
+        )
+    total = numel * (n if pick.collective == REDUCE_SCATTER else 1)
+    send = contribution(me, n, total, dtype, seed, device=device)
+    expected = expected_sum(n, total, dtype, seed, device=device)
+    if pick.collective == REDUCE_SCATTER:
+        expected = expected[me * numel : (me + 1) * numel].clone()
+    return _Data(send=send, expected=expected)
+
+
+def _nbytes(data: _Data) -> int:
+    """Memory `data` holds (all_gather's and broadcast's input shares the expected result's storage)."""
+    storages = {
+        t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in (data.send, data.expected)
+    }
+    return sum(storages.values())
+
+
+def _buffers(pick: _Pick, group: _Group, data: _Data) -> tuple[torch.Tensor, torch.Tensor]:
+    """(what is sent, where the result lands), fresh for each call so no run sees another's result."""
+    if pick.collective == ALL_REDUCE:  # in place
+        result = data.send.clone()
+        return result, result
+    if pick.collective == BROADCAST:  # in place: the root sends its buffer, the others receive into theirs
+        result = data.send.clone() if group.me == group.root(pick) else torch.empty_like(data.send)
+        return result, result
+    return data.send, torch.empty_like(data.expected)
+
+
+def _call(pick: _Pick, group: _Group, data: _Data, buffers: tuple[torch.Tensor, torch.Tensor]) -> None:
+    """The collective itself, and nothing else: this is what the case times."""
+    send, result = buffers
+    handle, collective = group.handle, pick.collective
+    if collective == ALL_GATHER:
+        # torch 2.13 renamed all_gather_into_tensor to all_gather_single (as for reduce_scatter).
+        gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+        gather(result, send, group=handle)
+    elif collective == ALL_REDUCE:
+        dist.all_reduce(result, op=dist.ReduceOp.SUM, group=handle)
+    elif collective == REDUCE_SCATTER:
+        _reduce_scatter(result, send, handle)
+    elif collective == BROADCAST:
+        dist.broadcast(result, src=_global(handle, group.root(pick)), group=handle)
+    elif group.size > 1:  # SEND_RECV: post both ends together, so the ring cannot deadlock
+        successor, predecessor = (group.me + 1) % group.size, (group.me - 1) % group.size
+        ops = [
+            dist.P2POp(dist.isend, send, _global(handle, successor), handle),
+            dist.P2POp(dist.irecv, result, _global(handle, predecessor), handle),
+        ]
+        for work in dist.batch_isend_irecv(ops):
+            work.wait()  # bounded by the group's timeout
+    else:
+        result.copy_(send)
+
+
+def _check(
+    pick: _Pick, group: _Group, data: _Data, buffers: tuple[torch.Tensor, torch.Tensor], bad: BadHop
+) -> list[Pair] | int:
+    """Corrupt what an injected bad hop would have, then compare bit for bit with the expected result."""
+    result, me, n, numel = buffers[1], group.me, group.size, pick.numel
+    if pick.collective not in COPIES:
+        if group.ring_crosses(bad):
+            _flip_one_bit(result)
+        return wrong_elements(result, data.expected)
+    if pick.collective == ALL_GATHER:
+        received = [(s, s * numel) for s in range(n)]
+    else:  # one block: from the root, or from the ring predecessor
+        received = [(group.root(pick) if pick.collective == BROADCAST else (me - 1) % n, 0)]
+    wrong = []
+    for source, start in received:
+        got = result[start : start + numel]
+        if group.path_crosses(source, me, bad):
+            _flip_one_bit(got)
+        if not bitwise_equal(got, data.expected[start : start + numel]):
+            wrong.append((source, me))
+    return wrong
+
+
+def _all_gather_object(local: list[Pair] | int, world: Any) -> list[Any]:
+    """Every rank's result, in rank order, over the control group (every rank takes part)."""
+    gathered: list[Any] = [None] * world.size
+    dist.all_gather_object(gathered, local, group=world.control)
+    return gathered
+
+
+def _attribute(collective: str, ring: Sequence[int], seen: list[Any]) -> tuple[Attribution, ...]:
+    """What every rank's results show: the same on every rank, since every rank sees them all."""
+    if collective in COPIES:
+        pairs = sorted({(int(s), int(r)) for part in seen for s, r in part})
+        if collective == SEND_RECV:
+            return blame_send_recv_ring(ring, pairs) or (Clean(),)
+        return (blame_all_gather(ring, pairs),)
+    wrong = [r for r, count in enumerate(seen) if count]
+    if not wrong:
+        return (Clean(),)
+    if len(wrong) == 1:
+        return (RankBlame(wrong[0], CAUSE_COPY, sources=(wrong[0],)),)
+    return (
+        Unattributed(
+            f"ranks {', '.join(map(str, wrong))} hold wrong sums: every rank's data is in every element,"
+            " so no single hop or rank can be named"
+        ),
+    )
+
+
+def _blamed(findings: Sequence[Attribution], triage: Triage | None, nodes: Sequence[Node]) -> set[int]:
+    """The ranks that report a mismatch: a hop's receiver, a blamed rank, or every triage suspect."""
+    blamed: set[int] = set()
+    for f in findings:
+        if isinstance(f, HopBlame):
+            blamed.add(f.hop[1])
+        elif isinstance(f, RankBlame):
+            blamed.add(f.rank)
+    if triage is not None:
+        ranks_of = {node.name: node.ranks for node in nodes}
+        blamed.update(r for name in triage.suspects for r in ranks_of[name])
+    return blamed
+
+
+def _mismatch(
+    pick: _Pick, findings: Sequence[Attribution], seen: list[Any], triage: Triage | None, blamed: list[int]
+) -> Mismatch:
+    """The mismatch a blamed rank reports: what went wrong and who is blamed, in one line."""
+    parts = []
+    for f in findings:
+        if isinstance(f, HopBlame):
+            parts.append(
+                f"hop {f.hop[0]}→{f.hop[1]} corrupted blocks of sources {_list(f.sources)}"
+                f" at receivers {_list(f.receivers)}"
+            )
+        elif isinstance(f, RankBlame) and pick.collective in COPIES:
+            parts.append(f"rank {f.rank} alone holds blocks of sources {_list(f.sources)} wrong")
+        elif isinstance(f, RankBlame):
+            parts.append(
+                f"rank {f.rank} alone holds a wrong sum ({seen[f.rank]} wrong elements): its own reduction"
+                " or copy, or the last hop into it"
+            )
+        elif isinstance(f, Unattributed):
+            parts.append(f.reason)
+    if triage is not None:
+        parts.append(f"triage suspects ranks {_list(blamed)}: {triage.describe()}")
+    if pick.collective in COPIES:
+        actual = f"{sum(len(part) for part in seen)} blocks wrong"
+    else:
+        actual = f"{sum(seen)} elements wrong on {sum(1 for c in seen if c)} ranks"
+    return Mismatch(
+        check="collective", where=f"{pick.label}: {'; '.join(parts)}", expected="bit-exact", actual=actual
+    )
+
+
+def _digest(pick: _Pick, world_size: int, attribution: list[dict[str, Any]], triage: Any) -> str:
+    """The same on every rank, clean or not: what ran and what every rank concluded."""
+    root = pick.root if pick.collective == BROADCAST else None
+    facts = [pick.collective, pick.dtype, pick.numel, root, world_size, attribution, triage]
+    return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()
+
+
+def _list(ranks: Sequence[int]) -> str:
+    return ",".join(map(str, ranks))
