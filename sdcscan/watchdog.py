@@ -91,8 +91,8 @@ class Watchdog:
             current: the case it is running, if any.
             starved_s: seconds of that case (or of the start-up, before `ready`) the worker spent
                 runnable but waiting for a CPU that other work held (background mode): not its fault.
-            grace_s: seconds past the budget it may go on because it waits on its peers (a distributed
-                case, or the agreement between cases, bounded by the collective timeout).
+            grace_s: seconds it may wait on its peers (a distributed case, or the agreement between
+                cases, bounded by the collective timeout), past the budget and past its case limit.
         Returns:
             The reason, as the report states it, or None.
         """
@@ -103,7 +103,7 @@ class Watchdog:
             return f"worker did not start within {waited:.0f} s{why}"
         if current is not None:
             running = now - current.since - starved_s
-            if running > self.case_limit(current.workload) or overrun:
+            if running > self.case_limit(current.workload) + grace_s or overrun:
                 return f"case {current.index} ({current.workload}) hung: no result after {running:.0f} s; worker killed"
             return None
         if busy and overrun:  # stuck outside any case, e.g. sending its results

@@ -183,7 +183,7 @@ class _Engine:
         try:
             outcome = workload.run(ctx, case)
         except Exception as err:
-            if self.lockstep is not None and self.lockstep.lost_peer(workload, err):
+            if self.lockstep is not None and self.lockstep.lost_peer(case.workload, err):
                 # A peer died or stopped answering: not this unit's fault, and nothing to judge.
                 self.conn.send(("world", uid, self.lockstep.summary()))
                 self.conn.send(("withdrawn", uid, index))

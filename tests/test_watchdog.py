@@ -140,3 +140,19 @@ def test_the_case_limit_follows_every_finished_case():
         dog.case_finished("train", 4.0)
     assert dog.case_limit("train") == 10 * 4.0
     assert dog.case_limit("gemm_fp") == WATCHDOG_FIRST_S  # other workloads keep their own times
+
+
+def test_a_worker_waiting_on_its_peers_gets_the_grace_past_its_case_limit_and_the_budget():
+    """A distributed case (or the agreement between cases) may wait a collective timeout for a peer
+    that stopped answering: `grace_s` delays both the hang verdict and the budget's end, by no more."""
+    dog = started(deadline=T0 + 100.0)
+    dog.case_finished("collective", 0.1)
+    case = CaseInFlight(7, "collective", since=T0 + 50.0)
+    late = T0 + 50.0 + WATCHDOG_FLOOR_S + 1.0
+    assert running(dog, late, case) is not None
+    assert dog.check(late, ready=True, busy=True, current=case, grace_s=15.0) is None
+    assert dog.check(late + 15.0, ready=True, busy=True, current=case, grace_s=15.0) is not None
+    between = T0 + 100.0 + OVERRUN_S + 1.0  # busy between cases, at the agreement
+    assert dog.check(between, ready=True, busy=True, current=None) is not None
+    assert dog.check(between, ready=True, busy=True, current=None, grace_s=15.0) is None
+    assert dog.check(between + 15.0, ready=True, busy=True, current=None, grace_s=15.0) is not None

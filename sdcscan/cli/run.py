@@ -174,6 +174,10 @@ def _options(kw: dict[str, Any], started: float) -> Any:
     if kw["units_spec"] is not None:
         parse_units_spec(kw["units_spec"])
     profile = load_profile(kw["profile"])
+    if kw["distributed"]:  # every distributed run checks the wire too, unless --workloads says otherwise
+        from sdcscan.cluster.rank import DISTRIBUTED_WORKLOADS
+
+        profile = profile.adding(DISTRIBUTED_WORKLOADS)
     if kw["workloads"] is not None:
         profile = profile.select([w.strip() for w in kw["workloads"].split(",") if w.strip()])
     overrides: dict[str, dict[str, Any]] = {}

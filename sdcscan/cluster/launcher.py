@@ -83,11 +83,15 @@ def launch(opts: ScanOptions, dist_opts: DistOptions, where: LaunchOptions) -> L
     """Start this node's ranks, wait for them (every rank ends within its budget plus bounded grace),
     and combine their codes.
 
+    A SIGINT or SIGTERM that reaches this launcher reaches the ranks too: they stop and write their
+    reports, and the result carries 130 or 143.
+
     Raises:
-        interrupts.Interrupted: SIGINT or SIGTERM reached this launcher (the ranks got it too and
-            wrote their reports).
+        RendezvousFailed: the nodes did not all join within --join-timeout (exit 3).
     """
     from torch.distributed.elastic.multiprocessing.api import SignalException
+    # torch's elastic modules read LOGLEVEL when each one is first imported, some of them during the run.
+    os.environ.setdefault("LOGLEVEL", "CRITICAL")
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
@@ -111,11 +115,14 @@ def launch(opts: ScanOptions, dist_opts: DistOptions, where: LaunchOptions) -> L
         codes: Mapping[int, Any] = elastic_launch(config, _rank_entry)(opts, dist_opts)
     except ChildFailedError as err:
         lines = tuple(_death_line(rank, failure) for rank, failure in sorted(err.failures.items()))
+        lines += ("the launcher then stopped the other ranks: their units say interrupted",)
         return LaunchResult(EXIT_INVALID, _existing(path), lines)
-    except SignalException as err:
-        raise interrupts.Interrupted(int(err.sigval)) from None
+    except SignalException as err:  # the operator's Ctrl-C or SIGTERM: the agent passed it on to the ranks
+        name = interrupts.signal_name(int(err.sigval))
+        line = f"{name}: every rank was stopped and wrote its report"
+        return LaunchResult(interrupts.exit_code(int(err.sigval)), _existing(path), (line,))
     except Exception as err:  # the rendezvous: timeout, connection refused, closed
-        raise RendezvousFailed(f"rendezvous at {config.rdzv_endpoint} failed: {_one_line(err)}") from None
+        raise RendezvousFailed(_rendezvous_problem(err, config.rdzv_endpoint, where, dist_opts)) from None
     return LaunchResult(combine(codes.values()), _existing(path), ())
 
 
@@ -135,15 +142,33 @@ def _rank_entry(opts: ScanOptions, dist_opts: DistOptions) -> int:
     _quiet_torch_logs()
     interrupts.install()  # the agent forwards SIGINT/SIGTERM: the rank stops and writes its report
     try:
-        return run_rank(opts, dist_opts)
+        code = run_rank(opts, dist_opts)
     except interrupts.Interrupted as stop:
-        return stop.exit_code
+        code = stop.exit_code
     except SdcscanError as err:
         print(f"Error: {err}", file=sys.stderr)
         return err.exit_code
     except Exception as err:  # a bug or a library failure: this rank could not be judged
         print(f"Error: rank failed: {_one_line(err)}", file=sys.stderr)
         return EXIT_INVALID
+    if interrupts.received() is not None:
+        # The agent is stopping every rank (a peer died, or the operator's signal): it will not read a
+        # returned code, and torch's wrapper would wait for it to be read until the agent kills us.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
+
+
+def _rendezvous_problem(
+    err: BaseException, endpoint: str, where: LaunchOptions, dist_opts: DistOptions
+) -> str:
+    if type(err).__name__ == "RendezvousTimeoutError":
+        return (
+            f"rendezvous at {endpoint}: the {where.nnodes} node(s) did not all join within --join-timeout "
+            f"({dist_opts.join_timeout_s:.0f} s); nothing was screened"
+        )
+    return f"rendezvous at {endpoint} failed: {_one_line(err)}; nothing was screened"
 
 
 def _death_line(rank: int, failure: Any) -> str:
@@ -163,5 +188,10 @@ def _one_line(err: BaseException) -> str:
 
 def _quiet_torch_logs() -> None:
     """torch's agent logs every worker failure with a traceback; sdcscan says it in one line instead."""
-    for name in ("torch.distributed.elastic", "torch.distributed.launcher", "torch.distributed"):
+    for name in (
+        "torch.distributed.elastic",
+        "torch.distributed.launcher",
+        "torch.distributed",
+        "torch.multiprocessing",
+    ):
         logging.getLogger(name).setLevel(logging.CRITICAL)

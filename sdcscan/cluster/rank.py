@@ -40,7 +40,7 @@ from sdcscan.scan import ScanOptions, scan
 from sdcscan.timefmt import iso_utc
 from sdcscan.watchdog import OVERRUN_S
 
-DISTRIBUTED_WORKLOADS = ["collective", "train_dp"]
+DISTRIBUTED_WORKLOADS = ["collective", "train_dp"]  # what --distributed adds to the profile's workloads
 REPORT_WAIT_AFTER_S = 20.0  # rank 0 waits this long past the latest end of any rank for their reports
 INTERRUPTED_WAIT_S = 5.0  # ... or only this long when it was interrupted itself (the others are too)
 
@@ -127,7 +127,6 @@ def _rank_options(
     path.parent.mkdir(parents=True, exist_ok=True)
     return replace(
         opts,
-        profile=opts.profile.adding(DISTRIBUTED_WORKLOADS),
         units=unit.id,
         injections=own,
         hostname=hostname,

@@ -197,7 +197,7 @@ def broken(world: World, why: str) -> WorldBroken:
     elif missing:
         who = f"rank(s) {', '.join(map(str, missing))} stopped answering"
     else:
-        who = "a peer stopped answering (rank 0's report names it)"
+        who = "a peer stopped answering (the cluster report names the rank whose unit could not be judged)"
     world.broken, world.lost, world.missing = f"{why}; {who}", missing is not None, missing or ()
     return WorldBroken(world.broken, missing or ())
 
