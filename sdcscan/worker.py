@@ -128,6 +128,9 @@ class _Engine:
             workload = self.plan.workload_of(index)
             expected = self.mean_s.get(workload, 0.0)
             if self.lockstep is not None and not self.lockstep.may_run(workload, deadline - expected):
+                if self.lockstep.distributed >= set(self.workloads):  # nothing of its own left to run
+                    self._leave_world(tell_peers=False)
+                    return "done"
                 index += 1  # distributed cases have stopped (agreed, or the world broke): skip theirs
                 continue
             if self.gate is not None and not self._wait_for_idle(deadline - expected):

@@ -73,7 +73,7 @@ def _four(rank: int, size: int, control: Any) -> dict[str, Any]:
     laps = len(COLLECTIVES) * len(DTYPES)
     out: dict[str, Any] = {"clean": [clean(i) for i in range(laps)]}
     out["again"] = [clean(i) for i in range(laps)]  # served from the cache
-    out["broadcast_roots"] = [clean(3 * len(DTYPES) + lap * laps) for lap in range(1, size)]
+    out["broadcast_roots"] = [clean(COLLECTIVES.index("broadcast") + lap * laps) for lap in range(1, size)]
     link = _world(rank, size, control, (WireFault("link", 2),))
     faulty = _runner(link, dtypes=["float32"])
     out["link"] = {c: faulty(i) for i, c in enumerate(COLLECTIVES)}
@@ -213,7 +213,8 @@ def test_a_clean_broadcast_from_every_root_is_ok(four):
 
 def test_detail_records_sizes_bandwidth_and_setting(four):
     """nccl-tests' S, algbw and busbw, the ring and backend; ops are the bytes moved."""
-    outcome = four[1]["clean"][len(DTYPES) + 2]  # all_gather float32
+    # the collective changes fastest, then the dtype: all_gather float32
+    outcome = four[1]["clean"][DTYPES.index("float32") * len(COLLECTIVES) + COLLECTIVES.index("all_gather")]
     d = outcome.detail
     assert (d["collective"], d["dtype"], d["numel"]) == ("all_gather", "float32", 257)
     assert d["bytes"] == 4 * 257 * 4 and outcome.ops == d["bytes"] and outcome.ops_unit == "byte"

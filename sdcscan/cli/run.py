@@ -169,6 +169,10 @@ def _options(kw: dict[str, Any], started: float) -> Any:
         from sdcscan.cli.run_distributed import check_not_distributed
 
         check_not_distributed(kw)
+    elif kw["background"]:
+        raise UsageError(
+            "--background does not combine with --distributed: a rank cannot yield its peers' time"
+        )
     # A distributed run's injections name ranks (RANK:KIND), parsed with its other options.
     injections = [] if kw["distributed"] else [parse_inject(s) for s in kw["inject"]]
     if kw["units_spec"] is not None:

@@ -90,6 +90,7 @@ def launch(opts: ScanOptions, dist_opts: DistOptions, where: LaunchOptions) -> L
         RendezvousFailed: the nodes did not all join within --join-timeout (exit 3).
     """
     from torch.distributed.elastic.multiprocessing.api import SignalException
+
     # torch's elastic modules read LOGLEVEL when each one is first imported, some of them during the run.
     os.environ.setdefault("LOGLEVEL", "CRITICAL")
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError

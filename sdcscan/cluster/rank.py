@@ -161,9 +161,24 @@ def _write_cluster_report(
     hosts = list(own["run"].get("distributed", {}).get("hosts", []))
     ranks = [_rank_info(r, infos.get(r), hosts, env.local_world_size) for r in range(env.world_size)]
     cluster = build_cluster_report(reports, ranks, missing=missing, run=_cluster_run(own, env))
+    cluster["run"]["distributed"].update(_world_figures(reports))
     path = cluster_report_path(opts, env.run_id)
     publish(cluster, replace(opts.outputs, report=path, record_history=False, lock=False))
     return int(cluster["exit_code"])
+
+
+def _world_figures(reports: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """The cluster report's measurements: rank 0's bandwidth table (a collective's time is the world's),
+    and every rank's time in the agreements and the digest exchange."""
+    seen = {r: rep["run"].get("distributed", {}) for r, rep in sorted(reports.items())}
+    keys = ("agreements", "agree_s", "exchanges", "exchange_s", "cases_compared", "cases_disagreeing")
+    return {
+        "bandwidth": seen.get(0, {}).get("bandwidth", []),
+        "lockstep": [
+            {"rank": r, "duration_s": reports[r]["run"].get("duration_s"), **{k: d.get(k) for k in keys}}
+            for r, d in seen.items()
+        ],
+    }
 
 
 def _rank_info(rank: int, info: dict[str, Any] | None, hosts: list[str], local_world: int) -> RankInfo:

@@ -46,6 +46,7 @@ class Lockstep:
         self.compared = 0
         self.disagreements: list[dict[str, Any]] = []
         self.disagreeing = 0
+        self.bandwidth = Bandwidth()
 
     @classmethod
     def join(
@@ -110,9 +111,11 @@ class Lockstep:
         return self.world.lost
 
     def record(self, index: int, workload: str, outcome: Outcome) -> None:
-        """Keep a finished per-unit case's digest for the next exchange."""
+        """Keep a finished per-unit case's digest for the next exchange, and a collective's bandwidth."""
         if workload not in self.distributed and outcome.status == STATUS_OK and outcome.digest:
             self.mine.append((index, workload, outcome.digest))
+        if outcome.detail.get("busbw_gbps") and outcome.detail.get("algbw_gbps"):
+            self.bandwidth.add(outcome.detail)
 
     def _exchange(self) -> None:
         mine, self.mine = self.mine, []
@@ -151,6 +154,43 @@ class Lockstep:
             "cases_compared": self.compared,
             "cases_disagreeing": self.disagreeing,
             "disagreements": self.disagreements,
+            "bandwidth": self.bandwidth.table(),
             "broken": w.broken,
             "missing": list(w.missing),
         }
+
+
+class Bandwidth:
+    """Achieved bandwidth per (collective, dtype, size), over every case this rank ran (nccl-tests'
+    algbw and busbw: total bytes over total time, so long cases weigh more than short ones)."""
+
+    def __init__(self) -> None:
+        self.rows: dict[
+            tuple[str, str, int], list[float]
+        ] = {}  # -> [cases, bytes, seconds, bus factor, best]
+
+    def add(self, detail: Mapping[str, Any]) -> None:
+        key = (str(detail["collective"]), str(detail["dtype"]), int(detail["bytes"]))
+        algbw, busbw = float(detail["algbw_gbps"]), float(detail["busbw_gbps"])
+        row = self.rows.setdefault(key, [0, 0.0, 0.0, busbw / algbw, 0.0])
+        row[0] += 1
+        row[1] += key[2]
+        row[2] += key[2] / (algbw * 1e9)
+        row[4] = max(row[4], busbw)
+
+    def table(self) -> list[dict[str, Any]]:
+        out = []
+        for (collective, dtype, nbytes), (cases, total, seconds, factor, best) in sorted(self.rows.items()):
+            algbw = total / seconds / 1e9
+            out.append(
+                {
+                    "collective": collective,
+                    "dtype": dtype,
+                    "bytes": nbytes,
+                    "cases": int(cases),
+                    "algbw_gbps": round(algbw, 4),
+                    "busbw_gbps": round(algbw * factor, 4),
+                    "best_busbw_gbps": round(best, 4),
+                }
+            )
+        return out

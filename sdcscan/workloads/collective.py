@@ -19,7 +19,6 @@ result. Either way the receiver flips one bit after the collective and the same 
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import os
 import random
@@ -148,7 +147,13 @@ class Collective:
             raise ValueError(f"collective: sizes must be a non-empty list of integers in 1..{MAX_BLOCK}")
         if not isinstance(self.p["triage_budget"], int) or self.p["triage_budget"] < 1:
             raise ValueError("collective: triage_budget must be an integer >= 1")
-        self.combos = list(itertools.product(self.p["collectives"], self.p["dtypes"], self.p["sizes"]))
+        # The collective changes fastest, then the dtype: a short run still checks every collective.
+        self.combos = [
+            (collective, dtype, size)
+            for size in self.p["sizes"]
+            for dtype in self.p["dtypes"]
+            for collective in self.p["collectives"]
+        ]
         self._cache: OrderedDict[tuple[Any, ...], _Data] = OrderedDict()
         self._cached_bytes = 0
 

@@ -1,0 +1,297 @@
+"""Issue 13 acceptance, end to end on CPU with gloo: `sdcscan run --distributed` as a user runs it.
+
+Each test starts a real world of rank processes (a few seconds of start-up on 2 cores), so they are
+`slow`; the world's pieces are tested fast elsewhere (test_distributed_env, test_distributed_cluster,
+test_workload_collective, test_workload_train_dp).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers.cli import child_env, sdcscan_cmd
+
+pytestmark = pytest.mark.slow
+
+BUDGET_S = 20
+SHUTDOWN_BOUND_S = 30  # the issue's bound: a run ends within budget + 30 s, whatever dies or hangs
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    env = child_env()
+    env["XDG_STATE_HOME"] = str(tmp_path / "state")
+    return env
+
+
+def _run(
+    tmp_path: Path, *args: str, ranks: int = 4, budget: int = BUDGET_S
+) -> tuple[subprocess.CompletedProcess[str], float]:
+    out = tmp_path / "r.json"
+    cmd = sdcscan_cmd(
+        "run",
+        "--distributed",
+        "--standalone",
+        "--nproc-per-node",
+        str(ranks),
+        "--budget",
+        f"{budget}s",
+        "--out",
+        str(out),
+        *args,
+    )
+    started = time.monotonic()
+    done = subprocess.run(
+        cmd, capture_output=True, text=True, env=_env(tmp_path), timeout=budget + 120, cwd=tmp_path
+    )
+    return done, time.monotonic() - started
+
+
+def _cluster(tmp_path: Path) -> dict[str, Any]:
+    return json.loads((tmp_path / "r.json").read_text())
+
+
+def _rank_report(tmp_path: Path, rank: int) -> dict[str, Any]:
+    return json.loads((tmp_path / f"r.rank{rank}.json").read_text())
+
+
+def _verdicts(report: dict[str, Any]) -> dict[str, str]:
+    return {u["id"].split("/")[0]: u["verdict"] for u in report["units"]}
+
+
+def _findings(report: dict[str, Any], kind: str) -> list[str]:
+    return [f["message"] for f in report["findings"] if f["kind"] == kind]
+
+
+def _case_digests(report: dict[str, Any]) -> dict[int, str]:
+    cases = report["units"][0]["cases"]
+    return dict(zip(cases["index"], cases["digest"], strict=True))
+
+
+def _no_process_left(tmp_path: Path) -> list[str]:
+    """sdcscan processes still running from this test's state directory (none may outlive the run)."""
+    left = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:
+            continue
+        if f"XDG_STATE_HOME={tmp_path / 'state'}".encode() in environ:
+            left.append(pid)
+    return left
+
+
+def test_a_clean_world_of_four_passes_with_every_report_written(tmp_path):
+    done, _ = _run(tmp_path)
+    assert done.returncode == 0, done.stderr
+    cluster = _cluster(tmp_path)
+    assert cluster["verdict"] == "pass" and len(cluster["units"]) == 4
+    assert _verdicts(cluster) == {f"rank{r}": "pass" for r in range(4)}
+    ranks = [_rank_report(tmp_path, r) for r in range(4)]
+    assert all(len(r["units"]) == 1 and r["verdict"] == "pass" for r in ranks)
+    # Every rank ran the same plan: each case any two ranks both ran has one digest.
+    digests = [_case_digests(r) for r in ranks]
+    common = set.intersection(*(set(d) for d in digests))
+    assert len(common) > 8
+    assert all(len({d[i] for d in digests}) == 1 for i in common)
+    seen = ranks[0]["run"]["distributed"]
+    assert seen["world_size"] == 4 and seen["cases_disagreeing"] == 0 and seen["agreements"] > 0
+    workloads = set(ranks[0]["units"][0]["throughput"])
+    assert {"collective", "train_dp"} <= workloads
+    assert _no_process_left(tmp_path) == []
+
+
+def test_torchrun_runs_the_same_world_and_exits_with_the_cluster_code(tmp_path):
+    torchrun = Path(os.environ.get("VIRTUAL_ENV", "")) / "bin" / "torchrun"
+    if not torchrun.exists():
+        torchrun = Path(sdcscan_cmd()[0]).with_name("torchrun")
+    out = tmp_path / "t.json"
+    cmd = [
+        str(torchrun),
+        "--standalone",
+        "--nproc-per-node",
+        "4",
+        "-m",
+        "sdcscan",
+        "run",
+        "--distributed",
+        "--budget",
+        f"{BUDGET_S}s",
+        "--out",
+        str(out),
+    ]
+    done = subprocess.run(
+        cmd, capture_output=True, text=True, env=_env(tmp_path), timeout=BUDGET_S + 120, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    cluster = json.loads(out.read_text())
+    assert cluster["verdict"] == "pass" and len(cluster["units"]) == 4
+    assert all((tmp_path / f"t.rank{r}.json").exists() for r in range(4))
+
+
+def test_a_bad_hop_from_rank_1_to_rank_2_is_named_and_exits_1(tmp_path):
+    done, _ = _run(tmp_path, "--inject", "2:link")
+    assert done.returncode == 1, done.stderr
+    cluster = _cluster(tmp_path)
+    verdicts = _verdicts(cluster)
+    assert verdicts["rank2"] == "fail" and verdicts["rank0"] == verdicts["rank3"] == "pass"
+    named = _findings(cluster, "attribution")
+    assert {hop for m in named for hop in re.findall(r"hop (\d+→\d+)", m)} == {"1→2"}, named
+    assert any("triage suspects ranks 1,2" in m for m in named)  # the sums: no hop from one case
+    # every wrong (source, receiver) pair of an all_gather lies on the arc after hop 1→2
+    gathers = [d for d in _failing_collectives(tmp_path, rank=2) if d["collective"] == "all_gather"]
+    assert gathers
+    for detail in gathers:
+        for blame in detail["attribution"]:
+            assert blame["kind"] == "hop" and tuple(blame["hop"]) == (1, 2)
+            assert set(blame["receivers"]) <= {2, 3, 0}
+
+
+def _failing_collectives(tmp_path: Path, rank: int) -> list[dict[str, Any]]:
+    """The `detail` of every failing collective case of a rank, from its journal (the report keeps
+    the mismatch's words, the journal the whole outcome)."""
+    (journal,) = tmp_path.glob(f"r.rank{rank}.*.journal.jsonl")
+    records = [json.loads(line) for line in journal.read_text().splitlines()]
+    return [
+        r["detail"]
+        for r in records
+        if r.get("type") == "case" and r["workload"] == "collective" and r["status"] == "mismatch"
+    ]
+
+
+def test_a_bad_update_on_rank_3_names_rank_3_alone(tmp_path):
+    done, _ = _run(tmp_path, "--inject", "3:update", "--workloads", "train,train_dp")
+    assert done.returncode == 1, done.stderr
+    cluster = _cluster(tmp_path)
+    assert _verdicts(cluster) == {"rank0": "pass", "rank1": "pass", "rank2": "pass", "rank3": "fail"}
+    named = _findings(cluster, "attribution")
+    assert named and all("rank 3 alone" in m for m in named)
+
+
+def test_triage_by_subgroups_names_the_hop_in_a_world_of_eight(tmp_path):
+    """all_reduce spreads a corrupted block to every rank: one case cannot name the hop, triage can."""
+    done, _ = _run(tmp_path, "--inject", "2:link", "--workloads", "collective", ranks=8, budget=30)
+    assert done.returncode == 1, done.stderr
+    triaged = [m for m in _findings(_cluster(tmp_path), "attribution") if "triage" in m]
+    assert triaged and all("triage suspects ranks 1,2" in m for m in triaged)
+
+
+@pytest.mark.parametrize(("fault", "rank"), [("crash@0.3", 2), ("hang@0.3", 1)])
+def test_a_rank_whose_unit_dies_or_hangs_mid_run_is_invalid_and_the_others_finish(tmp_path, fault, rank):
+    done, took = _run(tmp_path, "--inject", f"{rank}:{fault}")
+    assert done.returncode == 3, done.stderr
+    assert took < BUDGET_S + SHUTDOWN_BOUND_S
+    verdicts = _verdicts(_cluster(tmp_path))
+    assert verdicts.pop(f"rank{rank}") == "invalid"
+    assert set(verdicts.values()) == {"pass"}, verdicts  # a lost peer is nobody else's fault
+    assert _no_process_left(tmp_path) == []
+
+
+def test_a_rank_process_killed_mid_run_ends_the_launch_with_3(tmp_path):
+    cmd = sdcscan_cmd(
+        "run",
+        "--distributed",
+        "--standalone",
+        "--nproc-per-node",
+        "4",
+        "--budget",
+        f"{BUDGET_S}s",
+        "--out",
+        str(tmp_path / "r.json"),
+    )
+    started = time.monotonic()
+    launcher = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(tmp_path), cwd=tmp_path
+    )
+    ranks = _rank_processes(launcher.pid, 4, within_s=30)
+    time.sleep(6)  # mid-run
+    os.kill(ranks[2], signal.SIGKILL)
+    _, stderr = launcher.communicate(timeout=BUDGET_S + 120)
+    assert launcher.returncode == 3, stderr
+    assert time.monotonic() - started < BUDGET_S + SHUTDOWN_BOUND_S
+    assert "rank 2 died" in stderr
+    cluster = _cluster(tmp_path)
+    assert cluster["verdict"] != "pass" and _verdicts(cluster)["rank2"] == "invalid"
+    assert any("rank 2" in m for m in _findings(cluster, "rank_missing"))
+    assert _no_process_left(tmp_path) == []
+
+
+def _rank_processes(launcher: int, count: int, within_s: float) -> list[int]:
+    """The launcher's rank processes in local-rank order (the agent starts them in that order)."""
+    end = time.monotonic() + within_s
+    while time.monotonic() < end:
+        children = []
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                stat = Path(f"/proc/{pid}/stat").read_text()
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == launcher and b"spawn_main" in cmdline:
+                children.append(int(pid))
+        if len(children) == count:
+            return sorted(children)
+        time.sleep(0.2)
+    raise AssertionError(f"the launcher did not start {count} ranks within {within_s} s")
+
+
+def test_a_node_that_cannot_reach_the_rendezvous_exits_3_in_bounded_time(tmp_path):
+    cmd = sdcscan_cmd(
+        "run",
+        "--distributed",
+        "--nnodes",
+        "2",
+        "--nproc-per-node",
+        "1",
+        "--rdzv-endpoint",
+        "127.0.0.1:29987",
+        "--rdzv-id",
+        "lonely",
+        "--join-timeout",
+        "10s",
+        "--budget",
+        "20s",
+    )
+    started = time.monotonic()
+    done = subprocess.run(cmd, capture_output=True, text=True, env=_env(tmp_path), timeout=120, cwd=tmp_path)
+    assert done.returncode == 3, done.stderr
+    assert time.monotonic() - started < 60
+    errors = [line for line in done.stderr.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and "did not all join within --join-timeout (10 s)" in errors[0], done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--standalone"], "only mean something with --distributed"),
+        (
+            ["--distributed", "--standalone", "--nproc-per-node", "2", "--inject", "cpu:1:bitflip"],
+            "RANK:KIND",
+        ),
+        (["--distributed", "--standalone", "--nproc-per-node", "2", "--inject", "5:link"], "ranks 0 to 1"),
+        (["--distributed", "--standalone", "--nnodes", "2"], "alone"),
+        (["--distributed"], "--standalone"),
+        (["--distributed", "--standalone", "--collective-timeout", "soon"], "--collective-timeout"),
+        (["--distributed", "--standalone", "--background"], "--background"),
+        (["--workloads", "collective"], "collective"),
+        (["--distributed", "--standalone", "--out", "/nonexistent-dir/r.json"], "--out"),
+    ],
+)
+def test_usage_errors_exit_2_before_any_rank_starts(run_cli, args, words):
+    done = run_cli("run", "--budget", "5s", *args, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert words in done.stderr
+    assert "rank(s) on this node" not in done.stderr  # refused before the launcher started anything
