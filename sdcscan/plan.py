@@ -32,6 +32,8 @@ class Plan:
 
     def __init__(self, profile: Profile, seed: int, device_kind: str = "cpu") -> None:
         self.seed = seed
+        # Names the plan: two processes with the same key run the same case at every index.
+        self.key = f"{profile.sha256}:{seed}:{device_kind}"
         self._params = {w.name: w.params_for(device_kind) for w in profile.workloads}
         # Weighted round robin: round r includes every workload whose weight exceeds r, so all
         # workloads appear within the first few cases and the mix follows the weights.

@@ -112,7 +112,11 @@ class _Engine:
         self.cohort_fields = cohort_fields(cfg.unit, cfg.threads)
         self.software = software_versions()
         self.gate = _idle_gate(cfg.unit) if cfg.background else None
-        self.lockstep = _join_world(cfg.rank, device, self.contexts, self.cohort_fields) if cfg.rank else None
+        self.lockstep = (
+            _join_world(cfg.rank, device, self.contexts, self.cohort_fields, self.plan.key)
+            if cfg.rank
+            else None
+        )
         self.pacing: dict[str, Any] = {"gate": self.gate is not None, "waited_s": 0.0, "waits": 0}
         self.stopped = False
 
@@ -217,13 +221,13 @@ class _Engine:
 
 
 def _join_world(
-    setup: RankSetup, device: Any, contexts: dict[str, Any], cohort_fields: dict[str, Any]
+    setup: RankSetup, device: Any, contexts: dict[str, Any], cohort_fields: dict[str, Any], plan: str
 ) -> Any:
     """A distributed run: join the world (after prepare, so the join absorbs the ranks' start-up skew)."""
     from sdcscan.distributed.lockstep import Lockstep
 
     distributed = {name for name in contexts if SPECS[name].distributed}
-    return Lockstep.join(setup, device, contexts, distributed, cohort_fields)
+    return Lockstep.join(setup, device, contexts, distributed, cohort_fields, plan)
 
 
 def _idle_gate(unit: Unit) -> Any:

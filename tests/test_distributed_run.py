@@ -295,3 +295,64 @@ def test_usage_errors_exit_2_before_any_rank_starts(run_cli, args, words):
     assert done.returncode == 2, done.stderr
     assert words in done.stderr
     assert "rank(s) on this node" not in done.stderr  # refused before the launcher started anything
+
+
+def _two_nodes(tmp_path: Path, port: int, *extra: tuple[str, ...]) -> list[tuple[int, str, Path]]:
+    """Two launchers on this machine, each a node of one rank, meeting at a c10d rendezvous: the
+    multi-node path (`--nnodes`, `--rdzv-endpoint`, `--rdzv-id`). Returns (exit code, stderr, out)."""
+    procs = []
+    for node in range(2):
+        home = tmp_path / f"node{node}"
+        home.mkdir()
+        env = _env(home)
+        cmd = sdcscan_cmd(
+            "run",
+            "--distributed",
+            "--nnodes",
+            "2",
+            "--nproc-per-node",
+            "1",
+            "--rdzv-endpoint",
+            f"127.0.0.1:{port}",
+            "--rdzv-id",
+            f"pair-{port}",
+            "--budget",
+            "15s",
+            "--join-timeout",
+            "60s",
+            "--out",
+            str(home / "c.json"),
+            *extra[node],
+        )
+        procs.append(
+            (
+                subprocess.Popen(
+                    cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env, cwd=home
+                ),
+                home,
+            )
+        )
+    out = []
+    for proc, home in procs:
+        _, stderr = proc.communicate(timeout=180)
+        out.append((proc.returncode, stderr, home / "c.json"))
+    return out
+
+
+def test_two_nodes_meet_at_the_rendezvous_and_one_writes_the_cluster_report(tmp_path):
+    nodes = _two_nodes(tmp_path, 29611, (), ())
+    assert [code for code, _, _ in nodes] == [0, 0], [err[-2000:] for _, err, _ in nodes]
+    written = [path for _, _, path in nodes if path.exists()]
+    assert len(written) == 1  # the node that holds rank 0
+    cluster = json.loads(written[0].read_text())
+    assert _verdicts(cluster) == {"rank0": "pass", "rank1": "pass"}
+
+
+def test_ranks_with_different_plans_are_refused_at_the_join(tmp_path):
+    """Lockstep needs one plan: a node started with another seed would wait at collectives forever."""
+    nodes = _two_nodes(tmp_path, 29613, ("--seed", "1"), ("--seed", "2"))
+    assert [code for code, _, _ in nodes] == [3, 3], [err[-2000:] for _, err, _ in nodes]
+    (path,) = [p for _, _, p in nodes if p.exists()]
+    cluster = json.loads(path.read_text())
+    assert set(_verdicts(cluster).values()) == {"invalid"}
+    assert all("do not share one plan" in u["reason"] for u in cluster["units"])

@@ -65,6 +65,9 @@ def run_rank(opts: ScanOptions, dist_opts: DistOptions, env: DistEnv | None = No
     # gloo logs a lost peer at error level from C++, once per rank; the reports say it in words. Set
     # before the workers start: torch reads it when it loads.
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
+    # NCCL picks its algorithm per call; the ring is the one whose hops the attribution reasons about.
+    # The collective workload records the setting in each case (NCCL reads it when a communicator starts).
+    os.environ.setdefault("NCCL_ALGO", "Ring")
     for rank, _, _ in dist_opts.injections:
         if rank >= env.world_size:
             raise UsageError(f"--inject names rank {rank}; the world has ranks 0 to {env.world_size - 1}")

@@ -56,6 +56,7 @@ class Lockstep:
         contexts: Mapping[str, Any],
         distributed: set[str],
         cohort_fields: dict[str, Any],
+        plan: str,
     ) -> Lockstep:
         """Join the world and hand it to the contexts of the `distributed` workloads (names)."""
         world = wire.join(
@@ -65,6 +66,7 @@ class Lockstep:
             faults=setup.faults,
             timeout_s=setup.timeout_s,
             join_timeout_s=setup.join_timeout_s,
+            plan=plan,
         )
         for name in distributed:
             contexts[name].world = world

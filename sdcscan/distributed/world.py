@@ -111,15 +111,18 @@ def join(
     faults: tuple[WireFault, ...],
     timeout_s: float,
     join_timeout_s: float,
+    plan: str,
 ) -> World:
     """Join the world through the launcher's store; blocks until every rank joined, at most `join_timeout_s`.
 
     The default group (gloo) is only the join: the checked collectives run on `data` (NCCL on a GPU)
-    and everything small on `control`, both bounded by `timeout_s`.
+    and everything small on `control`, both bounded by `timeout_s`. `plan` names this rank's plan
+    (profile, seed, device kind): every rank must have the same.
 
     Raises:
         RuntimeError (torch's DistStoreError, DistNetworkError, ...): the store or a peer could not be
-            reached in time. The worker reports it as a failed set-up: its unit is invalid (exit 3).
+            reached in time, or the ranks' plans differ. The worker reports it as a failed set-up:
+            its unit is invalid (exit 3).
     """
     join_timeout = timedelta(seconds=join_timeout_s)
     store = dist.TCPStore(env.master_addr, env.master_port, is_master=False, timeout=join_timeout)
@@ -132,8 +135,16 @@ def join(
     control = dist.new_group(timeout=bound, backend="gloo")
     watch = dist.new_group(timeout=bound, backend="gloo")
     data = dist.new_group(timeout=bound, backend=backend) if backend == "nccl" else control
-    hosts: list[Any] = [None] * env.world_size
-    dist.all_gather_object(hosts, hostname, group=control)
+    joined: list[Any] = [None] * env.world_size
+    dist.all_gather_object(joined, (hostname, plan), group=control)
+    hosts = [h for h, _ in joined]
+    plans = {p for _, p in joined}
+    if len(plans) > 1:  # lockstep needs every rank to run the same case at the same index
+        apart = [r for r, (_, p) in enumerate(joined) if p != joined[0][1]]
+        raise RuntimeError(
+            f"the ranks do not share one plan (profile, seed, device kind): ranks {apart} differ from rank 0; "
+            "give every node the same --profile and --seed"
+        )
     return World(
         rank=env.rank,
         size=env.world_size,
