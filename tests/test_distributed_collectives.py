@@ -7,17 +7,12 @@ scenario fails.
 
 from __future__ import annotations
 
-import queue
-import time
-import traceback
 from collections.abc import Callable, Iterator
-from datetime import timedelta
 from typing import Any
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from sdcscan.distributed.attribution import HopBlame, blame_all_gather, blame_send_recv_ring
 from sdcscan.distributed.collectives import (
@@ -36,6 +31,7 @@ from sdcscan.distributed.collectives import (
     ring_send_recv,
 )
 from sdcscan.errors import UsageError
+from tests.helpers.gloo_world import spawn_world
 
 WORLD = 4
 NUMEL = 257  # odd, so no element count lines up with a power of two by accident
@@ -44,7 +40,6 @@ DTYPES = ("bfloat16", "float16", "float32", "int32")
 RING = [0, 1, 2, 3]
 ODD_RING = [3, 1, 0, 2]  # 3→1→0→2→3: successors are not rank + 1
 CHECKED = ("send_recv", "all_gather", "broadcast", "all_reduce", "reduce_scatter")
-STARTUP_S = 90  # the whole world, spawn to results; each collective is bounded by the 30 s group timeout
 
 
 def _clean(rank: int, dtype: torch.dtype) -> dict[str, object]:
@@ -145,86 +140,27 @@ def _usage_errors(rank: int) -> dict[str, bool]:
     }
 
 
-def _child(rank: int, init_file: str, results: Any) -> None:
-    """One rank: join the gloo world, run every scenario, send back the results or the traceback."""
-    torch.set_num_threads(1)  # four ranks share two cores
-    try:
-        dist.init_process_group(
-            "gloo",
-            init_method=f"file://{init_file}",
-            rank=rank,
-            world_size=WORLD,
-            timeout=timedelta(seconds=30),
-        )
-        try:
-            out: dict[str, object] = {"usage": _usage_errors(rank)}
-            for name in DTYPES:
-                out[f"clean/{name}"] = _clean(rank, getattr(torch, name))
-            out["faults"] = _faults(rank)
-            out["subgroup"] = _subgroup(rank)
-            results.put((rank, out, None))
-        finally:
-            dist.destroy_process_group()
-    except BaseException:
-        results.put((rank, None, traceback.format_exc()))
-
-
-def _collect(procs: list[Any], results: Any) -> dict[int, dict[str, Any]]:
-    """Every rank's results, or an AssertionError naming the rank that failed, died or is late."""
-    collected: dict[int, dict[str, Any]] = {}
-    deadline = time.monotonic() + STARTUP_S
-    while len(collected) < len(procs):
-        try:
-            rank, out, error = results.get(timeout=1)
-        except queue.Empty:
-            dead = [r for r, p in enumerate(procs) if r not in collected and p.exitcode not in (None, 0)]
-            assert not dead, (
-                f"ranks {dead} died without a result (exit codes {[procs[r].exitcode for r in dead]})"
-            )
-            assert time.monotonic() < deadline, (
-                f"ranks {sorted(set(range(len(procs))) - set(collected))} are late"
-            )
-            continue
-        assert error is None, f"rank {rank} failed:\n{error}"
-        collected[rank] = out
-    return collected
-
-
-def _stop(procs: list[Any], grace_s: float) -> None:
-    """Join the children for up to `grace_s` in all, then kill whichever is still alive."""
-    deadline = time.monotonic() + grace_s
-    for p in procs:
-        p.join(timeout=max(0.0, deadline - time.monotonic()))
-    for p in procs:
-        if p.is_alive():
-            p.kill()
-            p.join()
+def _every_scenario(rank: int, size: int, control: Any) -> dict[str, Any]:
+    """One rank's results of every scenario, run in this order on every rank (the control group is unused)."""
+    out: dict[str, Any] = {"usage": _usage_errors(rank)}
+    for name in DTYPES:
+        out[f"clean/{name}"] = _clean(rank, getattr(torch, name))
+    out["faults"] = _faults(rank)
+    out["subgroup"] = _subgroup(rank)
+    return out
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[int, dict[str, Any]]]:
     """Rank → results of every scenario, from one gloo world of four spawned processes."""
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    init_file = tmp_path_factory.mktemp("gloo") / "rendezvous"
-    procs = [ctx.Process(target=_child, args=(r, str(init_file), results), daemon=True) for r in range(WORLD)]
-    finished = False
-    try:
-        for p in procs:
-            p.start()
-        collected = _collect(procs, results)
-        finished = True
-    finally:
-        _stop(procs, grace_s=20 if finished else 0)
-    assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
-    yield collected
+    yield spawn_world(WORLD, _every_scenario, tmp_path_factory.mktemp("gloo"))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("collective", CHECKED)
 def test_a_clean_collective_reports_nothing_wrong_on_any_rank(world, collective, dtype):
     """Every checked collective in every dtype: no wrong pair and no wrong element anywhere."""
-    empty = 0 if collective in ("all_reduce", "reduce_scatter") else []
+    empty: int | list[object] = 0 if collective in ("all_reduce", "reduce_scatter") else []
     assert [world[r][f"clean/{dtype}"][collective] for r in range(WORLD)] == [empty] * WORLD
 
 

@@ -7,17 +7,12 @@ Each rank builds its `World` by hand, as the worker would, with the injected wir
 
 from __future__ import annotations
 
-import queue
 import time
-import traceback
 from collections.abc import Callable, Iterator
-from datetime import timedelta
 from typing import Any
 
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from sdcscan.distributed import collectives
 from sdcscan.distributed.env import WireFault
@@ -25,13 +20,11 @@ from sdcscan.distributed.world import World
 from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case, Outcome
 from sdcscan.workloads import SPECS, collective, load
 from sdcscan.workloads.base import Context
+from tests.helpers.gloo_world import spawn_world
 
 SPEC = SPECS["collective"]
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv")
 DTYPES = ("bfloat16", "float16", "float32", "int32")
-STARTUP_S = 90  # a whole world, spawn to results; every collective is bounded by the 30 s group timeout
-
-Scenario: Any = Callable[[int, int, Any], dict[str, Any]]
 
 
 def _world(rank: int, size: int, control: Any, faults: tuple[WireFault, ...] = ()) -> World:
@@ -86,81 +79,24 @@ def _four(rank: int, size: int, control: Any) -> dict[str, Any]:
 
 
 def _eight(rank: int, size: int, control: Any) -> dict[str, Any]:
-    """all_reduce with the hop into rank 4 (across the halves) and into rank 6 (inside one) bad."""
+    """all_reduce with the hop into rank 4 (across the halves) and into rank 6 (inside one) bad, timed."""
+    started = time.perf_counter()
     out: dict[str, Any] = {}
     for into in (4, 6):
         world = _world(rank, size, control, (WireFault("link", into),))
         out[f"into {into}"] = _runner(world, collectives=["all_reduce"], dtypes=["int32"])(0)
+    out["seconds"] = time.perf_counter() - started
     return out
-
-
-def _child(rank: int, size: int, init_file: str, scenario: Scenario, results: Any) -> None:
-    """One rank: join the gloo world, run the scenario, send back its results or the traceback."""
-    torch.set_num_threads(1)  # the ranks share two cores
-    try:
-        dist.init_process_group(
-            "gloo",
-            init_method=f"file://{init_file}",
-            rank=rank,
-            world_size=size,
-            timeout=timedelta(seconds=30),
-        )
-        try:
-            control = dist.new_group(backend="gloo")
-            started = time.perf_counter()
-            out = scenario(rank, size, control)
-            out["seconds"] = time.perf_counter() - started
-            results.put((rank, out, None))
-        finally:
-            dist.destroy_process_group()
-    except BaseException:
-        results.put((rank, None, traceback.format_exc()))
-
-
-def _spawn(size: int, scenario: Scenario, init_file: str) -> dict[int, dict[str, Any]]:
-    """Every rank's results, or an AssertionError naming the rank that failed, died or is late."""
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    procs = [
-        ctx.Process(target=_child, args=(r, size, init_file, scenario, results), daemon=True)
-        for r in range(size)
-    ]
-    collected: dict[int, dict[str, Any]] = {}
-    try:
-        for p in procs:
-            p.start()
-        deadline = time.monotonic() + STARTUP_S
-        while len(collected) < size:
-            try:
-                rank, out, error = results.get(timeout=1)
-            except queue.Empty:
-                dead = [r for r, p in enumerate(procs) if r not in collected and p.exitcode not in (None, 0)]
-                assert not dead, f"ranks {dead} died without a result"
-                assert time.monotonic() < deadline, (
-                    f"ranks {sorted(set(range(size)) - set(collected))} are late"
-                )
-                continue
-            assert error is None, f"rank {rank} failed:\n{error}"
-            collected[rank] = out
-    finally:
-        end = time.monotonic() + (20 if len(collected) == size else 0)
-        for p in procs:
-            p.join(timeout=max(0.0, end - time.monotonic()))
-        for p in procs:
-            if p.is_alive():
-                p.kill()
-                p.join()
-    return collected
 
 
 @pytest.fixture(scope="module")
 def four(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[int, dict[str, Any]]]:
-    yield _spawn(4, _four, str(tmp_path_factory.mktemp("gloo4") / "rendezvous"))
+    yield spawn_world(4, _four, tmp_path_factory.mktemp("gloo4"))
 
 
 @pytest.fixture(scope="module")
 def eight(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[int, dict[str, Any]]]:
-    yield _spawn(8, _eight, str(tmp_path_factory.mktemp("gloo8") / "rendezvous"))
+    yield spawn_world(8, _eight, tmp_path_factory.mktemp("gloo8"))
 
 
 def _column(world: dict[int, dict[str, Any]], *keys: Any) -> list[Any]:

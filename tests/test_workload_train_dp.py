@@ -10,17 +10,11 @@ error that no fault kind injects.
 from __future__ import annotations
 
 import math
-import queue
-import time
-import traceback
 from collections.abc import Iterator
-from datetime import timedelta
 from typing import Any
 
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from sdcscan.distributed.attribution import (
     CAUSE_COMPUTE,
@@ -47,6 +41,7 @@ from sdcscan.workloads.train_dp import (
     link_arcs,
     state_tensors,
 )
+from tests.helpers.gloo_world import spawn_world
 
 WORLD = 4
 CASES = (0, 1, 2)
@@ -108,78 +103,18 @@ def _run_cases(
     return found
 
 
-def _child(rank: int, init_file: str, results: Any) -> None:
-    """One rank: join the gloo world, run every scenario, send back the results or the traceback."""
-    torch.set_num_threads(1)  # four ranks share two cores
-    try:
-        dist.init_process_group(
-            "gloo",
-            init_method=f"file://{init_file}",
-            rank=rank,
-            world_size=WORLD,
-            timeout=timedelta(seconds=30),
-        )
-        try:
-            control = dist.new_group(backend="gloo")
-            out = {
-                label: _run_cases(rank, control, dtype, faults)
-                for label, (dtype, faults) in SCENARIOS.items()
-            }
-            out["again/float32"] = _run_cases(rank, control, "float32", ())
-            out["armed/float32"] = _run_cases(rank, control, "float32", (), armed=True)
-            results.put((rank, out, None))
-        finally:
-            dist.destroy_process_group()
-    except BaseException:
-        results.put((rank, None, traceback.format_exc()))
-
-
-def _collect(procs: list[Any], results: Any) -> dict[int, dict[str, Any]]:
-    """Every rank's results, or an AssertionError naming the rank that failed, died or is late."""
-    collected: dict[int, dict[str, Any]] = {}
-    deadline = time.monotonic() + STARTUP_S
-    while len(collected) < len(procs):
-        try:
-            rank, out, error = results.get(timeout=1)
-        except queue.Empty:
-            dead = [r for r, p in enumerate(procs) if r not in collected and p.exitcode not in (None, 0)]
-            assert not dead, f"ranks {dead} died without a result"
-            assert time.monotonic() < deadline, (
-                f"ranks {sorted(set(range(len(procs))) - set(collected))} are late"
-            )
-            continue
-        assert error is None, f"rank {rank} failed:\n{error}"
-        collected[rank] = out
-    return collected
-
-
-def _stop(procs: list[Any], grace_s: float) -> None:
-    deadline = time.monotonic() + grace_s
-    for p in procs:
-        p.join(timeout=max(0.0, deadline - time.monotonic()))
-    for p in procs:
-        if p.is_alive():
-            p.kill()
-            p.join()
+def _every_scenario(rank: int, size: int, control: Any) -> dict[str, Any]:
+    """One rank's summaries of every scenario, run in this order on every rank."""
+    out = {label: _run_cases(rank, control, dtype, faults) for label, (dtype, faults) in SCENARIOS.items()}
+    out["again/float32"] = _run_cases(rank, control, "float32", ())
+    out["armed/float32"] = _run_cases(rank, control, "float32", (), armed=True)
+    return out
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[int, dict[str, Any]]]:
     """Rank → scenario → one summary per case, from one gloo world of four spawned processes."""
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    init_file = tmp_path_factory.mktemp("gloo") / "rendezvous"
-    procs = [ctx.Process(target=_child, args=(r, str(init_file), results), daemon=True) for r in range(WORLD)]
-    finished = False
-    try:
-        for p in procs:
-            p.start()
-        collected = _collect(procs, results)
-        finished = True
-    finally:
-        _stop(procs, grace_s=20 if finished else 0)
-    assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
-    yield collected
+    yield spawn_world(WORLD, _every_scenario, tmp_path_factory.mktemp("gloo"), startup_s=STARTUP_S)
 
 
 def _per_case(world: dict[int, dict[str, Any]], label: str, key: str) -> list[list[Any]]:
