@@ -229,3 +229,34 @@ def test_bad_parameters_are_rejected(params: dict[str, Any]) -> None:
     weighted checksum's digits, or m past the rows an exact fp64 column sum allows."""
     with pytest.raises(ValueError):
         GemmInt8(params)
+
+
+@pytest.mark.parametrize("site", ["encoded", "operand"])
+def test_a_fault_never_reaches_the_pools_the_next_cases_read(site: str) -> None:
+    """Operands are views of per-worker pools; a fault corrupts a copy, so later cases stay clean and
+    equal to a fresh worker's."""
+    workload, ctx = _ready({})
+    struck = _run(workload, ctx, 3, FaultSpec("bitflip", site, 3, bit=6))
+    assert ctx.injected is not None and ctx.injected["site"] == site
+    assert (struck.status == "mismatch") is (site == "encoded")  # operand: the negative control
+    fresh, fresh_ctx = _ready({})
+    for seed in (3, *range(4, 10)):  # the struck case itself again first: the very same pool bytes
+        after = _run(workload, ctx, seed)
+        assert after.status == "ok" and after.digest == _run(fresh, fresh_ctx, seed).digest
+
+
+def test_cases_read_different_operands_from_the_pools_and_the_run_seed_sets_them() -> None:
+    """Distinct seeds give distinct products; the same run seed gives the same pools, another run seed others."""
+    workload, ctx = _ready({})
+    digests = {_run(workload, ctx, seed).digest for seed in range(12)}
+    assert len(digests) == 12
+    other, other_ctx = _ready({}, seed=2)
+    assert _run(other, other_ctx, 0).digest != _run(workload, ctx, 0).digest
+    offsets = {_activation_offset(workload, ctx, seed) for seed in range(32)}
+    assert len(offsets) > 16 and all(o % gemm_int8.OFFSET_ALIGN == 0 for o in offsets)
+
+
+def _activation_offset(workload: GemmInt8, ctx: Context, seed: int) -> int:
+    m, k, n = workload.p["shapes"][0]
+    a, _ = workload._operands(ctx, Case(seed, "gemm_int8", seed, 0), (m, k, n), workload._repeats_of(m, k, n))
+    return (a.data_ptr() - workload.activations.data_ptr()) // a.element_size()

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from sdcscan.errors import ProfileError, UsageError
-from sdcscan.profile import builtin_profile_names, load_profile, parse_budget
+from sdcscan.profile import builtin_profile_names, load_profile, parse_budget, profile_from_data
 
 
 @pytest.mark.parametrize(
@@ -175,3 +175,19 @@ def test_profile_paths_that_are_not_regular_files_are_refused_without_reading(tm
 def test_select_of_no_workload_is_an_error_not_everything():
     with pytest.raises(UsageError, match="names no workload"):
         load_profile("quick").select([])
+
+
+def test_a_workload_that_computes_other_data_makes_another_plan(monkeypatch):
+    """SPECS[...].data_version > 1 enters the plan's hash (old goldens do not apply); at 1 nothing does."""
+    import dataclasses
+
+    from sdcscan import profile as profile_module
+    from sdcscan.workloads import SPECS
+
+    data = {"version": 1, "workloads": [{"name": "train"}, {"name": "matmul_golden"}]}
+    before = profile_from_data(data, label="t", default_name="t").sha256
+    monkeypatch.setitem(SPECS, "train", dataclasses.replace(SPECS["train"], data_version=1))
+    assert profile_from_data(data, label="t", default_name="t").sha256 == before
+    monkeypatch.setitem(SPECS, "train", dataclasses.replace(SPECS["train"], data_version=2))
+    assert profile_from_data(data, label="t", default_name="t").sha256 != before
+    assert profile_module.SPECS is SPECS

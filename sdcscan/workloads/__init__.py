@@ -63,6 +63,8 @@ class WorkloadSpec:
         rules: checks across parameters, run on the merged parameters a unit will get.
         distributed: it runs collectives with its peers (`Context.world`): only in a distributed
             run, every rank at the same case at once, never re-run alone.
+        data_version: raised whenever the same case starts computing other data (other digests):
+            it changes the plan's hash, so goldens recorded before do not apply.
     """
 
     name: str
@@ -75,6 +77,7 @@ class WorkloadSpec:
     params: Mapping[str, Param] = field(default_factory=dict)
     rules: tuple[Rule, ...] = ()
     distributed: bool = False
+    data_version: int = 1
 
     def param_problem(self, key: str, value: Any) -> str | None:
         """What is wrong with `value` for parameter `key` (None: accepted); `key` must be in `params`."""
@@ -270,6 +273,7 @@ _CATALOGUE = (
             "path": "auto",
         },
         fault_sites=("output", "encoded", "operand"),
+        data_version=2,  # 2: operands from per-worker pools (issue 10), no longer drawn whole per case
         tiny={"shapes": [[1, 64, 40], [20, 32, 24]], "ops_per_case": 1.0e5},
         params={
             "scheme": Choice(INT8_SCHEMES),

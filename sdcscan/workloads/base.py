@@ -73,6 +73,11 @@ class Context:
                 self.injected["repeat"] = repeat
         return tensor
 
+    def armed_at(self, site: str) -> bool:
+        """Whether `fault(site, ...)` would corrupt its tensor in this case: a workload that passes a
+        shared tensor (a pool's) copies it first only then."""
+        return self._armed is not None and self._armed.site == site and self.injected is None
+
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
         """Time a block as `name`; on CUDA, synchronise first so the time is the device's."""

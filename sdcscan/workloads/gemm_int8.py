@@ -17,6 +17,7 @@ saturation is never reported as a hardware fault.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,6 +39,13 @@ PATHS = ("auto", "unsigned", "signed")  # signed = the CUDA route (int8 only), r
 # with AVX-512 VNNI; k >= 2 verified exact there for m 1..33, n 8..24): a one-term dot product is no
 # test of anything, so such shapes are refused rather than worked around.
 MIN_K = 2
+# Operands come from per-worker pools built once in `prepare` (issue 10: drawing a fresh weight and
+# encoding it took twice the GEMMs' own time): WEIGHTS_PER_SHAPE encoded weights per shape, one picked
+# per case, and one activation buffer that each case reads at its own offset. Both come from the run's
+# seed, so every unit of a cohort computes the same products.
+WEIGHTS_PER_SHAPE = 2
+ACTIVATION_ROOM = 1 << 20  # bytes of the activation pool beyond the largest case: where offsets range
+OFFSET_ALIGN = 64  # activation offsets are multiples of this (aligned operands for every kernel)
 _SMALL = [[8, 64, 40]]  # selftest shape: m = 8 rows make an all-zero activation column (a blind spot) ~2^-64
 
 
@@ -104,6 +112,8 @@ class GemmInt8:
                 raise ValueError(f"gemm_int8: shape {shape}: m must be below {int8.CHUNK_ROWS}")
         self.a_max = 255
         self.signed = False
+        self.weights: dict[tuple[int, int, int], list[torch.Tensor]] = {}  # shape -> encoded weights
+        self.activations = torch.empty(0, dtype=torch.uint8)
 
     @classmethod
     def for_selftest(cls, params: Mapping[str, Any]) -> GemmInt8:
@@ -143,19 +153,40 @@ class GemmInt8:
                 f"({bad}); likely int16 saturation in a pre-VNNI kernel, not a fault. "
                 "Activations restricted to [0, 127]."
             )
+        self._build_pools(ctx)
+
+    def _build_pools(self, ctx: Context) -> None:
+        """The encoded weights of every shape and the activation buffer, from the run's seed."""
+        p = self.p
+        need = max(self._repeats_of(m, k, n) * m * k for m, k, n in p["shapes"])
+        g = ctx.generator(_pool_seed(ctx.run_seed, "activations"))
+        pool = torch.randint(0, self.a_max + 1, (need + ACTIVATION_ROOM,), generator=g, dtype=torch.uint8)
+        self.activations = pool.to(ctx.device)
+        for m, k, n in p["shapes"]:
+            g = ctx.generator(_pool_seed(ctx.run_seed, f"weights {m}x{k}x{n}"))
+            self.weights[(m, k, n)] = [
+                int8.encode_weight(
+                    torch.randint(-128, 128, (n, k), generator=g, dtype=torch.int8), p["scheme"]
+                ).to(ctx.device)
+                for _ in range(WEIGHTS_PER_SHAPE)
+            ]
+
+    def _repeats_of(self, m: int, k: int, n: int) -> int:
+        return max(1, math.ceil(self.p["ops_per_case"] / (2.0 * m * n * k)))
 
     def run(self, ctx: Context, case: Case) -> Outcome:
         p = self.p
         m, k, n = p["shapes"][case.occurrence % len(p["shapes"])]
-        repeats = max(1, math.ceil(p["ops_per_case"] / (2.0 * m * n * k)))
+        repeats = self._repeats_of(m, k, n)
         lay = int8.layout(n, p["scheme"])
         with ctx.phase("setup"):
-            g = ctx.generator(case.seed)
-            w = torch.randint(-128, 128, (n, k), generator=g, dtype=torch.int8).to(ctx.device)
-            a = torch.randint(0, self.a_max + 1, (repeats, m, k), generator=g, dtype=torch.uint8)
-            a = a.to(ctx.device)
-            w_ext = ctx.fault("encoded", int8.encode_weight(w, p["scheme"]))
-            ctx.fault("operand", a[0])  # negative control: A is not encoded, the product stays consistent
+            a, w_ext = self._operands(ctx, case, (m, k, n), repeats)
+            # Faults corrupt in place: a pool's tensor is copied first, so the next case reads it clean.
+            if ctx.armed_at("encoded"):
+                w_ext = ctx.fault("encoded", w_ext.clone())
+            if ctx.armed_at("operand"):  # negative control: A is not encoded, the product stays consistent
+                a = a.clone()
+                ctx.fault("operand", a[0])
         with ctx.phase("check"):
             # Σ A over the case as digit rows under the last repeat's activations (the column checksum
             # rows of classic ABFT): that product carries W·(Σ A) for the column check, a few rows more.
@@ -183,6 +214,19 @@ class GemmInt8:
                 **counts,
             },
         )
+
+    def _operands(
+        self, ctx: Context, case: Case, shape: tuple[int, int, int], repeats: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """This case's activations (repeats, m, k), a view of the pool at an offset drawn from the case's
+        seed, and one of the shape's encoded weights, also drawn from it."""
+        m, k, _ = shape
+        g = ctx.generator(case.seed)
+        need = repeats * m * k
+        slots = (self.activations.numel() - need) // OFFSET_ALIGN + 1
+        offset = int(torch.randint(slots, (1,), generator=g)) * OFFSET_ALIGN
+        pick = int(torch.randint(WEIGHTS_PER_SHAPE, (1,), generator=g))
+        return self.activations[offset : offset + need].view(repeats, m, k), self.weights[shape][pick]
 
     def _repeats(
         self, ctx: Context, a: torch.Tensor, last: torch.Tensor, w_ext: torch.Tensor, lay: int8.Layout
@@ -227,6 +271,11 @@ class GemmInt8:
         c = torch._int_mm(a_s8, w_s8.t())[: a_u8.shape[0]]
         correction = int8.unsigned_correction(w_ext)  # exact: the same int32 words as the unsigned product
         return torch.add(c, correction, out=out) if out is not None else c + correction
+
+
+def _pool_seed(run_seed: int, what: str) -> int:
+    """A seed for one of the pools, from the run's seed (the same on every unit of the run)."""
+    return int.from_bytes(hashlib.sha256(f"gemm_int8 {what} {run_seed}".encode()).digest()[:8], "little")
 
 
 def _probe(mm: Any, device: torch.device) -> str:
