@@ -157,12 +157,22 @@ def prepare(opts: ScanOptions) -> Setup:
         raise UsageError(
             f"workload {', '.join(distributed)} runs only in a distributed run (sdcscan run --distributed)"
         )
-    on = profile.background if opts.background is None else opts.background
-    if on and opts.rank is not None:
+    on = background_mode(profile, opts.background, distributed=opts.rank is not None)
+    return Setup(seed, source, chosen, _golden_index(opts.golden), background=on)
+
+
+def background_mode(profile: Profile, flag: bool | None, *, distributed: bool) -> bool:
+    """Whether the run is in background (Ripple) mode: the flag, else the profile's.
+
+    Raises:
+        UsageError: background mode in a distributed run (a rank that yields stalls its peers).
+    """
+    on = profile.background if flag is None else flag
+    if on and distributed:
         raise UsageError(
             "--background does not combine with --distributed: a rank cannot yield its peers' time"
         )
-    return Setup(seed, source, chosen, _golden_index(opts.golden), background=on)
+    return on
 
 
 def _golden_index(path: str | os.PathLike[str] | None) -> GoldenIndex | None:

@@ -286,6 +286,7 @@ def test_a_node_that_cannot_reach_the_rendezvous_exits_3_in_bounded_time(tmp_pat
         (["--distributed"], "--standalone"),
         (["--distributed", "--standalone", "--collective-timeout", "soon"], "--collective-timeout"),
         (["--distributed", "--standalone", "--background"], "--background"),
+        (["--profile", "ripple", "--distributed", "--standalone"], "--background"),  # the profile's mode
         (["--workloads", "collective"], "collective"),
         (["--distributed", "--standalone", "--out", "/nonexistent-dir/r.json"], "--out"),
     ],

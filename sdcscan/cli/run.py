@@ -160,7 +160,7 @@ def _options(kw: dict[str, Any], started: float) -> Any:
     from sdcscan.faults import parse_inject
     from sdcscan.outputs.publish import Outputs
     from sdcscan.profile import check_overrides, load_profile, parse_budget
-    from sdcscan.scan import ScanOptions
+    from sdcscan.scan import ScanOptions, background_mode
     from sdcscan.units import parse_units_spec
 
     budget_s = parse_budget(kw["budget"]) if kw["budget"] is not None else None
@@ -169,15 +169,14 @@ def _options(kw: dict[str, Any], started: float) -> Any:
         from sdcscan.cli.run_distributed import check_not_distributed
 
         check_not_distributed(kw)
-    elif kw["background"]:
-        raise UsageError(
-            "--background does not combine with --distributed: a rank cannot yield its peers' time"
-        )
     # A distributed run's injections name ranks (RANK:KIND), parsed with its other options.
     injections = [] if kw["distributed"] else [parse_inject(s) for s in kw["inject"]]
     if kw["units_spec"] is not None:
         parse_units_spec(kw["units_spec"])
     profile = load_profile(kw["profile"])
+    background_mode(
+        profile, kw["background"], distributed=kw["distributed"]
+    )  # refused before any rank starts
     if kw["distributed"]:  # every distributed run checks the wire too, unless --workloads says otherwise
         from sdcscan.cluster.rank import DISTRIBUTED_WORKLOADS
 

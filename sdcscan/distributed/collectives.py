@@ -114,12 +114,7 @@ def ring_send_recv(
     position = order.index(rank)
     successor, predecessor = order[(position + 1) % world], order[position - 1]
     incoming = torch.empty_like(outgoing)
-    ops = [
-        dist.P2POp(dist.isend, outgoing, _global(group, successor), group),
-        dist.P2POp(dist.irecv, incoming, _global(group, predecessor), group),
-    ]
-    for work in dist.batch_isend_irecv(ops):
-        work.wait()  # bounded by the process group's timeout
+    send_to_receive_from(outgoing, incoming, successor, predecessor, group)
     return _wrong_pairs([(predecessor, incoming)], rank, seed, corrupt)
 
 
@@ -192,7 +187,7 @@ def checked_broadcast(
         tensor = block(root, numel, dtype, seed, device=device)
     else:
         tensor = torch.empty(numel, dtype=dtype, device=device)
-    dist.broadcast(tensor, src=_global(group, root), group=group)
+    dist.broadcast(tensor, src=global_rank(group, root), group=group)
     return _wrong_pairs([(root, tensor)], rank, seed, corrupt)
 
 
@@ -228,7 +223,7 @@ def checked_all_reduce(
     tensor = contribution(rank, world, numel, dtype, seed, device=device)
     dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=group)
     if corrupt is not None and corrupt(rank):
-        _flip_one_bit(tensor)
+        flip_one_bit(tensor)
     return wrong_elements(tensor, expected_sum(world, numel, dtype, seed, device=device))
 
 
@@ -263,9 +258,9 @@ def checked_reduce_scatter(
     _check_data(numel, dtype, seed)
     tensor = contribution(rank, world, world * numel, dtype, seed, device=device)
     shard = torch.empty(numel, dtype=dtype, device=device)
-    _reduce_scatter(shard, tensor, group)
+    reduce_scatter(shard, tensor, group)
     if corrupt is not None and corrupt(rank):
-        _flip_one_bit(shard)
+        flip_one_bit(shard)
     expected = expected_sum(world, world * numel, dtype, seed, device=device)
     return wrong_elements(shard, expected[rank * numel : (rank + 1) * numel])
 
@@ -287,7 +282,7 @@ def gather_to_rank0(
     rank = _group_rank(world, group)
     local = sorted({(int(source), int(receiver)) for source, receiver in local_pairs})
     gathered: list[Any] | None = [None] * world if rank == 0 else None
-    dist.gather_object(local, gathered, dst=_global(group, 0), group=group)
+    dist.gather_object(local, gathered, dst=global_rank(group, 0), group=group)
     if gathered is None:
         return []
     return sorted({(source, receiver) for part in gathered for source, receiver in part})
@@ -336,14 +331,39 @@ def _wrong_pairs(
     wrong = []
     for source, tensor in received:
         if corrupt is not None and corrupt(source, receiver):
-            _flip_one_bit(tensor)
+            flip_one_bit(tensor)
         expected = block(source, tensor.numel(), tensor.dtype, seed, device=tensor.device)
         if not bitwise_equal(tensor, expected):
             wrong.append((source, receiver))
     return wrong
 
 
-def _flip_one_bit(tensor: torch.Tensor) -> None:
+def send_to_receive_from(
+    outgoing: torch.Tensor,
+    incoming: torch.Tensor,
+    successor: int,
+    predecessor: int,
+    group: dist.ProcessGroup | None,
+) -> None:
+    """One hop of a ring: send `outgoing` to `successor`, receive `incoming` from `predecessor` (group
+    ranks). Both are posted together with `batch_isend_irecv`, so no rank waits for another to start
+    and a ring cannot deadlock; each wait is bounded by the group's timeout."""
+    ops = [
+        dist.P2POp(dist.isend, outgoing, global_rank(group, successor), group),
+        dist.P2POp(dist.irecv, incoming, global_rank(group, predecessor), group),
+    ]
+    for work in dist.batch_isend_irecv(ops):
+        work.wait()
+
+
+def all_gather_into(output: torch.Tensor, input_: torch.Tensor, group: dist.ProcessGroup | None) -> None:
+    """all_gather of equal flat blocks into one tensor, under the name this torch has for it."""
+    # torch 2.13 renamed all_gather_into_tensor to all_gather_single, as it did for reduce_scatter.
+    call = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    call(output, input_, group=group)
+
+
+def flip_one_bit(tensor: torch.Tensor) -> None:
     """Flip, in place, the lowest bit of the middle element (a no-op on an empty tensor).
 
     The lowest bit keeps a normal float normal and finite: the check, not a NaN, must catch it.
@@ -355,7 +375,7 @@ def _flip_one_bit(tensor: torch.Tensor) -> None:
     bits[middle : middle + 1].bitwise_xor_(1)
 
 
-def _reduce_scatter(output: torch.Tensor, input_: torch.Tensor, group: dist.ProcessGroup | None) -> None:
+def reduce_scatter(output: torch.Tensor, input_: torch.Tensor, group: dist.ProcessGroup | None) -> None:
     """SUM reduce_scatter of a flat input into `output`, under the name this torch has for it."""
     # torch 2.13 renamed reduce_scatter_tensor to reduce_scatter_single and deprecated the old name;
     # the project supports torch from 2.4, which has only the old one.
@@ -363,7 +383,7 @@ def _reduce_scatter(output: torch.Tensor, input_: torch.Tensor, group: dist.Proc
     call(output, input_, op=dist.ReduceOp.SUM, group=group)
 
 
-def _global(group: dist.ProcessGroup | None, group_rank: int) -> int:
+def global_rank(group: dist.ProcessGroup | None, group_rank: int) -> int:
     """The global rank torch.distributed's peer and root arguments expect for a rank of `group`."""
     return group_rank if group is None else dist.get_global_rank(group, group_rank)
 

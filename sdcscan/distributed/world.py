@@ -180,6 +180,14 @@ def agree(world: World, *, go: bool, exchange: bool) -> tuple[bool, bool]:
     return votes[0].item() == 0, votes[1].item() == 1
 
 
+def gather_from_all(world: World, mine: Any) -> list[Any]:
+    """Every rank's `mine` (plain, picklable data), in rank order, over the control group: a
+    collective call every rank of the world makes."""
+    gathered: list[Any] = [None] * world.size
+    dist.all_gather_object(gathered, mine, group=world.control)
+    return gathered
+
+
 def exchange(world: World, mine: Any) -> list[Any]:
     """Every rank's `mine` (plain data), in rank order, over the control group (counted as exchange time).
 
@@ -187,9 +195,8 @@ def exchange(world: World, mine: Any) -> list[Any]:
         WorldBroken: as for `agree`.
     """
     started = time.perf_counter()
-    gathered: list[Any] = [None] * world.size
     try:
-        dist.all_gather_object(gathered, mine, group=world.control)
+        gathered = gather_from_all(world, mine)
     except Exception as err:
         raise broken(world, f"the digest exchange failed: {_first_line(err)}") from err
     finally:

@@ -48,14 +48,17 @@ from sdcscan.distributed.collectives import (
     COLLECTIVES,
     REDUCE_SCATTER,
     SEND_RECV,
-    _flip_one_bit,
-    _global,
-    _reduce_scatter,
     algorithm_bytes,
+    all_gather_into,
     bus_bandwidth,
+    flip_one_bit,
+    global_rank,
+    reduce_scatter,
+    send_to_receive_from,
 )
 from sdcscan.distributed.exact_data import bitwise_equal, block, contribution, expected_sum, wrong_elements
 from sdcscan.distributed.triage import Node, Triage, reductive_triage
+from sdcscan.distributed.world import gather_from_all
 from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
 from sdcscan.workloads import SPECS, WorkloadSpec
 from sdcscan.workloads.base import Context, register
@@ -184,7 +187,7 @@ class Collective:
         seed = ctx.run_seed
         result = self._execute(ctx, pick, group, seed, bad, timed=True)
         with ctx.phase("check"):
-            seen = _all_gather_object(result, world)
+            seen = gather_from_all(world, result)
             findings = _attribute(pick.collective, members, seen)
         triage = None
         if any(isinstance(f, Unattributed) for f in findings):
@@ -335,23 +338,15 @@ def _call(pick: _Pick, group: _Group, data: _Data, buffers: tuple[torch.Tensor, 
     send, result = buffers
     handle, collective = group.handle, pick.collective
     if collective == ALL_GATHER:
-        # torch 2.13 renamed all_gather_into_tensor to all_gather_single (as for reduce_scatter).
-        gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-        gather(result, send, group=handle)
+        all_gather_into(result, send, handle)
     elif collective == ALL_REDUCE:
         dist.all_reduce(result, op=dist.ReduceOp.SUM, group=handle)
     elif collective == REDUCE_SCATTER:
-        _reduce_scatter(result, send, handle)
+        reduce_scatter(result, send, handle)
     elif collective == BROADCAST:
-        dist.broadcast(result, src=_global(handle, group.root(pick)), group=handle)
-    elif group.size > 1:  # SEND_RECV: post both ends together, so the ring cannot deadlock
-        successor, predecessor = (group.me + 1) % group.size, (group.me - 1) % group.size
-        ops = [
-            dist.P2POp(dist.isend, send, _global(handle, successor), handle),
-            dist.P2POp(dist.irecv, result, _global(handle, predecessor), handle),
-        ]
-        for work in dist.batch_isend_irecv(ops):
-            work.wait()  # bounded by the group's timeout
+        dist.broadcast(result, src=global_rank(handle, group.root(pick)), group=handle)
+    elif group.size > 1:  # SEND_RECV
+        send_to_receive_from(send, result, (group.me + 1) % group.size, (group.me - 1) % group.size, handle)
     else:
         result.copy_(send)
 
@@ -363,7 +358,7 @@ def _check(
     result, me, n, numel = buffers[1], group.me, group.size, pick.numel
     if pick.collective not in COPIES:
         if group.ring_crosses(bad):
-            _flip_one_bit(result)
+            flip_one_bit(result)
         return wrong_elements(result, data.expected)
     if pick.collective == ALL_GATHER:
         received = [(s, s * numel) for s in range(n)]
@@ -373,17 +368,10 @@ def _check(
     for source, start in received:
         got = result[start : start + numel]
         if group.path_crosses(source, me, bad):
-            _flip_one_bit(got)
+            flip_one_bit(got)
         if not bitwise_equal(got, data.expected[start : start + numel]):
             wrong.append((source, me))
     return wrong
-
-
-def _all_gather_object(local: list[Pair] | int, world: Any) -> list[Any]:
-    """Every rank's result, in rank order, over the control group (every rank takes part)."""
-    gathered: list[Any] = [None] * world.size
-    dist.all_gather_object(gathered, local, group=world.control)
-    return gathered
 
 
 def _attribute(collective: str, ring: Sequence[int], seen: list[Any]) -> tuple[Attribution, ...]:

@@ -37,6 +37,7 @@ from sdcscan.distributed.attribution import (
     Unattributed,
     judge_state_hashes,
 )
+from sdcscan.distributed.world import gather_from_all
 from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
 from sdcscan.workloads import SPECS, WorkloadSpec
 from sdcscan.workloads.base import Context, register
@@ -235,8 +236,7 @@ class TrainDp:
             with ctx.phase("check"):
                 digest = hash_tensors(state_tensors(model, opt))
                 mine = RankReport(digest, _floats(losses[window:]), _floats(replicas[window:]))
-                gathered: list[Any] = [None] * world.size
-                dist.all_gather_object(gathered, mine.to_wire(), group=world.control)
+                gathered = gather_from_all(world, mine.to_wire())
                 reports = {r: RankReport(h, tuple(ls), tuple(rs)) for r, (h, ls, rs) in enumerate(gathered)}
                 verdict, at = judge_exchange(reports, ring)
                 judged, window = window + at, step + 1
