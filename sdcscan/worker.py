@@ -22,6 +22,7 @@ from typing import Any
 
 from sdcscan import background, faults
 from sdcscan.distributed.env import RankSetup
+from sdcscan.outcomes import CONSENSUS
 from sdcscan.profile import Profile
 from sdcscan.units import Unit
 from sdcscan.workloads import SPECS
@@ -117,6 +118,8 @@ class _Engine:
             if cfg.rank
             else None
         )
+        if self.lockstep is not None:
+            self.notes.extend(self.lockstep.notes)
         self.pacing: dict[str, Any] = {"gate": self.gate is not None, "waited_s": 0.0, "waits": 0}
         self.stopped = False
 
@@ -227,7 +230,8 @@ def _join_world(
     from sdcscan.distributed.lockstep import Lockstep
 
     distributed = {name for name in contexts if SPECS[name].distributed}
-    return Lockstep.join(setup, device, contexts, distributed, cohort_fields, plan)
+    comparing = {name for name in distributed if CONSENSUS in SPECS[name].evidence}
+    return Lockstep.join(setup, device, contexts, distributed, cohort_fields, plan, comparing)
 
 
 def _idle_gate(unit: Unit) -> Any:

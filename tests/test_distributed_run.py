@@ -298,14 +298,16 @@ def test_usage_errors_exit_2_before_any_rank_starts(run_cli, args, words):
     assert "rank(s) on this node" not in done.stderr  # refused before the launcher started anything
 
 
-def _two_nodes(tmp_path: Path, port: int, *extra: tuple[str, ...]) -> list[tuple[int, str, Path]]:
+def _two_nodes(
+    tmp_path: Path, port: int, *extra: tuple[str, ...], envs: tuple[dict[str, str], ...] = ({}, {})
+) -> list[tuple[int, str, Path]]:
     """Two launchers on this machine, each a node of one rank, meeting at a c10d rendezvous: the
     multi-node path (`--nnodes`, `--rdzv-endpoint`, `--rdzv-id`). Returns (exit code, stderr, out)."""
     procs = []
     for node in range(2):
         home = tmp_path / f"node{node}"
         home.mkdir()
-        env = _env(home)
+        env = {**_env(home), **envs[node]}
         cmd = sdcscan_cmd(
             "run",
             "--distributed",
@@ -357,3 +359,22 @@ def test_ranks_with_different_plans_are_refused_at_the_join(tmp_path):
     cluster = json.loads(path.read_text())
     assert set(_verdicts(cluster).values()) == {"invalid"}
     assert all("do not share one plan" in u["reason"] for u in cluster["units"])
+
+
+def test_ranks_of_different_isas_do_not_compare_their_float_training(tmp_path):
+    """An ISA pin puts one node in another cohort: its floats may differ legitimately, so train_dp
+    (which compares losses and states across ranks) is not run, and says so; nothing is blamed."""
+    nodes = _two_nodes(
+        tmp_path,
+        29617,
+        ("--workloads", "train,train_dp"),
+        ("--workloads", "train,train_dp"),
+        envs=({}, {"ATEN_CPU_CAPABILITY": "default"}),
+    )
+    assert [code for code, _, _ in nodes] == [0, 0], [err[-2000:] for _, err, _ in nodes]
+    (path,) = [p for _, _, p in nodes if p.exists()]
+    cluster = json.loads(path.read_text())
+    assert _verdicts(cluster) == {"rank0": "pass", "rank1": "pass"}
+    for unit in cluster["units"]:
+        assert "train_dp" not in unit["throughput"]
+        assert any("train_dp: not run: the ranks are not one cohort" in n for n in unit["notes"])

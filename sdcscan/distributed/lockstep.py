@@ -22,6 +22,7 @@ import contextlib
 import json
 import time
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 import torch
@@ -34,9 +35,17 @@ MAX_DISAGREEMENTS = 50  # kept in the summary; the count goes on
 
 
 class Lockstep:
-    def __init__(self, world: wire.World, distributed: set[str], cohort: str, every_s: float) -> None:
+    def __init__(
+        self,
+        world: wire.World,
+        distributed: set[str],
+        cohort: str,
+        every_s: float,
+        skipped: AbstractSet[str] = frozenset(),
+    ) -> None:
         self.world = world
         self.distributed = distributed
+        self.skipped = set(skipped)  # distributed workloads this world cannot judge: never run
         self.cohort = cohort
         self.every_s = every_s
         self.stopped = False
@@ -57,8 +66,15 @@ class Lockstep:
         distributed: set[str],
         cohort_fields: dict[str, Any],
         plan: str,
+        comparing: set[str],
     ) -> Lockstep:
-        """Join the world and hand it to the contexts of the `distributed` workloads (names)."""
+        """Join the world and hand it to the contexts of the `distributed` workloads (names).
+
+        `comparing`: the distributed workloads that compare float results across ranks. They run
+        only when every rank is of one cohort; on ranks of different CPUs, ISAs or software, results
+        may differ legitimately, and a difference would be blamed on a rank (see `notes`).
+        """
+        cohort = json.dumps(cohort_fields, sort_keys=True, default=str)
         world = wire.join(
             setup.env,
             device=device,
@@ -67,11 +83,21 @@ class Lockstep:
             timeout_s=setup.timeout_s,
             join_timeout_s=setup.join_timeout_s,
             plan=plan,
+            cohort=cohort,
         )
         for name in distributed:
             contexts[name].world = world
-        cohort = json.dumps(cohort_fields, sort_keys=True, default=str)
-        return cls(world, distributed, cohort, setup.exchange_every_s)
+        skipped = set() if world.one_cohort else comparing & distributed
+        return cls(world, distributed, cohort, setup.exchange_every_s, skipped)
+
+    @property
+    def notes(self) -> list[str]:
+        """What the unit's report should say about this world."""
+        return [
+            f"{name}: not run: the ranks are not one cohort (device model, software or ISA differ), so "
+            "their float results may differ legitimately and could not be compared"
+            for name in sorted(self.skipped)
+        ]
 
     def may_run(self, workload: str, latest_start: float) -> bool:
         """Whether this rank runs the next case of `workload` (always, for a per-unit workload).
@@ -81,7 +107,7 @@ class Lockstep:
         """
         if workload not in self.distributed:
             return True
-        if self.stopped:
+        if self.stopped or workload in self.skipped:  # the same on every rank: no agreement needed
             return False
         due = time.monotonic() - self.last_exchange >= self.every_s
         try:

@@ -69,7 +69,14 @@ class World:
     broken: str | None = None  # why distributed cases stopped (a rank died or stopped answering)
     lost: bool = False  # a rank stopped answering (not this rank's own error)
     missing: tuple[int, ...] = ()  # which ranks, where this rank could tell (rank 0)
+    cohorts: tuple[str, ...] = ()  # every rank's cohort, indexed by rank
     _groups: dict[tuple[int, ...], Any] = field(default_factory=dict)
+
+    @property
+    def one_cohort(self) -> bool:
+        """Whether every rank computes the same floats from the same inputs (same device model,
+        software and ISA): only then may ranks compare their float results with each other."""
+        return len(set(self.cohorts)) <= 1
 
     @property
     def ring(self) -> tuple[int, ...]:
@@ -112,12 +119,14 @@ def join(
     timeout_s: float,
     join_timeout_s: float,
     plan: str,
+    cohort: str,
 ) -> World:
     """Join the world through the launcher's store; blocks until every rank joined, at most `join_timeout_s`.
 
     The default group (gloo) is only the join: the checked collectives run on `data` (NCCL on a GPU)
     and everything small on `control`, both bounded by `timeout_s`. `plan` names this rank's plan
-    (profile, seed, device kind): every rank must have the same.
+    (profile, seed, device kind): every rank must have the same. `cohort` names what must match for
+    two ranks to compute the same floats (device model, software, ISA); ranks may differ in it.
 
     Raises:
         RuntimeError (torch's DistStoreError, DistNetworkError, ...): the store or a peer could not be
@@ -136,11 +145,11 @@ def join(
     watch = dist.new_group(timeout=bound, backend="gloo")
     data = dist.new_group(timeout=bound, backend=backend) if backend == "nccl" else control
     joined: list[Any] = [None] * env.world_size
-    dist.all_gather_object(joined, (hostname, plan), group=control)
-    hosts = [h for h, _ in joined]
-    plans = {p for _, p in joined}
+    dist.all_gather_object(joined, (hostname, plan, cohort), group=control)
+    hosts = [h for h, _, _ in joined]
+    plans = {p for _, p, _ in joined}
     if len(plans) > 1:  # lockstep needs every rank to run the same case at the same index
-        apart = [r for r, (_, p) in enumerate(joined) if p != joined[0][1]]
+        apart = [r for r, (_, p, _) in enumerate(joined) if p != joined[0][1]]
         raise RuntimeError(
             f"the ranks do not share one plan (profile, seed, device kind): ranks {apart} differ from rank 0; "
             "give every node the same --profile and --seed"
@@ -149,6 +158,7 @@ def join(
         rank=env.rank,
         size=env.world_size,
         hosts=tuple(str(h) for h in hosts),
+        cohorts=tuple(str(c) for _, _, c in joined),
         timeout_s=timeout_s,
         device=device,
         backend=backend,
