@@ -276,7 +276,7 @@ def test_a_node_that_cannot_reach_the_rendezvous_exits_3_in_bounded_time(tmp_pat
 @pytest.mark.parametrize(
     ("args", "words"),
     [
-        (["--standalone"], "only mean something with --distributed"),
+        (["--standalone"], "--standalone only means something with --distributed"),
         (
             ["--distributed", "--standalone", "--nproc-per-node", "2", "--inject", "cpu:1:bitflip"],
             "RANK:KIND",

@@ -74,7 +74,8 @@ def check_not_distributed(kw: dict[str, Any]) -> None:
     if kw["nnodes"] != 1:
         given.append("--nnodes")
     if given:
-        raise UsageError(f"{', '.join(given)} only mean something with --distributed")
+        verb = "means" if len(given) == 1 else "mean"
+        raise UsageError(f"{', '.join(given)} only {verb} something with --distributed")
 
 
 def dist_options(kw: dict[str, Any]) -> Any:
