@@ -6,7 +6,7 @@ gemm_int8, as sdcscan/workloads/gemm_int8.py runs a case (set-up left out of bot
 `repeats` × `torch._int_mm(A_u8, W.t())` into one buffer; checked = the same GEMMs with the encoded
 weight W_ext written block by block into one buffer, the activation digit rows of the column check
 multiplied with the last repeat, `int8.check_rows` (modular row, position-weighted row and the column
-sums) and a `Digest` per block, then the exact column check. `repeats` = ops_per_case / 2mnk. W's
+sums) and a `Fingerprint` per block, then the exact column check. `repeats` = ops_per_case / 2mnk. W's
 encoding is per case set-up in the workload ("offline" in the paper) and is reported as `encode_s`.
 Profile records: the profile's shapes, scheme and ops_per_case. Paper record: (m, n, k) = (1, 800, 3200),
 the one shape Li et al. (../shared/seeds/000_*, §VI-A1, overhead < 20% over 28 DLRM shapes) name in
@@ -15,7 +15,7 @@ Activations use the full u8 range (the workload restricts them to [0, 127] only 
 
 embbag_int8, as sdcscan/workloads/embbag_int8.py runs a case: plain = the FBGEMM EmbeddingBag; checked =
 the same op plus the mode's check (exact: the row-sum checksum of every bag; realistic: the trigger over
-every bag, then the rigorous recompute of flagged bags) and the `Digest` of every bag. Profile records:
+every bag, then the rigorous recompute of flagged bags) and the `Fingerprint` of every bag. Profile records:
 the profile's rows, dim, bags, pooling and bits, each bit width in both modes (the profile runs one mode;
 the other is timed at the same shape for comparison), tables built as the workload builds them for the
 mode. Paper records: Table I of Li et al. (4M rows, D = 32..256, average pooling 100, batch 10, 8-bit,
@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a ch
 from bench_abft import Split, cpu_description, measure, profile_params, record, table  # type: ignore[import-not-found]
 
 from sdcscan.checks import embbag, embbag_tables, int8
-from sdcscan.checks.digest import Digest
+from sdcscan.checks.digest import Fingerprint
 from sdcscan.workloads import embbag_int8, gemm_int8
 
 A_MAX = 255
@@ -96,14 +96,17 @@ def _gemm_record(
 def _gemm_case(a: torch.Tensor, w_ext: torch.Tensor, lay: int8.Layout, split: Split) -> int:
     """The checked GEMMs of one case, as GemmInt8.run and _repeats do them (no fault sites)."""
     repeats, m, _ = a.shape
-    digits = int8.activation_digits(int8.activation_sums(a), repeats * m * A_MAX)
+    sums = int8.activation_sums(a[0])
+    for r in range(1, repeats):  # per repeat: the workload's repeats are views at their own offsets
+        sums += int8.activation_sums(a[r])
+    digits = int8.activation_digits(sums, repeats * m * A_MAX)
     last = torch.cat([a[-1], digits])
     block = max(1, min(repeats, gemm_int8.CHECK_BLOCK_BYTES // (4 * m * lay.n_ext)))
     outputs = torch.empty((block * m + last.shape[0] - m, lay.n_ext), dtype=torch.int32)
     digits_start = (repeats - 1) % block * m + m
     digit_products = outputs[digits_start : digits_start + last.shape[0] - m]
     column_sums = torch.zeros(lay.n, dtype=torch.int64)
-    digest, bad = Digest(), 0
+    digest, bad = Fingerprint(), 0
     split.lap("check")
     for first in range(0, repeats, block):
         count = min(block, repeats - first)
@@ -195,8 +198,9 @@ def _embbag_timing(
 ) -> dict[str, float]:
     """Plain op vs op + the mode's check + digest, on one case's inputs drawn as EmbbagInt8 draws them."""
     rows = packed.shape[0]
-    raw = torch.randint(0, 2**62, (int(lengths.sum()),), generator=g)
-    idx = torch.remainder(raw, rows)
+    # int32 ids and offsets, as the workload's pool views (which cost it nothing per case)
+    idx = torch.randint(0, rows, (int(lengths.sum()),), generator=g, dtype=torch.int32)
+    lengths = lengths.to(torch.int32)
     weights = psw = None
     if weighted:
         weights = (
@@ -204,13 +208,18 @@ def _embbag_timing(
             if mode == "exact"
             else torch.rand(idx.shape, generator=g) + 0.5
         )
-        psw = weights.to(torch.float32)
-    offsets = torch.cumsum(lengths, 0) - lengths
+        psw = weights
+    offsets = torch.cumsum(lengths, 0, dtype=torch.int32) - lengths
     sums: Any = (
         embbag.exact_row_sums(packed, bits)
         if mode == "exact"
         else embbag.row_stats(packed, bits, weighted=weighted)
     )
+    fp32_table = None  # the workload's fp32 checksum path, where its sums are exact
+    if mode == "exact" and embbag.fp32_sums_exact(
+        int(sums.abs().max()), int(lengths.max()), 3 if weighted else 1
+    ):
+        fp32_table = sums.float().unsqueeze(1)
 
     def plain(split: Split) -> None:
         embbag.embedding_bag(packed, bits, idx, offsets, psw)
@@ -219,13 +228,15 @@ def _embbag_timing(
     def checked(split: Split) -> bool:
         out = embbag.embedding_bag(packed, bits, idx, offsets, psw)
         split.lap("compute")
-        if mode == "exact":
-            bad = embbag.exact_bad_bags(out, embbag.exact_expected(sums, idx, lengths, weights))
+        if fp32_table is not None:
+            bad = embbag.exact_bad_bags(out, embbag.exact_expected_fp32(fp32_table, idx, offsets, weights))
+        elif mode == "exact":
+            bad = embbag.exact_bad_bags(out, embbag.exact_expected(sums, idx.long(), lengths.long(), weights))
         else:
-            bad = embbag.realistic_check(out, packed, sums, idx, lengths, weights).bad
+            bad = embbag.realistic_check(out, packed, sums, idx.long(), lengths.long(), weights).bad
         found = bool(bad.any())
         split.lap("check")
-        Digest().tensor(out).hexdigest()
+        Fingerprint().tensor(out).hexdigest()
         split.lap("digest")
         return found
 

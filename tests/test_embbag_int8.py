@@ -158,17 +158,27 @@ def test_exact_rows_carry_the_parity_of_their_index(bits: int) -> None:
     assert q.max() <= embbag.layout(bits).q_max
 
 
-def test_fit_rows_scales_down_to_the_memory_share() -> None:
-    """1/(4·cpus) of MemAvailable per worker; unknown memory keeps the requested rows."""
-    assert fit_rows(1_000_000, 80, None, 8) == 1_000_000
-    assert fit_rows(1_000_000, 80, 80 * 4 * 2 * 1000, 2) == 1000
-    assert fit_rows(10, 80, 1, 64) == 1
+def test_fit_rows_scales_down_to_the_memory_share(monkeypatch: pytest.MonkeyPatch) -> None:
+    """1/(4·cpus) of MemAvailable per CPU worker, half the free memory of a GPU, less what the worker
+    needs whatever the rows; unknown memory keeps the requested rows."""
+    assert fit_rows(1_000_000, 80, None) == 1_000_000
+    assert fit_rows(1_000_000, 80, 80 * 1000) == 1000
+    assert fit_rows(1_000_000, 80, 80 * 1000, fixed_bytes=80 * 400) == 600
+    assert fit_rows(10, 80, 1) == 1
+    monkeypatch.setattr(embbag_int8, "_mem_available", lambda: 64 << 30)
+    monkeypatch.setattr(embbag_int8.os, "cpu_count", lambda: 8)
+    assert embbag_int8.memory_share(torch.device("cpu")) == 2 << 30
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (70 << 30, 80 << 30))
+    assert embbag_int8.memory_share(torch.device("cuda", 0)) == 35 << 30  # not divided among the CPUs
 
 
 def test_short_memory_is_noted(monkeypatch: pytest.MonkeyPatch) -> None:
-    """prepare shrinks the tables (8- and 4-bit rows and their checksums) and says so in a note."""
+    """prepare shrinks the tables (8- and 4-bit rows and their checksums) to what the id pool leaves,
+    and says so in a note."""
     per_row = (16 + 8) + (8 + 4) + 2 * embbag_int8.CHECK_BYTES_PER_ROW
-    monkeypatch.setattr(embbag_int8, "_mem_available", lambda: 4 * per_row * 500)
+    tiny = EmbbagInt8.spec.tiny
+    pool_bytes = 4 * (tiny["bags"] * tiny["pooling"][1] + embbag_int8.POOL_ROOM)
+    monkeypatch.setattr(embbag_int8, "_mem_available", lambda: 4 * (per_row * 500 + pool_bytes))
     monkeypatch.setattr(embbag_int8.os, "cpu_count", lambda: 1)
     workload, ctx = _ready({})
     assert {b: t.shape[0] for b, t in workload.tables.items()} == {8: 500, 4: 500}
@@ -205,3 +215,42 @@ def test_the_catalogue_refuses_what_the_workload_cannot_run(params: dict[str, An
     found = spec.rules_problem(merged)
     assert key in problems or (found is not None and found[0] == key)
     assert spec.rules_problem({**spec.defaults, "bits": [8], "dim": 12}) is None
+
+
+def test_exact_checksums_use_fp32_sums_only_where_they_are_exact() -> None:
+    """The fp32 EmbeddingBag over row sums gives the integer path's S_exp where no bag sum can reach
+    2^24; with longer bags the workload keeps the integer path, and both catch a corrupted output."""
+    short, short_ctx = _ready({"weighted": True})
+    long, long_ctx = _ready({"weighted": True, "pooling": [1000, 4000]})
+    assert set(short.row_sum_tables) == {8, 4} and not long.row_sum_tables
+    for workload, ctx in ((short, short_ctx), (long, long_ctx)):
+        assert _run(workload, ctx, 0).status == "ok"
+        assert _run(workload, ctx, 1, FaultSpec("bitflip", "output", 1, bit=20)).status == "mismatch"
+    g = torch.Generator().manual_seed(5)
+    row_sums = short.row_sums[8]
+    lengths = torch.randint(0, 9, (50,), generator=g, dtype=torch.int32)
+    idx = torch.randint(0, row_sums.numel(), (int(lengths.sum()),), generator=g, dtype=torch.int32)
+    weights = torch.randint(1, 4, idx.shape, generator=g).float()
+    offsets = torch.cumsum(lengths, 0, dtype=torch.int32) - lengths
+    fast = embbag.exact_expected_fp32(short.row_sum_tables[8], idx, offsets, weights)
+    assert torch.equal(fast, embbag.exact_expected(row_sums, idx.long(), lengths.long(), weights))
+    assert embbag.fp32_sums_exact(4080, 1370, 3) and not embbag.fp32_sums_exact(4080, 1371, 3)
+
+
+def test_cases_read_the_id_pool_at_their_own_offsets_and_faults_never_reach_it() -> None:
+    """Ids are views of one pool per worker (the run seed sets it); cases differ; an `indices` or
+    `fetch` fault corrupts a copy, so the case after a struck one equals a fresh worker's."""
+    workload, ctx = _ready({})
+    firsts = {workload._case_inputs(ctx, Case(s, "embbag_int8", s, 0), 2048)[0].data_ptr() for s in range(16)}
+    assert len(firsts) > 8
+    digests = {_run(workload, ctx, seed).digest for seed in range(8)}
+    assert len(digests) == 8
+    other, _ = _ready({}, seed=2)
+    assert not torch.equal(other.ids, workload.ids)
+    pool = workload.ids.clone()
+    fresh, fresh_ctx = _ready({})
+    for site, bit in (("indices", 40), ("fetch", 3), ("table", 6)):
+        _run(workload, ctx, 3, FaultSpec("bitflip", site, 3, bit=bit))
+        assert ctx.injected is not None and ctx.injected["site"] == site
+        assert torch.equal(workload.ids, pool)
+        assert _run(workload, ctx, 3).digest == _run(fresh, fresh_ctx, 3).digest

@@ -4,14 +4,19 @@ names the flipped element, and stays silent on the negative control."""
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 import torch
 
+from sdcscan.checks import vabft
+from sdcscan.checks.digest import RepeatDigest
 from sdcscan.faults import FaultSpec
-from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case
+from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
 from sdcscan.units import device_model
-from sdcscan.workloads import SPECS, load
+from sdcscan.workloads import SPECS, gemm_fp, load
 from sdcscan.workloads import calibration as calibrate
 from sdcscan.workloads.base import Context
 
@@ -33,8 +38,8 @@ def table_path(calibration_here: str) -> str:
     return calibration_here
 
 
-def make(dtype: str, table: str, *, selftest: bool = False, **overrides):
-    cls = load("gemm_fp")
+def make(dtype: str, table: str, *, selftest: bool = False, workload_cls=None, **overrides):
+    cls = workload_cls or load("gemm_fp")
     params = {
         **cls.spec.defaults,
         "dtypes": [dtype],
@@ -182,3 +187,222 @@ def test_reuse_product_recomputes_when_an_operand_changed(table_path):
     hit = run(workload, ctx, 2, FaultSpec("bitflip", "operand_b_encoded", 5, bit=31))
     assert hit.status == STATUS_MISMATCH
     assert run(workload, ctx, 2).status == STATUS_OK
+
+
+class SynchronisingGemmFp(gemm_fp.GemmFp):
+    """gemm_fp's repeat loop as it was before it kept its totals on the device: it read every repeat's
+    verdict on the host, and located every failing repeat. The reference the device-side loop must match."""
+
+    def run(self, ctx: Context, case: Case) -> Outcome:
+        p, slot = self.p, 0
+        chk, repeats, found = p["checkers"][slot], p["repeats"][slot], self.thresholds[slot]
+        assert found is not None and found.e_max is not None
+        a, b, enc = self._setup(ctx, case, slot)
+        ctx.fault("operand_a", a)
+        expect = vabft.expected(a, b, enc, gemm_fp.DTYPES[chk], found.e_max, p["c"])
+        ctx.fault("operand_b_encoded", b)
+        found_at: list[Mismatch] = []
+        bad_rows, bad_cols, ratio, digest = 0, 0, 0.0, RepeatDigest()
+        for r in range(repeats):
+            with ctx.phase("compute"):
+                out = self._product(a, b)
+            ctx.fault("output", out, repeat=r, repeats=repeats)
+            with ctx.phase("check"):
+                rows, cols = vabft.verify(out, expect)
+                ratio = max(ratio, rows.ratio(), cols.ratio())
+                if bool(rows.bad.any()) or bool(cols.bad.any()):
+                    bad_rows, bad_cols = bad_rows + int(rows.bad.sum()), bad_cols + int(cols.bad.sum())
+                    found_at += self._locate(slot, (a, b, out), enc, (rows, cols), r)[
+                        : gemm_fp.MAX_RECORDED - len(found_at)
+                    ]
+                digest.add(out)
+        status = STATUS_MISMATCH if bad_rows or bad_cols else STATUS_OK
+        detail = {"bad_rows": bad_rows, "bad_columns": bad_cols, "max_ratio": ratio}
+        return Outcome(status=status, digest=digest.hexdigest(), mismatches=found_at, detail=detail)
+
+
+REPEATS = 4
+
+
+def flip_outputs(ctx: Context, elements: dict[int, int]) -> dict[int, float]:
+    """Negate element `elements[r]` of the output of repeat r, for each r given (ctx.fault strikes one
+    repeat per case; this strikes several). Returns the corrupted values, filled in as the case runs."""
+    plain, corrupted = ctx.fault, {}
+
+    def fault(site, tensor, *, repeat=0, repeats=1, columns=None):
+        if site == "output" and repeat in elements:
+            flat = tensor.view(-1)
+            flat[elements[repeat]] = -flat[elements[repeat]]
+            corrupted[repeat] = float(flat[elements[repeat]])
+        return plain(site, tensor, repeat=repeat, repeats=repeats, columns=columns)
+
+    ctx.fault = fault  # type: ignore[method-assign]
+    return corrupted
+
+
+def first_repeat_records(mismatches):
+    """The records of the first repeat named in `mismatches`: what a loop that locates only its first
+    failing repeat records."""
+    if not mismatches:
+        return []
+    first = re.search(r"\(repeat \d+\)$", mismatches[0].where)
+    assert first is not None
+    return [m for m in mismatches if m.where.endswith(first.group(0))]
+
+
+FAULTS = {
+    "clean": (None, {}),
+    "output flip in repeat 0": (FaultSpec("bitflip", "output", 3, element=100, bit=-1, repeat=0), {}),
+    "output flip in repeat 2": (FaultSpec("bitflip", "output", 3, element=100, bit=-1, repeat=2), {}),
+    "output flip in the last repeat": (
+        FaultSpec("bitflip", "output", 3, element=100, bit=-1, repeat=REPEATS - 1),
+        {},
+    ),
+    "output flips in repeats 1 and 3": (None, {1: 5, 3: 77}),
+    "encoded operand flip: every repeat fails": (FaultSpec("bitflip", "operand_b_encoded", 3, bit=-1), {}),
+}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("fault", list(FAULTS))
+def test_totals_kept_on_the_device_match_the_loop_that_read_every_repeat(dtype, fault, table_path):
+    """Status, digest, failing rows and columns, max ratio: as when every repeat was read on the host;
+    the records are the first failing repeat's (the old loop's, when one repeat failed)."""
+    spec, flips = FAULTS[fault]
+    outcomes = []
+    for cls in (gemm_fp.GemmFp, SynchronisingGemmFp):
+        workload, ctx = make(dtype, table_path, repeats=[REPEATS], workload_cls=cls)
+        flip_outputs(ctx, flips)
+        outcomes.append(run(workload, ctx, 3, spec))
+    new, old = outcomes
+    assert (new.status, new.digest) == (old.status, old.digest)
+    for key in ("bad_rows", "bad_columns", "max_ratio"):
+        assert new.detail[key] == old.detail[key], key
+    assert new.mismatches == first_repeat_records(old.mismatches)
+    if spec is not None and spec.site == "output":
+        assert new.mismatches == old.mismatches
+        assert new.mismatches[0].where.endswith(f"(repeat {spec.repeat})")
+    if fault != "clean":
+        assert new.status == STATUS_MISMATCH
+
+
+def test_every_failing_repeat_is_counted_and_the_first_is_located_in_its_own_output(table_path):
+    """Flips in repeats 1 and 3: both count; the record names repeat 1's element with its corrupted value."""
+    workload, ctx = make("float32", table_path, repeats=[REPEATS])
+    corrupted = flip_outputs(ctx, {1: 5, 3: 77})  # C[0, 5] in repeat 1, C[1, 13] in repeat 3
+    outcome = run(workload, ctx, 3)
+    assert outcome.detail["bad_rows"] == outcome.detail["bad_columns"] == 2
+    assert [m.where for m in outcome.mismatches] == ["float32 C[0, 5] (row 0 and column 5 checks) (repeat 1)"]
+    assert outcome.mismatches[0].actual == repr(corrupted[1])
+
+
+class WaitInsideCase(Exception):
+    """A tensor was read on the host inside a repeat: on a GPU that waits for the device."""
+
+
+HOST_READS = ("__bool__", "__int__", "__float__", "__index__", "item", "tolist", "nonzero", "numpy")
+
+
+@pytest.fixture
+def host_reads(monkeypatch):
+    """While a compute or check phase runs, reading a tensor on the host raises WaitInsideCase; calls of
+    `gemm_fp.read_totals` (the end-of-case read) are counted. Returns `watch(ctx)`, which arms a Context,
+    and the counter."""
+    inside, reads = [False], [0]
+
+    def guard(name: str):
+        original = getattr(torch.Tensor, name)
+
+        def guarded(self, *args, **kwargs):
+            if inside[0]:
+                raise WaitInsideCase(f"Tensor.{name} inside a repeat")
+            return original(self, *args, **kwargs)
+
+        return guarded
+
+    for name in HOST_READS:
+        monkeypatch.setattr(torch.Tensor, name, guard(name))
+    read_totals = gemm_fp.read_totals
+
+    def counted(totals):
+        reads[0] += 1
+        return read_totals(totals)
+
+    monkeypatch.setattr(gemm_fp, "read_totals", counted)
+
+    def watch(ctx: Context) -> None:
+        phase = ctx.phase
+
+        @contextmanager
+        def watched(name: str) -> Iterator[None]:
+            with phase(name):
+                inside[0] = name in ("compute", "check")
+                try:
+                    yield
+                finally:
+                    inside[0] = False
+
+        monkeypatch.setattr(ctx, "phase", watched)
+
+    return watch, reads
+
+
+def test_a_case_reads_the_host_once_at_its_end_and_never_inside_a_repeat(host_reads, table_path):
+    """Clean, one failing repeat, every repeat failing: no host read in the repeats, one read per case."""
+    watch, reads = host_reads
+    workload, ctx = make("float32", table_path, repeats=[REPEATS])
+    watch(ctx)
+    statuses = [
+        run(workload, ctx, 3, spec).status
+        for spec in (
+            None,
+            FaultSpec("bitflip", "output", 3, element=100, bit=-1, repeat=2),
+            FaultSpec("bitflip", "operand_b_encoded", 3, bit=-1),
+        )
+    ]
+    assert statuses == [STATUS_OK, STATUS_MISMATCH, STATUS_MISMATCH]
+    assert reads[0] == 3
+
+
+@pytest.mark.parametrize("spec", [None, FaultSpec("bitflip", "output", 3, element=100, bit=-1, repeat=2)])
+def test_the_host_read_guard_catches_a_loop_that_reads_every_repeat(host_reads, table_path, spec):
+    """The guard of the test above fires on the old loop, clean or failing, and only inside a phase."""
+    watch, _ = host_reads
+    workload, ctx = make("float32", table_path, repeats=[REPEATS], workload_cls=SynchronisingGemmFp)
+    watch(ctx)
+    with pytest.raises(WaitInsideCase):
+        run(workload, ctx, 3, spec)
+    assert float(torch.ones(())) == 1.0  # outside a phase, reads are allowed
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_cuda_nothing_inside_the_repeats_synchronises(monkeypatch):
+    """CUDA's own sync check ("error" mode) around every compute and check phase, clean and failing."""
+    cls = load("gemm_fp")
+    params = {
+        **cls.spec.defaults,
+        "dtypes": ["float32"],
+        "shapes": [[256, 256, 64]],
+        "repeats": [REPEATS],
+        "checkers": ["float32"],
+    }
+    ctx = Context(unit="cuda:0", device=torch.device("cuda"), run_seed=7, params=params)
+    workload = cls(params)
+    workload.prepare(ctx)
+    assert run(workload, ctx, 3).status == STATUS_OK  # warm-up: cuBLAS handles, the fingerprint's keys
+    phase = ctx.phase
+
+    @contextmanager
+    def strict(name: str) -> Iterator[None]:
+        with phase(name):
+            torch.cuda.set_sync_debug_mode("error")
+            try:
+                yield
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+
+    monkeypatch.setattr(ctx, "phase", strict)
+    assert run(workload, ctx, 3).status == STATUS_OK
+    hit = run(workload, ctx, 3, FaultSpec("bitflip", "output", 3, element=100, bit=-1, repeat=2))
+    assert hit.status == STATUS_MISMATCH and hit.mismatches[0].where.endswith("(repeat 2)")

@@ -259,4 +259,4 @@ def test_cases_read_different_operands_from_the_pools_and_the_run_seed_sets_them
 def _activation_offset(workload: GemmInt8, ctx: Context, seed: int) -> int:
     m, k, n = workload.p["shapes"][0]
     a, _ = workload._operands(ctx, Case(seed, "gemm_int8", seed, 0), (m, k, n), workload._repeats_of(m, k, n))
-    return (a.data_ptr() - workload.activations.data_ptr()) // a.element_size()
+    return (a[0].data_ptr() - workload.activations.data_ptr()) // a[0].element_size()

@@ -55,6 +55,7 @@ BAD_PARAMS = [
     ("train", {"lr": float("nan")}, "lr", "number > 0"),
     ("train", {"dtype": "float16"}, "dtype", "one of float32, float64, bfloat16"),
     ("matmul_golden", {"m": 0}, "m", "integer >= 1"),
+    ("matmul_golden", {"reference": "cholesky"}, "reference", "one of direct, kronecker"),
     ("matmul_golden", {"k": 0}, "k", "integer >= 1"),
     ("matmul_golden", {"n": 0}, "n", "integer >= 1"),
     ("matmul_golden", {"max_abs": 0}, "max_abs", "integer >= 1"),

@@ -36,34 +36,104 @@ class Digest:
 class RepeatDigest:
     """The digest of a case whose repeats recompute the same product: every repeat counts.
 
-    The first repeat's output is hashed and kept; a later repeat costs one comparison with it and is
-    hashed (with its index) only where its bits differ. A correct deterministic unit therefore has the
-    digest of one output, and a fault in any repeat changes the digest, so consensus and re-runs see it.
+    Every repeat's output is fingerprinted where it lies (`fingerprint_words`); at the end the first
+    fingerprint is digested and every later one compared with it, and a repeat whose bits differ is
+    folded in with its index. A correct deterministic unit therefore has the digest of one output, and
+    a fault in any repeat changes the digest, so consensus and re-runs see it. Nothing waits for the
+    device before `hexdigest`, and no output is copied to the host: on a GPU the repeats run back to
+    back (hashing one 8192² output's bytes on the host took longer than its GEMM).
     """
 
     def __init__(self) -> None:
-        self._digest = Digest()
-        self._first: Any = None
-        self._count = 0
+        self._first: Any = None  # dtype and shape of the first output
+        self._fingerprints: list[Any] = []  # one device scalar per repeat
 
     def add(self, out: Any) -> None:
-        """Fold in the output of the next repeat (the caller must not modify it afterwards)."""
-        import torch
-
+        """Fold in the output of the next repeat."""
         if self._first is None:
-            self._first = out
-            self._digest.tensor(out)
-        elif not _same_bits(out, self._first, torch):
-            self._digest.bytes(f"repeat {self._count} differs:".encode()).tensor(out)
-        self._count += 1
+            self._first = f"{out.dtype}:{tuple(out.shape)}:".encode()
+        self._fingerprints.append(fingerprint_words(out))
 
     def hexdigest(self) -> str:
-        return self._digest.hexdigest()
+        import torch
+
+        h = hashlib.blake2b(digest_size=DIGEST_BYTES)
+        if self._first is None:
+            return h.hexdigest()
+        values = torch.stack(self._fingerprints).tolist()  # the one wait for the device
+        h.update(self._first + values[0].to_bytes(8, "little", signed=True))
+        for index, value in enumerate(values[1:], start=1):
+            if value != values[0]:
+                h.update(f"repeat {index} differs: {value}".encode())
+        return h.hexdigest()
 
 
-def _same_bits(x: Any, y: Any, torch: Any) -> bool:
-    """Bitwise equality: NaN payloads and the sign of zero count, unlike `torch.equal` on floats."""
-    if x.shape != y.shape or x.dtype != y.dtype:
-        return False
-    words = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[x.element_size()]
-    return bool(torch.equal(x.contiguous().view(words), y.contiguous().view(words)))
+class Fingerprint:
+    """A digest of exact bits computed where the tensors live: one pass over each tensor, no copy to
+    the host and no wait for the device until `hexdigest`.
+
+    Each tensor's bytes, read as little-endian 64-bit words w_i, are reduced to Σ w_i·K_i mod 2^64 with
+    fixed odd keys K_i (`fingerprint_words`); the sums, dtypes and shapes then go through blake2b. For
+    large outputs this costs about a tenth of hashing their bytes on the host (4 MB: 0.4 ms against
+    4.5 ms on one AVX-512 core), and on a GPU the output never leaves the device. A change of one word
+    always changes its sum (K_i is odd); several changed words escape with probability about 2^-64
+    (2^-32 when every change is a multiple of 2^32), and their order counts (the keys depend on i).
+    """
+
+    def __init__(self) -> None:
+        self._parts: list[tuple[str, Any]] = []  # ("meta", bytes) or ("sum", device scalar)
+
+    def tensor(self, t: Any) -> Fingerprint:
+        self._parts.append(("meta", f"{t.dtype}:{tuple(t.shape)}:".encode()))
+        self._parts.append(("sum", fingerprint_words(t)))
+        return self
+
+    def bytes(self, data: bytes) -> Fingerprint:
+        self._parts.append(("meta", data))
+        return self
+
+    def hexdigest(self) -> str:
+        import torch
+
+        sums = [value for kind, value in self._parts if kind == "sum"]
+        one_device = len({s.device for s in sums}) == 1
+        # the one wait for the device, and one copy to the host
+        values = iter(torch.stack(sums).tolist() if one_device else [int(s) for s in sums])
+        h = hashlib.blake2b(digest_size=DIGEST_BYTES)
+        for kind, value in self._parts:
+            h.update(value if kind == "meta" else next(values).to_bytes(8, "little", signed=True))
+        return h.hexdigest()
+
+
+def fingerprint_words(t: Any) -> Any:
+    """Σ w_i·K_i mod 2^64 over the 64-bit words w_i of a tensor's bytes (zero-padded to a whole word),
+    as a 0-dim int64 tensor on the tensor's device (no wait for it)."""
+    import torch
+
+    flat = t.detach().contiguous().reshape(-1).view(torch.uint8)
+    if flat.numel() % 8:
+        flat = torch.cat([flat, flat.new_zeros(8 - flat.numel() % 8)])
+    words = flat.view(torch.int64)
+    keys = _keys(words.numel(), words.device)
+    if words.device.type == "cpu":
+        return torch.dot(words, keys)  # integer dot on the CPU: no temporary
+    return (words * keys).sum()  # int64 products and sums wrap mod 2^64 on every device
+
+
+_KEYS: dict[Any, Any] = {}  # device -> the longest key vector built there so far
+
+
+def _keys(count: int, device: Any) -> Any:
+    """The first `count` keys K_i = splitmix64(i) | 1, the same on every host and device."""
+    import numpy as np
+    import torch
+
+    have = _KEYS.get(device)
+    if have is None or have.numel() < count:
+        size = 1 << max(10, (count - 1).bit_length())
+        z = np.arange(1, size + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)  # wraps mod 2^64
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = (z ^ (z >> np.uint64(31))) | np.uint64(1)
+        have = _KEYS[device] = torch.from_numpy(z.view(np.int64)).to(device)
+    return have[:count]

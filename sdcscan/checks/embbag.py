@@ -161,6 +161,32 @@ def exact_expected(
     return _segment_sums(vals, lengths)
 
 
+def fp32_sums_exact(largest_row_sum: int, max_pooling: int, max_weight: int) -> bool:
+    """Whether every bag sum of row sums (|each| <= largest_row_sum, integers in units of 2^-7) times
+    integer weights up to max_weight, over at most max_pooling lookups, is exact in fp32: every partial
+    sum is then an integer below 2^24, whatever the order of summation."""
+    return largest_row_sum * max_weight * max_pooling < 2**24
+
+
+def exact_expected_fp32(
+    row_sum_table: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor, weights: torch.Tensor | None
+) -> torch.Tensor:
+    """S_exp per bag in units of 2^-7, (B,) int32, through one fp32 EmbeddingBag over the row sums.
+
+    Exact only where `fp32_sums_exact` holds for the table and the case; a third of the cost of
+    gathering and prefix-summing the row sums as integers (exact_expected) on an AVX-512 core.
+
+    Args:
+        row_sum_table: (N, 1) fp32 row sums from exact_row_sums.
+        indices: (L_total,) intended row per lookup; offsets: (B,) first lookup of each bag, same dtype.
+        weights: (L_total,) fp32 integer-valued per-sample weights, or None for weight 1.
+    """
+    sums = torch.nn.functional.embedding_bag(
+        indices, row_sum_table, offsets, mode="sum", per_sample_weights=weights
+    )
+    return sums.squeeze(1).to(torch.int32)
+
+
 def exact_bad_bags(out: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
     """(B,) bool: bags whose sum differs from S_exp, or with an element that is not a multiple of 2^-7.
 

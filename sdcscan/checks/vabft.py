@@ -56,8 +56,12 @@ class CheckResult:
 
     def ratio(self) -> float:
         """max |d|/t over the checked rows: how close a clean case came to its threshold (inf if any fail)."""
+        return float(self.ratio_tensor())
+
+    def ratio_tensor(self) -> torch.Tensor:
+        """`ratio` as a 0-dim float64 tensor where d lives: computing it does not wait for the device."""
         r = self.d.double().abs() / self.t.clamp_min(1e-300)
-        return float(torch.nan_to_num(r, nan=math.inf).max()) if r.numel() else 0.0
+        return torch.nan_to_num(r, nan=math.inf).max() if r.numel() else r.new_zeros(())
 
 
 def bhatia_davis(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

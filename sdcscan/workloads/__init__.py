@@ -14,6 +14,7 @@ from __future__ import annotations
 import difflib
 import enum
 import importlib
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -63,8 +64,9 @@ class WorkloadSpec:
         rules: checks across parameters, run on the merged parameters a unit will get.
         distributed: it runs collectives with its peers (`Context.world`): only in a distributed
             run, every rank at the same case at once, never re-run alone.
-        data_version: raised whenever the same case starts computing other data (other digests):
-            it changes the plan's hash, so goldens recorded before do not apply.
+        data_version: raised whenever the same case starts computing other data or digesting it
+            another way (other digests): it changes the plan's hash, so goldens recorded before do
+            not apply.
     """
 
     name: str
@@ -116,10 +118,48 @@ FP_CALIBRATED_C = 2.5  # checks.vabft.SIGMA_C: e_max is measured at this c; a sm
 _DIGITS = {"bfloat16": 8, "float16": 11, "float32": 24, "float64": 53}  # significand bits
 
 
+GOLDEN_REFERENCES = ("direct", "kronecker")  # matmul_golden.REFERENCES
+# matmul_golden's `kronecker` pool: the larger of its two small int64 products may cost this many
+# multiply-adds (about 0.1 s on one core); 8192 x 8192 x 8192 needs 128^3, about 2 million.
+GOLDEN_KRONECKER_MAX_OPS = 2**30
+
+
+def golden_kronecker_split(m: int, k: int, n: int) -> tuple[tuple[int, int], ...]:
+    """How matmul_golden's `kronecker` reference factors its shape: ((m1, m2), (k1, k2), (n1, n2)).
+
+    Each dimension d is d1·d2 with d1 its largest divisor at most √d, so the pool's A = A1 ⊗ A2 (A1 is
+    (m1, k1), A2 (m2, k2)) and B = B1 ⊗ B2 have the exact product (A1·B1) ⊗ (A2·B2), which costs
+    m1·k1·n1 + m2·k2·n2 multiply-adds instead of m·k·n. Torch-free: the catalogue's rule uses it too.
+
+    Raises:
+        ValueError: the larger small product would cost more than GOLDEN_KRONECKER_MAX_OPS (a dimension
+            that is prime, or nearly so, leaves its whole length in one factor).
+    """
+    split = tuple(_near_root_split(d) for d in (m, k, n))
+    (m1, m2), (k1, k2), (n1, n2) = split
+    if max(m1 * k1 * n1, m2 * k2 * n2) > GOLDEN_KRONECKER_MAX_OPS:
+        raise ValueError(
+            f"the kronecker reference needs m, k and n with divisors near their square roots; {m} x {k} x "
+            f"{n} leaves a {m2} x {k2} x {n2} product, more than 2^30 multiply-adds (use sizes such as "
+            "powers of two, or reference: direct)"
+        )
+    return split
+
+
+def _near_root_split(d: int) -> tuple[int, int]:
+    small = next(f for f in range(math.isqrt(d), 0, -1) if d % f == 0)
+    return small, d // small
+
+
 def _golden_rules(p: Mapping[str, Any]) -> tuple[str, str] | None:
     if p["k"] * p["max_abs"] ** 2 >= GOLDEN_EXACT_LIMIT:
         k, top = p["k"], p["max_abs"]
         return "k", f"k * max_abs^2 must be below 2^24 for exact fp32 partial sums (got {k} * {top}^2)"
+    if p["reference"] == "kronecker":
+        try:
+            golden_kronecker_split(p["m"], p["k"], p["n"])
+        except ValueError as err:
+            return "reference", str(err)
     return one_per_dtype(p, ("repeats",))
 
 
@@ -237,8 +277,13 @@ _CATALOGUE = (
             "max_abs": 8,
             "dtypes": ["float32", "float64", "bfloat16", "float16"],
             "repeats": [48, 16, 1, 1],  # per dtype, to give each case about 0.1-0.5 s of compute on one core
+            # direct: random pool operands, their product by an int64 matmul on the CPU (m·k·n
+            # multiply-adds: minutes at 8192^3); kronecker: Kronecker-structured ones whose exact
+            # product is two small matmuls (GPU-sized shapes; golden_kronecker_split)
+            "reference": "direct",
         },
         fault_sites=("output",),
+        data_version=2,  # 2: repeats digested by device-side fingerprints (issue 10)
         tiny={"m": 16, "k": 64, "n": 16, "repeats": [2, 2, 1, 1]},
         params={
             "m": Int(1),
@@ -247,6 +292,7 @@ _CATALOGUE = (
             "max_abs": Int(1),  # operands in [-max_abs, max_abs]; 0 would make them all zero
             "dtypes": ListOf(Choice(GOLDEN_DTYPES)),  # cases cycle through them: empty divides by 0
             "repeats": ListOf(Int(1)),  # per dtype; 0 repeats compute nothing to compare
+            "reference": Choice(GOLDEN_REFERENCES),
         },
         rules=(_golden_rules,),
     ),
@@ -273,12 +319,14 @@ _CATALOGUE = (
             "path": "auto",
         },
         fault_sites=("output", "encoded", "operand"),
-        data_version=2,  # 2: operands from per-worker pools (issue 10), no longer drawn whole per case
+        # 2: operands from per-worker pools (issue 10), no longer drawn whole per case; 3: one pool view
+        # per repeat, outputs digested by fingerprints
+        data_version=3,
         tiny={"shapes": [[1, 64, 40], [20, 32, 24]], "ops_per_case": 1.0e5},
         params={
             "scheme": Choice(INT8_SCHEMES),
             "shapes": ListOf(Shape(k=Int(INT8_MIN_K, INT8_MAX_K))),
-            "ops_per_case": Number(0.0, low_open=True),
+            "ops_per_case": Number(0.0, low_open=True, high=1e16),  # a GPU case: ~5e14 (an H100's second)
             "path": Choice(INT8_PATHS),
         },
         rules=(_int8_rules,),
@@ -304,6 +352,7 @@ _CATALOGUE = (
         # ones (a wrong-row fetch). indices: raw sparse ids before `% rows`; both the lookup and the
         # checksum use the hashed id, so the check cannot see it (a negative control for the selftest).
         fault_sites=("output", "table", "fetch", "indices"),
+        data_version=2,  # 2: row ids and weights from per-worker pools, outputs digested by fingerprints
         tiny={"rows": 2048, "dim": 16, "bags": 16, "pooling": [1, 8]},
         params={
             "mode": Choice(EMBBAG_MODES),
@@ -334,6 +383,7 @@ _CATALOGUE = (
             "calibration": "",  # path of a calibration table; "" = the one shipped with sdcscan
         },
         fault_sites=("output", "operand_b_encoded", "operand_a"),
+        data_version=2,  # 2: repeats digested by device-side fingerprints (issue 10)
         tiny={"shapes": [[16, 64, 16]] * 4, "repeats": [1, 1, 1, 1]},
         params={
             "dtypes": ListOf(Choice(FP_DTYPES)),

@@ -28,7 +28,8 @@ class Context:
         self.device = device
         self.run_seed = run_seed
         self.params = dict(params)
-        self.phases: dict[str, float] = {}
+        self._phases: dict[str, float] = {}
+        self._pending: list[tuple[str, Any, Any]] = []  # (phase, start, end) CUDA events not yet read
         self._armed: faults.FaultSpec | None = None
         self.injected: dict[str, Any] | None = None
         self.notes: list[str] = []  # facts a person should read in the report, e.g. a restricted input range
@@ -80,24 +81,43 @@ class Context:
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
-        """Time a block as `name`; on CUDA, synchronise first so the time is the device's."""
-        self._sync()
-        start = time.perf_counter()
+        """Time a block as `name`.
+
+        On CUDA the block is timed by a pair of events on the device's stream, read when `phases` is
+        next read (after the case): the device's time, and no wait for the device inside a case, so
+        the GPU runs a case's kernels back to back.
+        """
+        if self.device.type == "cuda":
+            start = torch.cuda.Event(enable_timing=True)
+            start.record()
+            try:
+                yield
+            finally:
+                end = torch.cuda.Event(enable_timing=True)
+                end.record()
+                self._pending.append((name, start, end))
+            return
+        began = time.perf_counter()
         try:
             yield
         finally:
-            self._sync()
-            self.phases[name] = self.phases.get(name, 0.0) + time.perf_counter() - start
+            self._phases[name] = self._phases.get(name, 0.0) + time.perf_counter() - began
+
+    @property
+    def phases(self) -> dict[str, float]:
+        """Seconds per phase of the current case (on CUDA, this waits for its timed work to finish)."""
+        if self._pending:
+            self._pending[-1][2].synchronize()
+            for name, start, end in self._pending:
+                self._phases[name] = self._phases.get(name, 0.0) + start.elapsed_time(end) / 1000.0
+            self._pending = []
+        return self._phases
 
     def begin_case(self, armed: faults.FaultSpec | None) -> None:
         """Called by the runner before each case."""
-        self.phases = {}
+        self._phases, self._pending = {}, []
         self._armed = armed
         self.injected = None
-
-    def _sync(self) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
 
 
 class Workload(Protocol):

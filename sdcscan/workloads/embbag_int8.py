@@ -5,7 +5,10 @@ One large table per bit width (default 1,000,000 rows, so lookups leave the cach
 worker from the run seed; each case takes the bit width its occurrence selects from `bits`, draws bags
 of 20–100 lookups and checks each bag against precomputed row checksums gathered at the intended
 indices (sdcscan/checks/embbag.py), so a corrupted table element, a corrupted output and a fetch of the
-wrong row are all seen. `exact` mode writes dyadic scales and biases so the check is integer equality;
+wrong row are all seen. The row ids (and per-sample weights) of a case are a view of a per-worker pool
+at an offset drawn from the case seed, and its bag lengths are its own: drawing and hashing millions of
+ids per case cost a third of the lookups' time (issue 10). Outputs are digested by a device-side
+fingerprint. `exact` mode writes dyadic scales and biases so the check is integer equality;
 `realistic` quantizes tables shaped like trained embeddings (sdcscan/checks/embbag_tables.py) as FBGEMM
 does and runs the two-level check: a variance-model trigger on every bag, then a rigorous fp64
 recompute of the flagged ones. The op's `mode` argument is ignored by torch (always sum), so it is not
@@ -21,7 +24,7 @@ from typing import Any, ClassVar
 import torch
 
 from sdcscan.checks import embbag, embbag_tables
-from sdcscan.checks.digest import Digest
+from sdcscan.checks.digest import Fingerprint
 from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
 from sdcscan.workloads import SPECS, WorkloadSpec
 from sdcscan.workloads.base import Context, register
@@ -29,9 +32,12 @@ from sdcscan.workloads.base import Context, register
 MODES = ("exact", "realistic")
 MAX_RECORDED = 8
 BUILD_CHUNK_ROWS = 1 << 16  # realistic tables are quantized in chunks: no full fp32 copy in memory
-MEMORY_SHARE = 4  # a worker's tables may use 1 / (MEMORY_SHARE · cpus) of MemAvailable
+MEMORY_SHARE = 4  # a CPU worker's tables and pools may use 1 / (MEMORY_SHARE · cpus) of MemAvailable
+GPU_MEMORY_SHARE = 2  # a GPU worker's may use 1 / GPU_MEMORY_SHARE of its GPU's free memory
 CHECK_BYTES_PER_ROW = 24  # realistic: two complex64 and an int64 fingerprint per row (exact needs less)
 FETCH_SITE_LOOKUPS = 64  # the `fetch` fault strikes one of the first lookups of a case
+EXACT_MAX_WEIGHT = 3  # exact mode's per-sample weights are 1..3: small integers keep every sum exact
+POOL_ROOM = 1 << 20  # ids in the pool beyond a case's largest need: where the cases' offsets range
 _SMALL = {"rows": 4096, "dim": 16, "bags": 8, "pooling": [20, 40]}  # selftest: ~1 ms per trial
 # Floors measured with `sdcscan selftest` and scripts/bench_embbag_detection.py (docs/abft.md §2.5).
 # Realistic mode, in bits of a table byte: the high nibble of an 8-bit value (its lower bits change an
@@ -75,6 +81,9 @@ class EmbbagInt8:
         self.tables: dict[int, torch.Tensor] = {}  # bits -> packed table, built by prepare
         self.row_sums: dict[int, torch.Tensor] = {}  # exact mode
         self.stats: dict[int, embbag.RowStats] = {}  # realistic mode
+        self.ids = torch.empty(0, dtype=torch.int32)  # the pool of row ids, built by prepare
+        self.weights: torch.Tensor | None = None  # the pool of per-sample weights, when weighted
+        self.row_sum_tables: dict[int, torch.Tensor] = {}  # exact mode, (N, 1) fp32 when sums stay exact
 
     @classmethod
     def for_selftest(cls, params: Mapping[str, Any]) -> EmbbagInt8:
@@ -103,11 +112,12 @@ class EmbbagInt8:
         p = self.p
         widths = sorted(set(p["bits"]), reverse=True)
         row_bytes = sum(_packed_bytes(b, p["dim"]) for b in widths) + CHECK_BYTES_PER_ROW * len(widths)
-        rows = fit_rows(p["rows"], row_bytes, _mem_available(), os.cpu_count() or 1)
+        pool_ids = p["bags"] * p["pooling"][1] + POOL_ROOM
+        pool_bytes = pool_ids * (8 if p["weighted"] else 4)
+        rows = fit_rows(p["rows"], row_bytes, memory_share(ctx.device), pool_bytes)
         if rows < p["rows"]:
-            ctx.note(
-                f"embbag_int8: table scaled down from {p['rows']} to {rows} rows (MemAvailable is short)"
-            )
+            short = "free GPU memory" if ctx.device.type == "cuda" else "MemAvailable"
+            ctx.note(f"embbag_int8: table scaled down from {p['rows']} to {rows} rows ({short} is short)")
         g = ctx.generator(ctx.run_seed ^ 0xE3BA6)
         if p["mode"] == "exact":
             tables = {b: exact_table(g, rows, p["dim"], b) for b in widths}
@@ -119,6 +129,22 @@ class EmbbagInt8:
                 self.row_sums[bits] = embbag.exact_row_sums(packed, bits).to(ctx.device)
             else:
                 self.stats[bits] = embbag.row_stats(packed, bits, weighted=p["weighted"]).to(ctx.device)
+        if p["mode"] == "exact":
+            largest = max(int(s.abs().max()) for s in self.row_sums.values())
+            weight = EXACT_MAX_WEIGHT if p["weighted"] else 1
+            if embbag.fp32_sums_exact(largest, p["pooling"][1], weight):
+                self.row_sum_tables = {b: s.float().unsqueeze(1) for b, s in self.row_sums.items()}
+        g = ctx.generator(ctx.run_seed ^ 0x1D5)
+        self.ids = torch.randint(0, rows, (pool_ids,), generator=g, dtype=torch.int32).to(ctx.device)
+        if p["weighted"]:
+            weights = (
+                torch.randint(
+                    1, EXACT_MAX_WEIGHT + 1, (pool_ids,), generator=g
+                ).float()  # exact mode stays exact
+                if p["mode"] == "exact"
+                else torch.rand(pool_ids, generator=g) + 0.5
+            )
+            self.weights = weights.to(ctx.device)
 
     def run(self, ctx: Context, case: Case) -> Outcome:
         p = self.p
@@ -127,23 +153,25 @@ class EmbbagInt8:
         assert packed is not None, "prepare() was not called"
         with ctx.phase("setup"):
             idx, lengths, weights = self._case_inputs(ctx, case, packed.shape[0])
-            offsets = torch.cumsum(lengths, 0) - lengths
-            psw = None if weights is None else weights.to(torch.float32)
-            pooled = packed[int(idx[0])] if idx.numel() else packed[0]  # a row bag 0 reads (a view)
-            saved = pooled.clone()
+            offsets = torch.cumsum(lengths, 0, dtype=idx.dtype) - lengths  # the op wants the ids' dtype
+        # The table fault strikes a row bag 0 reads (a view of the shared table), restored afterwards.
+        pooled = packed[int(idx[0])] if ctx.armed_at("table") and idx.numel() else packed[0]
+        saved = pooled.clone() if ctx.armed_at("table") else None
         try:
             body = pooled[: _packed_bytes(bits, p["dim"]) - embbag.layout(bits).meta_bytes]
             ctx.fault("table", body)
-            _note_unchanged_value(ctx, saved, pooled, bits)
+            if saved is not None:
+                _note_unchanged_value(ctx, saved, pooled, bits)
             fetched = _fetched(ctx, idx, packed.shape[0])
             with ctx.phase("compute"):
-                out = embbag.embedding_bag(packed, bits, fetched, offsets, psw)
+                out = embbag.embedding_bag(packed, bits, fetched, offsets, weights)
             ctx.fault("output", out)
             with ctx.phase("check"):
-                bad, expected, detail = self._check(bits, out, idx, lengths, weights)
-                digest = Digest().tensor(out).hexdigest()  # every bag of the case
+                bad, expected, detail = self._check(bits, out, idx, lengths, offsets, weights)
+                digest = Fingerprint().tensor(out).hexdigest()  # every bag of the case
         finally:
-            pooled.copy_(saved)  # a table fault must not leak into later cases
+            if saved is not None:
+                pooled.copy_(saved)  # a table fault must not leak into later cases
         return Outcome(
             status=STATUS_MISMATCH if bad.any() else STATUS_OK,
             digest=digest,
@@ -163,21 +191,23 @@ class EmbbagInt8:
     def _case_inputs(
         self, ctx: Context, case: Case, rows: int
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """Indices (hashed raw ids, as DLRM does), pooling sizes, and per-sample weights if enabled."""
+        """Row ids (int32) and per-sample weights if enabled, views of the pools at an offset drawn
+        from the case seed, and the case's own pooling sizes.
+
+        The `indices` site corrupts a raw 64-bit id before it is hashed to a row (`% rows`, as DLRM does),
+        so the lookup and the checksum both use the corrupted row: the negative control.
+        """
         p, g = self.p, ctx.generator(case.seed)
         lo, hi = p["pooling"]
-        lengths = torch.randint(lo, hi + 1, (p["bags"],), generator=g)
-        raw = torch.randint(0, 2**62, (int(lengths.sum()),), generator=g)
-        idx = torch.remainder(ctx.fault("indices", raw), rows)
-        weights = None
-        if p["weighted"]:
-            weights = (
-                torch.randint(1, 4, idx.shape, generator=g).float()  # small integers keep exact mode exact
-                if p["mode"] == "exact"
-                else torch.rand(idx.shape, generator=g) + 0.5
-            )
-            weights = weights.to(ctx.device)
-        return idx.to(ctx.device), lengths.to(ctx.device), weights
+        lengths = torch.randint(lo, hi + 1, (p["bags"],), generator=g, dtype=torch.int32)
+        count = int(lengths.sum())
+        start = int(torch.randint(self.ids.numel() - count + 1, (1,), generator=g))
+        idx = self.ids[start : start + count]
+        if ctx.armed_at("indices"):
+            raw = ctx.fault("indices", idx.to(torch.int64))
+            idx = torch.remainder(raw, rows).to(torch.int32)
+        weights = None if self.weights is None else self.weights[start : start + count]
+        return idx, lengths.to(ctx.device), weights
 
     def _check(
         self,
@@ -185,22 +215,38 @@ class EmbbagInt8:
         out: torch.Tensor,
         idx: torch.Tensor,
         lengths: torch.Tensor,
+        offsets: torch.Tensor,
         weights: torch.Tensor | None,
     ) -> tuple[torch.Tensor, torch.Tensor, dict[str, int]]:
         """(B,) bool of bags the mode's check condemns, (B,) fp64 S_exp, and the check's counters."""
         if self.p["mode"] == "exact":
-            expected = embbag.exact_expected(self.row_sums[bits], idx, lengths, weights)
+            if self.row_sum_tables:
+                expected = embbag.exact_expected_fp32(self.row_sum_tables[bits], idx, offsets, weights)
+            else:
+                expected = embbag.exact_expected(self.row_sums[bits], idx.long(), lengths.long(), weights)
             return embbag.exact_bad_bags(out, expected), expected * embbag.UNIT, {}
-        verdict = embbag.realistic_check(out, self.tables[bits], self.stats[bits], idx, lengths, weights)
+        verdict = embbag.realistic_check(
+            out, self.tables[bits], self.stats[bits], idx.long(), lengths.long(), weights
+        )
         counters = {"flagged_bags": verdict.flagged, "corrupt_rows": verdict.corrupt_rows}
         return verdict.bad, verdict.expected, counters
 
 
-def fit_rows(rows: int, bytes_per_row: int, mem_available: int | None, cpus: int) -> int:
-    """Rows that fit this worker's share of available memory (every CPU unit builds its own tables)."""
-    if mem_available is None:
+def memory_share(device: torch.device) -> int | None:
+    """Bytes this worker may use: a share of MemAvailable per CPU (every CPU unit builds its own tables),
+    or a share of its GPU's free memory (one worker per GPU); None where that is unknown."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0]) // GPU_MEMORY_SHARE
+    available = _mem_available()
+    return None if available is None else available // (MEMORY_SHARE * (os.cpu_count() or 1))
+
+
+def fit_rows(rows: int, bytes_per_row: int, share: int | None, fixed_bytes: int = 0) -> int:
+    """Rows that fit a worker's `share` of memory after the `fixed_bytes` it needs whatever the rows
+    (its id pool); all of them where the share is unknown."""
+    if share is None:
         return rows
-    return max(1, min(rows, mem_available // (MEMORY_SHARE * cpus * bytes_per_row)))
+    return max(1, min(rows, (share - fixed_bytes) // bytes_per_row))
 
 
 def exact_table(g: torch.Generator, rows: int, dim: int, bits: int) -> torch.Tensor:
@@ -235,14 +281,14 @@ def _packed_bytes(bits: int, dim: int) -> int:
 def _fetched(ctx: Context, idx: torch.Tensor, rows: int) -> torch.Tensor:
     """The row ids the op reads: `idx` itself unless a fault strikes the `fetch` site, which corrupts one
     of the first lookups (a copy of a few ids is all a clean case pays); the check keeps `idx`."""
-    if idx.numel() == 0:  # every bag is empty: nothing is fetched
+    if idx.numel() == 0 or not ctx.armed_at("fetch"):  # nothing is fetched, or nothing goes wrong
         return idx
-    head = idx[:FETCH_SITE_LOOKUPS].clone()
+    head = idx[:FETCH_SITE_LOOKUPS].to(torch.int64)  # a copy, with the high bits of a 64-bit id to flip
     ctx.fault("fetch", head)
     if ctx.injected is None or ctx.injected["site"] != "fetch":
         return idx
     wrapped = torch.remainder(head, rows)  # a flipped high bit must still name a row (else the op raises)
-    if torch.equal(wrapped, idx[: head.numel()]):
+    if torch.equal(wrapped, idx[: head.numel()].to(torch.int64)):
         ctx.injected["value_changed"] = False  # the flip wrapped back onto the intended row
     fetched = idx.clone()
     fetched[: head.numel()] = wrapped

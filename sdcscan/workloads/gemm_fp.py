@@ -6,6 +6,8 @@ sum and every column sum of C is compared with its expectation against a varianc
 scaled by an e_max for this device, dtype and checker (docs/abft.md §3). Both checks always run: a row
 check alone is blind to two elements of a row swapped, to two columns swapped and to a compensating
 pair in a row; the column check sees each of them. A failing row and a failing column name the element.
+Nothing in the repeat loop waits for the device, because a GPU then runs the repeats back to back: the
+totals and the first failing repeat's output stay on the device and are read once, at the end of the case.
 
 Every unit gets an e_max (`calibration.resolve`: a file, the cache, the shipped table or a fresh
 measurement, held against a ceiling the arithmetic sets). A unit whose e_max is refused reports each
@@ -93,22 +95,19 @@ class GemmFp(SelftestMixin):
             ctx.fault("operand_a", a)  # negative control: A is not encoded, so the error is consistent
             expect = vabft.expected(a, b, enc, DTYPES[chk], found.e_max, p["c"])
             ctx.fault("operand_b_encoded", b)  # after encoding: the checksums no longer match B
-        found_at: list[Mismatch] = []
-        bad_rows = bad_cols = 0
-        ratio, digest = 0.0, RepeatDigest()
+        tally, digest = _Tally(ctx.device), RepeatDigest()
         for r in range(repeats):
             with ctx.phase("compute"):
                 out = self._product(a, b)
             ctx.fault("output", out, repeat=r, repeats=repeats)
             with ctx.phase("check"):
-                rows, cols = vabft.verify(out, expect)
-                ratio = max(ratio, rows.ratio(), cols.ratio())
-                if bool(rows.bad.any()) or bool(cols.bad.any()):
-                    bad_rows, bad_cols = bad_rows + int(rows.bad.sum()), bad_cols + int(cols.bad.sum())
-                    found_at += self._locate(slot, (a, b, out), enc, (rows, cols), r)[
-                        : MAX_RECORDED - len(found_at)
-                    ]
+                tally.add(r, out, *vabft.verify(out, expect))
                 digest.add(out)
+        ratio, bad_rows, bad_cols, first_bad = tally.read()
+        found_at: list[Mismatch] = []
+        if first_bad >= 0 and tally.kept:  # counts cover every repeat; only the first failing one is located
+            out, rows, cols = tally.kept
+            found_at = self._locate(slot, (a, b, out), enc, (rows, cols), first_bad)
         return Outcome(
             status=STATUS_MISMATCH if bad_rows or bad_cols else STATUS_OK,
             digest=digest.hexdigest(),
@@ -193,3 +192,50 @@ class GemmFp(SelftestMixin):
                 expected, actual = float(a[i].to(chk) @ b[:, j].to(chk)), float(out[i, j])  # recomputed dot
             found.append(Mismatch(check, f"{where} (repeat {r})", repr(expected), repr(actual)))
         return found
+
+
+class _Tally:
+    """What the repeats of a case found, accumulated on the device: adding a repeat never waits for it."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.ratio = torch.zeros((), dtype=torch.float64, device=device)  # max |d|/t over the repeats
+        self.bad = torch.zeros(2, dtype=torch.int64, device=device)  # failing rows, failing columns
+        self.first_bad = torch.full((), -1, dtype=torch.int64, device=device)  # -1 while none failed
+        # The first failing repeat's output and its row and column checks, for `_locate` (repeat 0's while
+        # none failed). Later failing repeats are counted, but neither located nor recorded as mismatches.
+        self.kept: tuple[torch.Tensor, vabft.CheckResult, vabft.CheckResult] | None = None
+
+    def add(self, r: int, out: torch.Tensor, rows: vabft.CheckResult, cols: vabft.CheckResult) -> None:
+        """Fold in repeat `r` (the caller must not modify `out` afterwards)."""
+        self.ratio = torch.maximum(self.ratio, torch.maximum(rows.ratio_tensor(), cols.ratio_tensor()))
+        self.bad = self.bad + torch.stack([rows.bad.sum(), cols.bad.sum()])
+        first = (rows.bad.any() | cols.bad.any()) & (self.first_bad < 0)  # 0-dim bool
+        self.first_bad = torch.where(first, r, self.first_bad)
+        if self.kept is None:
+            self.kept = (out, rows, cols)
+            return
+        # A conditional copy instead of a wait: one more pass over C, whose GEMM took K multiply-adds
+        # per element of C.
+        kept_out, kept_rows, kept_cols = self.kept
+        self.kept = (
+            torch.where(first, out, kept_out),
+            _pick(first, rows, kept_rows),
+            _pick(first, cols, kept_cols),
+        )
+
+    def read(self) -> tuple[float, int, int, int]:
+        """(max ratio, failing rows, failing columns, first failing repeat or -1), in one wait."""
+        ratio, rows, cols, first = read_totals(
+            torch.cat([self.ratio.view(1), self.bad.double(), self.first_bad.double().view(1)])
+        )
+        return ratio, int(rows), int(cols), int(first)
+
+
+def _pick(cond: torch.Tensor, new: vabft.CheckResult, old: vabft.CheckResult) -> vabft.CheckResult:
+    """`new` where the 0-dim `cond` holds, else `old` (same thresholds), without a wait."""
+    return vabft.CheckResult(torch.where(cond, new.d, old.d), new.t, torch.where(cond, new.bad, old.bad))
+
+
+def read_totals(totals: torch.Tensor) -> list[float]:
+    """Copy a case's totals to the host: where a gemm_fp case first waits for the device (at its end)."""
+    return totals.tolist()

@@ -8,7 +8,9 @@ wrong product, never rounding. Shapes are DLRM-like and include skinny ones (m =
 through them by occurrence.
 
 The repeats of a case write into one block of outputs and are checked together (a few eager ops per
-block rather than per GEMM); the column check's reference is one few-row GEMM per case.
+block rather than per GEMM); the column check's reference is one few-row GEMM per case. Outputs are
+digested by a device-side fingerprint (sdcscan/checks/digest.py): hashing their bytes on the host cost
+up to 40% of the GEMMs' time at the burnin shapes on an AVX-512 core, and would stop a GPU every block.
 
 Pre-VNNI int8 kernels may saturate u8·s8 pairs to int16 (docs/abft.md §1.2): `prepare`
 probes exactness and, where the probe fails, restricts activations to [0, 127] and says so, so that
@@ -26,7 +28,7 @@ from typing import Any, ClassVar
 import torch
 
 from sdcscan.checks import int8
-from sdcscan.checks.digest import Digest
+from sdcscan.checks.digest import Fingerprint
 from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
 from sdcscan.workloads import SPECS, WorkloadSpec
 from sdcscan.workloads.base import Context, register
@@ -41,10 +43,11 @@ PATHS = ("auto", "unsigned", "signed")  # signed = the CUDA route (int8 only), r
 MIN_K = 2
 # Operands come from per-worker pools built once in `prepare` (issue 10: drawing a fresh weight and
 # encoding it took twice the GEMMs' own time): WEIGHTS_PER_SHAPE encoded weights per shape, one picked
-# per case, and one activation buffer that each case reads at its own offset. Both come from the run's
+# per case, and one activation buffer that each repeat of a case reads at its own offset (so a GPU case
+# of hundreds of 8192² GEMMs needs one GEMM's activations, not all of them). Both come from the run's
 # seed, so every unit of a cohort computes the same products.
 WEIGHTS_PER_SHAPE = 2
-ACTIVATION_ROOM = 1 << 20  # bytes of the activation pool beyond the largest case: where offsets range
+ACTIVATION_ROOM = 1 << 20  # bytes of the activation pool beyond the largest GEMM: where offsets range
 OFFSET_ALIGN = 64  # activation offsets are multiples of this (aligned operands for every kernel)
 _SMALL = [[8, 64, 40]]  # selftest shape: m = 8 rows make an all-zero activation column (a blind spot) ~2^-64
 
@@ -76,7 +79,7 @@ class _Found:
     column_sums: torch.Tensor  # (n,) int64, exact Σ over every output row of the case
     digit_products: torch.Tensor  # (digits, n_ext) int32: the digit rows of Σ A times W_ext
     blocks: list[tuple[int, int8.RowsCheck]] = field(default_factory=list)  # (first repeat, its checks)
-    digest: Digest = field(default_factory=Digest)
+    digest: Fingerprint = field(default_factory=Fingerprint)
 
 
 @register
@@ -158,7 +161,7 @@ class GemmInt8:
     def _build_pools(self, ctx: Context) -> None:
         """The encoded weights of every shape and the activation buffer, from the run's seed."""
         p = self.p
-        need = max(self._repeats_of(m, k, n) * m * k for m, k, n in p["shapes"])
+        need = max(m * k for m, k, _ in p["shapes"])
         g = ctx.generator(_pool_seed(ctx.run_seed, "activations"))
         pool = torch.randint(0, self.a_max + 1, (need + ACTIVATION_ROOM,), generator=g, dtype=torch.uint8)
         self.activations = pool.to(ctx.device)
@@ -185,12 +188,14 @@ class GemmInt8:
             if ctx.armed_at("encoded"):
                 w_ext = ctx.fault("encoded", w_ext.clone())
             if ctx.armed_at("operand"):  # negative control: A is not encoded, the product stays consistent
-                a = a.clone()
-                ctx.fault("operand", a[0])
+                a[0] = ctx.fault("operand", a[0].clone())
         with ctx.phase("check"):
             # Σ A over the case as digit rows under the last repeat's activations (the column checksum
             # rows of classic ABFT): that product carries W·(Σ A) for the column check, a few rows more.
-            digits = int8.activation_digits(int8.activation_sums(a), repeats * m * self.a_max)
+            sums = int8.activation_sums(a[0])
+            for view in a[1:]:
+                sums += int8.activation_sums(view)
+            digits = int8.activation_digits(sums, repeats * m * self.a_max)
             last = torch.cat([a[-1], digits])
         found = self._repeats(ctx, a, last, w_ext, lay)
         with ctx.phase("check"):
@@ -217,34 +222,34 @@ class GemmInt8:
 
     def _operands(
         self, ctx: Context, case: Case, shape: tuple[int, int, int], repeats: int
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """This case's activations (repeats, m, k), a view of the pool at an offset drawn from the case's
-        seed, and one of the shape's encoded weights, also drawn from it."""
+    ) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """This case's activations, one (m, k) view of the pool per repeat at offsets drawn from the
+        case's seed, and one of the shape's encoded weights, also drawn from it."""
         m, k, _ = shape
         g = ctx.generator(case.seed)
-        need = repeats * m * k
-        slots = (self.activations.numel() - need) // OFFSET_ALIGN + 1
-        offset = int(torch.randint(slots, (1,), generator=g)) * OFFSET_ALIGN
+        slots = (self.activations.numel() - m * k) // OFFSET_ALIGN + 1
+        offsets = (torch.randint(slots, (repeats,), generator=g) * OFFSET_ALIGN).tolist()
         pick = int(torch.randint(WEIGHTS_PER_SHAPE, (1,), generator=g))
-        return self.activations[offset : offset + need].view(repeats, m, k), self.weights[shape][pick]
+        views = [self.activations[offset : offset + m * k].view(m, k) for offset in offsets]
+        return views, self.weights[shape][pick]
 
     def _repeats(
-        self, ctx: Context, a: torch.Tensor, last: torch.Tensor, w_ext: torch.Tensor, lay: int8.Layout
+        self, ctx: Context, a: list[torch.Tensor], last: torch.Tensor, w_ext: torch.Tensor, lay: int8.Layout
     ) -> _Found:
         """Every repeat's GEMM, written block by block into one buffer, each block checked and hashed whole.
 
         The last repeat multiplies `last` (its activations and the digit rows); its digit rows land just
         below its own output, where no later repeat writes.
         """
-        repeats, m, _ = a.shape
+        repeats, m = len(a), a[0].shape[0]
         block = max(1, min(repeats, CHECK_BLOCK_BYTES // (4 * m * lay.n_ext)))
         with ctx.phase("check"):
             outputs = torch.empty(
-                (block * m + last.shape[0] - m, lay.n_ext), dtype=torch.int32, device=a.device
+                (block * m + last.shape[0] - m, lay.n_ext), dtype=torch.int32, device=last.device
             )
         digits_start = (repeats - 1) % block * m + m  # just below the last repeat's rows in its block
         digit_products = outputs[digits_start : digits_start + last.shape[0] - m]
-        found = _Found(torch.zeros(lay.n, dtype=torch.int64, device=a.device), digit_products)
+        found = _Found(torch.zeros(lay.n, dtype=torch.int64, device=last.device), digit_products)
         for first in range(0, repeats, block):
             count = min(block, repeats - first)
             for r in range(first, first + count):

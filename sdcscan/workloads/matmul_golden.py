@@ -5,13 +5,21 @@ fp32 and the product is the same in any summation order, blocking or thread coun
 are rounded once (RNE) from the exact value (docs/abft.md §4.3). Correct hardware therefore
 matches the golden exactly, anywhere.
 
-The int64 reference is expensive (a generic integer loop), so it is computed once per worker for a
-pool operand pair; each case derives fresh operands by permuting rows, columns and the inner dimension
-and flipping signs, whose exact product follows from the reference by the same permutation.
+The reference is computed once per worker for a pool operand pair; each case derives fresh operands by
+permuting rows, columns and the inner dimension and flipping signs, whose exact product follows from
+the reference by the same permutation. `reference: direct` draws the pool at random and multiplies it
+in int64 on the CPU (a generic integer loop: m·k·n multiply-adds, minutes at 8192^3); `reference:
+kronecker` draws Kronecker-structured pool operands A = A1 ⊗ A2, B = B1 ⊗ B2, whose exact product
+(A1·B1) ⊗ (A2·B2) costs two small matmuls (GPU-sized shapes). The per-case permutations hide the
+structure from the kernel.
+
+Nothing in a case waits for the device until its end: each repeat's bad elements are counted on the
+device, and the first few bad rows of the first bad repeat are kept there for the records.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -19,7 +27,7 @@ import torch
 
 from sdcscan.checks.digest import RepeatDigest
 from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
-from sdcscan.workloads import SPECS, WorkloadSpec
+from sdcscan.workloads import SPECS, WorkloadSpec, golden_kronecker_split
 from sdcscan.workloads.base import Context, register
 
 DTYPES = {
@@ -28,8 +36,10 @@ DTYPES = {
     "bfloat16": torch.bfloat16,
     "float16": torch.float16,
 }
+REFERENCES = ("direct", "kronecker")
 _WORDS = {2: torch.int16, 4: torch.int32, 8: torch.int64}
 MAX_RECORDED = 8  # mismatching elements recorded per case; the count is always complete
+Split = tuple[tuple[int, int], ...]  # ((m1, m2), (k1, k2), (n1, n2)) of a Kronecker pool
 
 
 @register
@@ -43,6 +53,14 @@ class MatmulGolden:
             raise ValueError("matmul_golden: k * max_abs^2 must stay below 2^24 for exact fp32 partial sums")
         if any(d not in DTYPES for d in p["dtypes"]) or len(p["repeats"]) != len(p["dtypes"]):
             raise ValueError(f"matmul_golden: dtypes must be from {', '.join(DTYPES)}, one repeat count each")
+        if p["reference"] not in REFERENCES:
+            raise ValueError(f"matmul_golden: reference must be one of {', '.join(REFERENCES)}")
+        self.split: Split | None = None
+        if p["reference"] == "kronecker":
+            try:
+                self.split = golden_kronecker_split(p["m"], p["k"], p["n"])
+            except ValueError as err:
+                raise ValueError(f"matmul_golden: {err}") from None
         self.a0: torch.Tensor | None = None  # pool operands and their exact product, built by prepare
         self.b0: torch.Tensor | None = None
         self.ref0: torch.Tensor | None = None
@@ -50,9 +68,12 @@ class MatmulGolden:
     def prepare(self, ctx: Context) -> None:
         p, g = self.p, ctx.generator(ctx.run_seed ^ 0x5EED)
         lim = p["max_abs"]
-        a0 = torch.randint(-lim, lim + 1, (p["m"], p["k"]), generator=g, dtype=torch.int64)
-        b0 = torch.randint(-lim, lim + 1, (p["k"], p["n"]), generator=g, dtype=torch.int64)
-        ref0 = golden_reference(a0, b0)  # exact, on the CPU, independent of the unit's float units
+        if self.split is not None:
+            a0, b0, ref0 = kronecker_pool(self.split, lim, g)  # float32, exact
+        else:
+            a0 = torch.randint(-lim, lim + 1, (p["m"], p["k"]), generator=g, dtype=torch.int64)
+            b0 = torch.randint(-lim, lim + 1, (p["k"], p["n"]), generator=g, dtype=torch.int64)
+            ref0 = golden_reference(a0, b0)  # exact, on the CPU, independent of the unit's float units
         # Kept as fp32 (exact for these small integers): permuting 4-byte words per case is cheap.
         self.a0, self.b0 = a0.to(ctx.device, torch.float32), b0.to(ctx.device, torch.float32)
         self.ref0 = ref0.to(ctx.device, torch.float32)  # |C| < 2^24: exact in fp32
@@ -65,21 +86,21 @@ class MatmulGolden:
             a, b, ref = self._case_operands(ctx, case)
             a, b = a.to(dtype), b.to(dtype)
             expected = ref.to(dtype)  # exact in fp32; one RNE rounding to dtype
-        mismatches: list[Mismatch] = []
-        bad_total, digest = 0, RepeatDigest()
-        for r in range(repeats):
+            tally = BadElements(expected, repeats)
+        digest = RepeatDigest()
+        for r in range(repeats):  # phases time CUDA work with events: no wait for the device here
             with ctx.phase("compute"):
                 out = a @ b
             ctx.fault("output", out, repeat=r, repeats=repeats)
             with ctx.phase("check"):
-                if not torch.equal(out, expected):  # NaN-safe: NaN never equals
-                    found, count = bitwise_mismatches(out, expected, p["dtypes"][slot], repeat=r)
-                    bad_total += count
-                    mismatches.extend(found[: MAX_RECORDED - len(mismatches)])
+                tally.add(out, r)
                 digest.add(out)
+        with ctx.phase("check"):
+            mismatches, bad_total = tally.findings(p["dtypes"][slot])  # the case's one wait
+            hexdigest = digest.hexdigest()
         return Outcome(
             status=STATUS_MISMATCH if bad_total else STATUS_OK,
-            digest=digest.hexdigest(),
+            digest=hexdigest,
             mismatches=mismatches,
             ops=2.0 * p["m"] * p["n"] * p["k"] * repeats,
             ops_unit="flop",
@@ -108,15 +129,114 @@ class MatmulGolden:
         return a, b, ref
 
 
+class BadElements:
+    """Elements of a case's repeats that differ from the expected output, tallied on the device.
+
+    `add` queues a few kernels per repeat and never waits: each repeat's bad elements per row, and its
+    first MAX_RECORDED bad rows (row index and output bits), which hold its first MAX_RECORDED bad
+    elements in row-major order. `findings` waits once, finds the first bad repeat and turns its kept
+    rows into records with XOR masks. Records name that first bad repeat only; the count covers every
+    repeat. The buffers hold repeats · (m + MAX_RECORDED · (n + 1)) words: tens of MB at 8192^2.
+
+    An element is bad when its value differs (NaN differs from everything): +0.0 and -0.0 are the same
+    result, as they were to the `torch.equal` this replaces. An all-zero row of A with its sign flipped
+    makes every product -0.0, and a kernel may sum those to -0.0 where the reference holds +0.0.
+    """
+
+    def __init__(self, expected: torch.Tensor, repeats: int, *, every_repeat: bool | None = None) -> None:
+        self.expected = expected  # (m, n)
+        m, n = expected.shape
+        keep, device = min(MAX_RECORDED, m), expected.device
+        self._rows = torch.arange(m, device=device)
+        self._per_row = torch.zeros((repeats, m), dtype=torch.int64, device=device)
+        self._kept_rows = torch.zeros((repeats, keep), dtype=torch.int64, device=device)
+        self._kept = torch.zeros((repeats, keep, n), dtype=expected.dtype, device=device)
+        self._order = torch.zeros(keep, dtype=torch.int64, device=device)  # topk's indices, unused
+        # On the CPU a comparison answers at once, so a clean repeat costs that one pass; on a GPU the
+        # answer would make the host wait for the device, so every repeat is tallied (every_repeat).
+        self._clean_first = not (device.type != "cpu" if every_repeat is None else every_repeat)
+
+    def add(self, out: torch.Tensor, repeat: int) -> None:
+        """Tally one repeat's output (same shape and dtype as the expected one), without waiting."""
+        if self._clean_first and torch.equal(out, self.expected):  # values: +0.0 equals -0.0, NaN nothing
+            return  # its row counts stay 0
+        per_row = torch.sum(out != self.expected, 1, out=self._per_row[repeat])  # (m,)
+        # Rows in order, bad ones first; the last row stands in where fewer rows are bad (findings
+        # drops rows without a bad element).
+        last = self.expected.shape[0] - 1
+        keys = torch.where(per_row > 0, self._rows, last)
+        rows, _ = torch.topk(
+            keys, self._kept_rows.shape[1], largest=False, out=(self._kept_rows[repeat], self._order)
+        )
+        torch.index_select(out, 0, rows, out=self._kept[repeat])
+
+    def findings(self, dtype_name: str) -> tuple[list[Mismatch], int]:
+        """(records of the first bad repeat's first MAX_RECORDED bad elements, bad elements in all repeats)."""
+        counts = self._per_row.sum(1).tolist()  # waits for the device, once
+        bad = [r for r, count in enumerate(counts) if count]
+        if not bad:
+            return [], 0
+        first = bad[0]
+        per_row = self._per_row[first].tolist()
+        picks, rows = [], []  # positions in the kept rows, and their rows in the output
+        for i, row in enumerate(self._kept_rows[first].tolist()):
+            if per_row[row] and row not in rows:
+                picks.append(i)
+                rows.append(row)
+        values = self._kept[first][picks]
+        found, _ = bitwise_mismatches(values, self.expected[rows], dtype_name, repeat=first, rows=rows)
+        return found, int(sum(counts))
+
+
+def kronecker_pool(
+    split: Split, max_abs: int, g: torch.Generator, dtype: torch.dtype = torch.float32
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Pool operands A (m, k), B (k, n) and their exact product C = A·B, Kronecker-structured.
+
+    A = A1 ⊗ A2 and B = B1 ⊗ B2 give A·B = (A1·B1) ⊗ (A2·B2), so C costs the two small products
+    (golden_reference, in int64) and one elementwise expansion. The factors' entries are non-zero
+    integers, |x| <= r1 = isqrt(max_abs) in A1 and B1 and |x| <= r2 = max_abs // r1 in A2 and B2, so
+    |A|, |B| <= r1·r2 <= max_abs and A and B have no zero rows or columns. Every value is exact in
+    `dtype` when k·max_abs^2 < 2^24 (fp32): |C| <= k1·r1^2 · k2·r2^2 <= k·max_abs^2.
+
+    Args:
+        split: ((m1, m2), (k1, k2), (n1, n2)) from `golden_kronecker_split`.
+        max_abs: bound on every entry of A and B.
+        g: the CPU generator the factors are drawn from.
+        dtype: of the three results (int64 for tests).
+    """
+    (m1, m2), (k1, k2), (n1, n2) = split
+    r1 = math.isqrt(max_abs)
+    r2 = max_abs // r1
+    a1, b1 = _nonzero(g, (m1, k1), r1), _nonzero(g, (k1, n1), r1)
+    a2, b2 = _nonzero(g, (m2, k2), r2), _nonzero(g, (k2, n2), r2)
+    c1, c2 = golden_reference(a1, b1), golden_reference(a2, b2)
+    a, b, c = (torch.kron(x.to(dtype), y.to(dtype)) for x, y in ((a1, a2), (b1, b2), (c1, c2)))
+    return a, b, c
+
+
+def _nonzero(g: torch.Generator, shape: tuple[int, int], r: int) -> torch.Tensor:
+    """Integers uniform on [-r, -1] ∪ [1, r], int64."""
+    u = torch.randint(0, 2 * r, shape, generator=g, dtype=torch.int64)
+    return torch.where(u < r, u - r, u - r + 1)
+
+
 def golden_reference(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Exact product of integer matrices in int64 on the CPU (torch's generic integer kernel)."""
     return a.cpu().to(torch.int64) @ b.cpu().to(torch.int64)
 
 
 def bitwise_mismatches(
-    out: torch.Tensor, expected: torch.Tensor, dtype_name: str, repeat: int
+    out: torch.Tensor,
+    expected: torch.Tensor,
+    dtype_name: str,
+    repeat: int,
+    rows: list[int] | None = None,
 ) -> tuple[list[Mismatch], int]:
-    """Every element whose bits differ: (first few as Mismatch records with XOR masks, total count)."""
+    """Every element whose bits differ: (first few as Mismatch records with XOR masks, total count).
+
+    `rows`: the output's row index of each row given (when `out` holds some rows of it only).
+    """
     word = _WORDS[out.element_size()]
     diff = out.view(word) != expected.view(word)
     count = int(diff.sum())
@@ -125,6 +245,7 @@ def bitwise_mismatches(
         got, exp = out[tuple(idx)], expected[tuple(idx)]
         mask = int(got.view(word)) ^ int(exp.view(word))
         mask &= (1 << (8 * out.element_size())) - 1
-        where = f"{dtype_name} out[{', '.join(map(str, idx))}] (repeat {repeat})"
+        named = idx if rows is None else [rows[idx[0]], *idx[1:]]
+        where = f"{dtype_name} out[{', '.join(map(str, named))}] (repeat {repeat})"
         found.append(Mismatch("golden", where, repr(float(exp)), repr(float(got)), f"{mask:#x}"))
     return found, count
