@@ -21,7 +21,7 @@ class Digest:
         if t.device.type != "cpu":
             t = t.cpu()
         flat = t.contiguous().reshape(-1)
-        self._h.update(f"{flat.dtype}:{tuple(t.shape)}:".encode())
+        self._h.update(_header(t))
         self._h.update(memoryview(flat.view(torch.uint8).numpy()))
         return self
 
@@ -51,7 +51,7 @@ class RepeatDigest:
     def add(self, out: Any) -> None:
         """Fold in the output of the next repeat."""
         if self._first is None:
-            self._first = f"{out.dtype}:{tuple(out.shape)}:".encode()
+            self._first = _header(out)
         self._fingerprints.append(fingerprint_words(out))
 
     def hexdigest(self) -> str:
@@ -61,7 +61,7 @@ class RepeatDigest:
         if self._first is None:
             return h.hexdigest()
         values = torch.stack(self._fingerprints).tolist()  # the one wait for the device
-        h.update(self._first + values[0].to_bytes(8, "little", signed=True))
+        h.update(self._first + _sum_bytes(values[0]))
         for index, value in enumerate(values[1:], start=1):
             if value != values[0]:
                 h.update(f"repeat {index} differs: {value}".encode())
@@ -84,7 +84,7 @@ class Fingerprint:
         self._parts: list[tuple[str, Any]] = []  # ("meta", bytes) or ("sum", device scalar)
 
     def tensor(self, t: Any) -> Fingerprint:
-        self._parts.append(("meta", f"{t.dtype}:{tuple(t.shape)}:".encode()))
+        self._parts.append(("meta", _header(t)))
         self._parts.append(("sum", fingerprint_words(t)))
         return self
 
@@ -101,8 +101,18 @@ class Fingerprint:
         values = iter(torch.stack(sums).tolist() if one_device else [int(s) for s in sums])
         h = hashlib.blake2b(digest_size=DIGEST_BYTES)
         for kind, value in self._parts:
-            h.update(value if kind == "meta" else next(values).to_bytes(8, "little", signed=True))
+            h.update(value if kind == "meta" else _sum_bytes(next(values)))
         return h.hexdigest()
+
+
+def _header(t: Any) -> bytes:
+    """What a digest records of a tensor besides its bits: dtype and shape."""
+    return f"{t.dtype}:{tuple(t.shape)}:".encode()
+
+
+def _sum_bytes(value: int) -> bytes:
+    """A fingerprint sum (a signed int64) as the 8 bytes that are hashed."""
+    return value.to_bytes(8, "little", signed=True)
 
 
 def fingerprint_words(t: Any) -> Any:
