@@ -13,6 +13,9 @@ exit code is 130 (SIGINT) or 143 (SIGTERM) - never a traceback, never 1. So:
   finish, or the report would be lost.
 - `received()` says which signal came first, so the command exits 130/143 even when the signal arrived
   while the outputs were being written.
+- A signal that lands while Python runs a callback it cannot propagate from (a weakref callback of the
+  import machinery, a finalizer) would have its `Interrupted` swallowed and printed with a traceback.
+  The unraisable hook keeps it quiet and re-arms it: the next `raise_pending()` raises it.
 
 State is per process (signals are). The command line calls `install()` once; `installed()` puts the
 handlers in place for a block and restores the previous ones after it, so library callers and tests get
@@ -82,6 +85,17 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
         raise Interrupted(_state.first)
 
 
+def _on_unraisable(unraisable: sys.UnraisableHookArgs) -> None:
+    """Python's hook for an exception it had to swallow: our `Interrupted` is re-armed, not printed."""
+    if isinstance(unraisable.exc_value, Interrupted):
+        _state.raised = False
+        return
+    _previous_unraisable(unraisable)
+
+
+_previous_unraisable = sys.__unraisablehook__  # the hook ours passes everything else to
+
+
 def install() -> bool:
     """Handle SIGINT and SIGTERM as this module says from now on, with a fresh state (no signal yet).
 
@@ -89,12 +103,15 @@ def install() -> bool:
     decided is recorded, not acted on. Returns False (and changes nothing) outside the main thread, where
     Python cannot set handlers.
     """
-    global _state
+    global _state, _previous_unraisable
     if threading.current_thread() is not threading.main_thread():
         return False
     _state = _State()
     for s in SIGNALS:
         signal.signal(s, _on_signal)
+    if sys.unraisablehook is not _on_unraisable:
+        _previous_unraisable = sys.unraisablehook
+        sys.unraisablehook = _on_unraisable
     return True
 
 
@@ -113,6 +130,7 @@ def installed() -> Iterator[None]:
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+        sys.unraisablehook = _previous_unraisable
 
 
 @contextlib.contextmanager

@@ -20,7 +20,7 @@ def test_failed_unit_stays_flagged_until_cleared_and_history_lists_both_runs(run
     first = run_cli(
         "run",
         "--budget",
-        "15s",
+        "8s",
         "--units",
         TWO,
         "--inject",
@@ -46,7 +46,7 @@ def test_failed_unit_stays_flagged_until_cleared_and_history_lists_both_runs(run
     status = run_cli("status", "--history", str(db))
     assert status.returncode == 1 and bad in status.stderr
 
-    second = run_cli("run", "--budget", "15s", "--units", TWO, "--history", str(db))
+    second = run_cli("run", "--budget", "8s", "--units", TWO, "--history", str(db))
     assert second.returncode == 0, second.stderr
     assert run_cli("status", "--history", str(db)).returncode == 1  # a pass does not clear a failure
 

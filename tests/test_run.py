@@ -53,8 +53,8 @@ def test_injected_faults_fail_the_bad_unit_only(run_cli, kind):
 
 
 def test_same_seed_replays_identical_digests(run_cli, tmp_path):
-    a = _report(run_cli("run", "--budget", "15s", "--seed", "1234", "--json"))
-    b = _report(run_cli("run", "--budget", "15s", "--seed", "1234", "--json"))
+    a = _report(run_cli("run", "--budget", "6s", "--seed", "1234", "--json"))
+    b = _report(run_cli("run", "--budget", "6s", "--seed", "1234", "--json"))
     assert a["run"]["seed"] == b["run"]["seed"] == 1234 and a["run"]["seed_source"] == "cli"
     da = {(r["unit"], r["index"]): r["digest"] for r in case_records(a)}
     db = {(r["unit"], r["index"]): r["digest"] for r in case_records(b)}
@@ -123,9 +123,7 @@ def test_report_on_disk_matches_stdout(run_cli, tmp_path: Path):
 def test_qualify_one_host_against_a_golden_recorded_from_another_run(run_cli, tmp_path):
     """CI qualification without peers: record a golden from one run, judge a later run against it."""
     unit = f"cpu:{CPUS[0]}"
-    first = run_cli(
-        "run", "-p", "qualify", "--budget", "15s", "--units", unit, "-o", str(tmp_path / "a.json")
-    )
+    first = run_cli("run", "-p", "qualify", "--budget", "8s", "--units", unit, "-o", str(tmp_path / "a.json"))
     assert first.returncode == 0, first.stderr
     rec = run_cli("golden", "record", str(tmp_path / "a.json"), "-o", str(tmp_path / "golden.json"))
     assert rec.returncode == 0, rec.stderr
@@ -134,7 +132,7 @@ def test_qualify_one_host_against_a_golden_recorded_from_another_run(run_cli, tm
         "-p",
         "qualify",
         "--budget",
-        "15s",
+        "8s",
         "--units",
         unit,
         "--golden",

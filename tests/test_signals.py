@@ -81,6 +81,27 @@ def test_hold_returns_a_signal_that_arrived_while_deferred():
         interrupts.raise_pending()  # holding: nothing is raised any more
 
 
+class _SignalsItselfWhenCollected:
+    """A finalizer during which a signal arrives: Python cannot propagate what its handler raises there."""
+
+    def __del__(self) -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.01)  # the handler runs here, inside the finalizer
+
+
+def test_a_signal_swallowed_by_a_finalizer_prints_nothing_and_is_raised_at_the_next_safe_point(capfd):
+    """Seen in a run: SIGINT landed in a weakref callback of the import machinery, and stderr got
+    "Exception ignored in ... Traceback ... Interrupted: SIGINT"."""
+    with interrupts.installed():
+        _SignalsItselfWhenCollected()  # collected at once: __del__ runs and its Interrupted is swallowed
+        assert interrupts.received() == signal.SIGINT
+        with pytest.raises(interrupts.Interrupted) as stop:
+            interrupts.raise_pending()
+        assert stop.value.exit_code == 130
+    assert "Traceback" not in capfd.readouterr().err
+    assert sys.unraisablehook is not interrupts._on_unraisable  # restored with the handlers
+
+
 def test_processes_started_for_the_workers_have_both_signals_blocked_and_none_is_lost_meanwhile():
     """The fork server (and so every worker) starts with SIGINT and SIGTERM blocked; a signal that
     reaches the parent meanwhile is handled once the block ends."""
