@@ -104,3 +104,48 @@ def test_clean_random_gemm_stays_below_a_calibrated_threshold():
     a, b = torch.randn(64, 512, generator=g), torch.randn(512, 64, generator=g)
     r = vabft.row_check(a, a @ b, vabft.encode(b, torch.float64), 4e-7)
     assert not r.bad.any() and r.ratio() < 1.0
+
+
+@pytest.mark.parametrize(
+    ("dtype", "checker", "e_max"),
+    [(torch.float32, torch.float32, 1e-7), (torch.bfloat16, torch.float32, 1e-3)],
+)
+def test_a_permuted_pool_expects_what_the_case_operands_give(dtype, checker, e_max):
+    """Thresholds from the pool's statistics, permuted, agree with statistics taken from the permuted
+    operands to a few fp32 ulps; the checksums are the case's own. Heavy-tailed, zero-mean operands drawn
+    here (not by the workload's sampler), with an outlier column."""
+    g = torch.Generator().manual_seed(11)
+    a = (torch.randn(48, 96, generator=g) * torch.rand(48, 96, generator=g) ** -0.5).to(dtype)
+    b = torch.randn(96, 40, generator=g).to(dtype)
+    b[:, 7] *= 50
+    stats = vabft.pool_stats(a, b, checker, e_max)  # ~4x what these operands need
+    perms = tuple(torch.randperm(size, generator=g) for size in (48, 96, 40))
+    rows, inner, cols = perms
+    pa, pb = a[rows][:, inner], b[inner][:, cols]
+    fast = vabft.permuted_expected(stats, pa, pb, perms)
+    full = vabft.expected(pa, pb, vabft.encode(pb, checker), checker, e_max)
+    for got, want in ((fast.row_t, full.row_t), (fast.col_t, full.col_t)):
+        assert torch.allclose(got, want, rtol=1e-5, atol=0)
+    assert torch.allclose(fast.rows, full.rows, rtol=1e-5) and torch.allclose(fast.cols, full.cols, rtol=1e-5)
+    # the expectations are of the permuted product: a clean one passes, a flipped element fails
+    out = pa @ pb
+    assert not any(bool(c.bad.any()) for c in vabft.verify(out, fast))
+    out[5, 9] = -out[5, 9] * 4
+    row_check, col_check = vabft.verify(out, fast)
+    assert row_check.bad.nonzero().flatten().tolist() == [
+        5
+    ] and col_check.bad.nonzero().flatten().tolist() == [9]
+
+
+def test_verify_of_a_stack_is_verify_of_each_product():
+    g = torch.Generator().manual_seed(3)
+    a, b = torch.rand(16, 32, generator=g) + 0.5, torch.rand(32, 24, generator=g) + 0.5
+    exp = vabft.expected(a, b, vabft.encode(b, torch.float32), torch.float32, 1e-6)
+    outs = torch.stack([a @ b] * 3)
+    outs[1, 2, 3] += 1.0
+    rows, cols = vabft.verify(outs, exp)
+    assert rows.d.shape == (3, 16) and cols.d.shape == (3, 24)
+    for r in range(3):
+        one_rows, one_cols = vabft.verify(outs[r], exp)
+        assert torch.equal(rows.bad[r], one_rows.bad) and torch.equal(cols.bad[r], one_cols.bad)
+    assert rows.bad.nonzero().tolist() == [[1, 2]] and cols.bad.nonzero().tolist() == [[1, 3]]

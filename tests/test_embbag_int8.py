@@ -122,12 +122,18 @@ def test_raw_id_flips_stay_silent(variant: str) -> None:
         assert ctx.injected is not None and outcome.status == "ok"
 
 
+def _first_batch_ids(workload, ctx, seed: int, rows: int) -> torch.Tensor:
+    """The row ids batch 0 of case `seed` reads, as `run` draws them (where every fault site strikes)."""
+    lengths, starts = workload._case_draws(ctx, Case(seed, "embbag_int8", seed, 0))
+    return workload._batch_inputs(ctx, starts[0], int(lengths.sum()), rows, first=True)[0]
+
+
 def test_a_flip_in_a_row_of_scale_zero_is_recorded_as_no_change() -> None:
     """FBGEMM stores a constant 8-bit row with scale 0: its q bits change no value, so the trial is not
     counted (like +0.0 → −0.0), and the case passes."""
     workload, ctx = _ready({"mode": "realistic", "bits": [8]})
     packed = workload.tables[8]
-    idx, _, _ = workload._case_inputs(ctx, Case(0, "embbag_int8", 0, 0), packed.shape[0])
+    idx = _first_batch_ids(workload, ctx, 0, packed.shape[0])
     row = int(idx[0])  # the row the table fault strikes
     constant = (packed[:, -8:].contiguous().view(torch.float32)[:, 0] == 0).nonzero().flatten()
     assert constant.numel() > 0  # the mixed table holds some
@@ -241,7 +247,7 @@ def test_cases_read_the_id_pool_at_their_own_offsets_and_faults_never_reach_it()
     """Ids are views of one pool per worker (the run seed sets it); cases differ; an `indices` or
     `fetch` fault corrupts a copy, so the case after a struck one equals a fresh worker's."""
     workload, ctx = _ready({})
-    firsts = {workload._case_inputs(ctx, Case(s, "embbag_int8", s, 0), 2048)[0].data_ptr() for s in range(16)}
+    firsts = {_first_batch_ids(workload, ctx, s, 2048).data_ptr() for s in range(16)}
     assert len(firsts) > 8
     digests = {_run(workload, ctx, seed).digest for seed in range(8)}
     assert len(digests) == 8

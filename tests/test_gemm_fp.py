@@ -3,6 +3,7 @@ names the flipped element, and stays silent on the negative control."""
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterator
@@ -38,7 +39,7 @@ def table_path(calibration_here: str) -> str:
     return calibration_here
 
 
-def make(dtype: str, table: str, *, selftest: bool = False, workload_cls=None, **overrides):
+def make(dtype: str, table: str, *, selftest: bool = False, workload_cls=None, run_seed=7, **overrides):
     cls = workload_cls or load("gemm_fp")
     params = {
         **cls.spec.defaults,
@@ -49,7 +50,7 @@ def make(dtype: str, table: str, *, selftest: bool = False, workload_cls=None, *
         "calibration": table,
         **overrides,
     }
-    ctx = Context(unit="cpu:0", device=torch.device("cpu"), run_seed=7, params=params)
+    ctx = Context(unit="cpu:0", device=torch.device("cpu"), run_seed=run_seed, params=params)
     workload = cls.for_selftest(params) if selftest else cls(params)
     workload.prepare(ctx)
     return workload, ctx
@@ -62,16 +63,18 @@ def run(workload, ctx, seed: int, fault: FaultSpec | None = None):
 
 @pytest.mark.parametrize("dtype", list(SHAPES))
 def test_clean_cases_stay_silent_over_ten_thousand_rows(dtype, table_path):
-    """≥ 10,240 clean rows per dtype across three input distributions: no row fires."""
+    """≥ 10,240 clean rows per dtype across three input distributions, from 7 operand pools (run seeds)
+    of two cases each: no row fires."""
     rows = 0
     for dist in ("abs_normal", "normal", "llm_like"):
-        workload, ctx = make(dtype, table_path, inputs=dist)
-        assert not ctx.notes
-        for seed in range(14):
-            outcome = run(workload, ctx, seed)
-            assert outcome.status == STATUS_OK, (dist, outcome.mismatches)
-            assert outcome.detail["max_ratio"] < 1.0
-            rows += outcome.detail["rows_checked"]
+        for pool_seed in range(7):
+            workload, ctx = make(dtype, table_path, inputs=dist, run_seed=pool_seed)
+            assert not ctx.notes
+            for seed in range(2):
+                outcome = run(workload, ctx, seed)
+                assert outcome.status == STATUS_OK, (dist, outcome.mismatches)
+                assert outcome.detail["max_ratio"] < 1.0
+                rows += outcome.detail["rows_checked"]
     assert rows >= 10_000
 
 
@@ -195,24 +198,25 @@ class SynchronisingGemmFp(gemm_fp.GemmFp):
 
     def run(self, ctx: Context, case: Case) -> Outcome:
         p, slot = self.p, 0
-        chk, repeats, found = p["checkers"][slot], p["repeats"][slot], self.thresholds[slot]
+        repeats, found = p["repeats"][slot], self.thresholds[slot]
         assert found is not None and found.e_max is not None
-        a, b, enc = self._setup(ctx, case, slot)
-        ctx.fault("operand_a", a)
-        expect = vabft.expected(a, b, enc, gemm_fp.DTYPES[chk], found.e_max, p["c"])
+        pool = self.pools[slot]
+        assert pool is not None
+        a, b, perms = pool.case_operands(ctx.generator(case.seed))
+        expect = vabft.permuted_expected(pool.stats, a, b, perms)
         ctx.fault("operand_b_encoded", b)
         found_at: list[Mismatch] = []
         bad_rows, bad_cols, ratio, digest = 0, 0, 0.0, RepeatDigest()
         for r in range(repeats):
             with ctx.phase("compute"):
-                out = self._product(a, b)
+                out = a @ b
             ctx.fault("output", out, repeat=r, repeats=repeats)
             with ctx.phase("check"):
                 rows, cols = vabft.verify(out, expect)
                 ratio = max(ratio, rows.ratio(), cols.ratio())
                 if bool(rows.bad.any()) or bool(cols.bad.any()):
                     bad_rows, bad_cols = bad_rows + int(rows.bad.sum()), bad_cols + int(cols.bad.sum())
-                    found_at += self._locate(slot, (a, b, out), enc, (rows, cols), r)[
+                    found_at += self._locate(slot, (a, b, out), expect, (rows, cols), r)[
                         : gemm_fp.MAX_RECORDED - len(found_at)
                     ]
                 digest.add(out)
@@ -263,11 +267,22 @@ FAULTS = {
 }
 
 
+@pytest.mark.parametrize("every_block", [True, False], ids=["gpu_way", "cpu_way"])
+@pytest.mark.parametrize("block", [1, 3, REPEATS])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("fault", list(FAULTS))
-def test_totals_kept_on_the_device_match_the_loop_that_read_every_repeat(dtype, fault, table_path):
-    """Status, digest, failing rows and columns, max ratio: as when every repeat was read on the host;
-    the records are the first failing repeat's (the old loop's, when one repeat failed)."""
+def test_totals_kept_on_the_device_match_the_loop_that_read_every_repeat(
+    dtype, fault, block, every_block, table_path, monkeypatch
+):
+    """Status, digest, failing rows and columns, max ratio: as when every repeat was read and checked
+    alone on the host, whatever the block of repeats checked together (1, 3 + 1, all 4); the records
+    are the first failing repeat's (the old loop's, when one repeat failed)."""
+    m, _, n = SHAPES[dtype]
+    output_bytes = m * n * torch.empty((), dtype=gemm_fp.DTYPES[dtype]).element_size()
+    monkeypatch.setitem(gemm_fp.CHECK_BLOCK_BYTES, "cpu", block * output_bytes)
+    monkeypatch.setattr(
+        gemm_fp, "RepeatTally", functools.partial(gemm_fp.RepeatTally, every_block=every_block)
+    )
     spec, flips = FAULTS[fault]
     outcomes = []
     for cls in (gemm_fp.GemmFp, SynchronisingGemmFp):
@@ -329,6 +344,8 @@ def host_reads(monkeypatch):
         return read_totals(totals)
 
     monkeypatch.setattr(gemm_fp, "read_totals", counted)
+    # a GPU's way on the CPU: blocks folded in without reading their verdict
+    monkeypatch.setattr(gemm_fp, "RepeatTally", functools.partial(gemm_fp.RepeatTally, every_block=True))
 
     def watch(ctx: Context) -> None:
         phase = ctx.phase
@@ -406,3 +423,15 @@ def test_on_cuda_nothing_inside_the_repeats_synchronises(monkeypatch):
     assert run(workload, ctx, 3).status == STATUS_OK
     hit = run(workload, ctx, 3, FaultSpec("bitflip", "output", 3, element=100, bit=-1, repeat=2))
     assert hit.status == STATUS_MISMATCH and hit.mismatches[0].where.endswith("(repeat 2)")
+
+
+def test_units_of_one_run_multiply_the_same_permuted_pool_and_cases_differ(table_path):
+    """Consensus needs every unit of a run to compute the same case: the pool comes from the run seed
+    and the permutations from the case seed. Another case, or another run's pool, is other data."""
+    digests = {}
+    for run_seed in (7, 7, 8):
+        workload, ctx = make("float32", table_path, run_seed=run_seed, repeats=[2])
+        digests.setdefault(run_seed, []).append([run(workload, ctx, seed).digest for seed in (1, 2)])
+    (same_a, same_b), (other,) = digests[7], digests[8]
+    assert same_a == same_b
+    assert same_a[0] != same_a[1] and set(other).isdisjoint(same_a)

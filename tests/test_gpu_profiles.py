@@ -105,16 +105,18 @@ def _embbag_int8(p: Mapping[str, Any]) -> Projection:
     """EmbeddingBag is judged on bytes: it does no arithmetic to speak of, and a case's time is its
     random row reads. Each lookup reads the sectors its row touches, its id twice (the op and the
     check) and one sector of the check's row sums; each bag's output is written once and read by the
-    exact check (about 8 passes) and the digest (3)."""
+    exact check (about 8 passes) and the digest (3). A case is `repeats` batches of `bags` bags: the
+    time follows bags·repeats, the id pool and a batch's outputs follow bags (one batch at a time)."""
     lo, hi = p["pooling"]
-    lookups = p["bags"] * (lo + hi) / 2
+    bags = p["bags"] * p["repeats"]  # looked up per case
+    lookups = bags * (lo + hi) / 2
     device = {}
     for bits in p["bits"]:
         row = SECTOR_BYTES * math.ceil(_embbag_row_bytes(bits, p["dim"]) / SECTOR_BYTES)
-        moved = lookups * (row + 8 + SECTOR_BYTES) + p["bags"] * (12 * 4 * p["dim"] + 20)
+        moved = lookups * (row + 8 + SECTOR_BYTES) + bags * (12 * 4 * p["dim"] + 20)
         device[f"{bits}-bit"] = moved / HBM_BYTES_PER_S
     tables = p["rows"] * sum(_embbag_row_bytes(b, p["dim"]) + 8 for b in set(p["bits"]))  # + row sums
-    pool = p["bags"] * hi * (8 if p["weighted"] else 4)  # the per-worker pool of row ids (and weights)
+    pool = p["bags"] * hi * (8 if p["weighted"] else 4)  # one batch's row ids (and weights) per worker
     out = 4.0 * p["bags"] * p["dim"]
     memory = tables + pool + 5 * out + 20 * p["bags"] + _fingerprint_keys(out)
     return Projection(device, host_values=p["bags"], memory_bytes=memory)
@@ -200,6 +202,7 @@ def test_the_cpu_defaults_are_far_too_small_for_a_gpu(name):
         ("gemm_int8", {"shapes": [[8192, 8192, 8192]], "ops_per_case": 1e16}, "8192x8192x8192"),
         ("train", {"hidden": 16384, "batch": 32768, "steps": 16, "dtype": "bfloat16"}, "host"),
         ("embbag_int8", {"rows": 400_000_000, "dim": 64, "bags": 10_000_000, "pooling": [260, 340]}, "GB"),
+        ("embbag_int8", {"dim": 64, "bags": 1_000_000, "repeats": 200, "pooling": [260, 340]}, "8-bit"),
     ],
 )
 def test_the_sizing_check_refuses_cases_too_long_host_bound_or_too_large(name, overrides, needle):

@@ -50,6 +50,8 @@ BAD_PARAMS = [
     ("train", {"steps": 2.5}, "steps", "integer >= 1"),
     ("train", {"steps": True}, "steps", "integer >= 1"),
     ("train", {"steps": 10**12}, "steps", "at most 1000000000"),
+    ("train", {"autocast": "int8"}, "autocast", "one of none, bfloat16, float16"),
+    ("embbag_int8", {"repeats": 0}, "repeats", "integer >= 1"),
     ("train", {"lr": 0.0}, "lr", "number > 0 and <= 1"),
     ("train", {"lr": 1000.0}, "lr", "number > 0 and <= 1"),
     ("train", {"lr": float("nan")}, "lr", "number > 0"),

@@ -201,12 +201,67 @@ def expected(
 
 
 def verify(c_out: torch.Tensor, exp: Expected) -> tuple[CheckResult, CheckResult]:
-    """(row check, column check) of one product against its expectations; NaN-safe."""
-    d_rows = c_out.to(exp.rows.dtype).sum(dim=1) - exp.rows
-    d_cols = c_out.t().to(exp.cols.dtype).sum(dim=1) - exp.cols
+    """(row check, column check) of one product, or of a stack of them (R, M, N), against its
+    expectations; NaN-safe. For a stack, d and bad are (R, M) and (R, N): one reduction per side for
+    the whole stack, which is what makes checking small products cheap (few eager ops per repeat)."""
+    c = c_out.to(exp.rows.dtype)  # one conversion shared by both sides (none when dtypes agree)
+    d_rows = c.sum(dim=-1) - exp.rows
+    d_cols = c.sum(dim=-2) - exp.cols
     return (
         CheckResult(d=d_rows, t=exp.row_t, bad=failing(d_rows, exp.row_t)),
         CheckResult(d=d_cols, t=exp.col_t, bad=failing(d_cols, exp.col_t)),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class PoolStats:
+    """What the checks of `A @ B` need of two operands and that no permutation changes, taken once.
+
+    Cases that multiply `A[rows][:, inner] @ B[inner][:, cols]` for permutations rows, inner and cols
+    (gemm_fp's operand pool) then need no statistics of their own: a row's mean, minimum and maximum do
+    not depend on the order of its elements, so its V-ABFT threshold is the pool row's threshold, and
+    the sums S1..S3 run over the inner index in any order. Only the float rounding of the means and
+    sums may differ from a computation on the case's operands, by about one ulp of fp32 relative,
+    which is far inside the margin of e_max.
+    """
+
+    row_t: torch.Tensor  # (M,) float64 threshold of each row of A @ B
+    col_t: torch.Tensor  # (N,) float64 threshold of each column
+    b_rowsum: torch.Tensor  # (K,) checker dtype: B · 1_N
+    a_colsum: torch.Tensor  # (K,) checker dtype: 1_Mᵀ · A
+
+
+def pool_stats(
+    a: torch.Tensor, b: torch.Tensor, checker: torch.dtype, e_max: float, c: float = SIGMA_C
+) -> PoolStats:
+    """The statistics `expected` computes for `a @ b`, kept for `permuted_expected`."""
+    enc_b, enc_a = encode(b, checker), encode(a.t(), checker)
+    mu, var = bhatia_davis(a)
+    mu_b, var_b = bhatia_davis(b.t())
+    return PoolStats(
+        row_t=vabft_threshold(mu, var, enc_b.summary, e_max, c),
+        col_t=vabft_threshold(mu_b, var_b, enc_a.summary, e_max, c),
+        b_rowsum=enc_b.rowsum,
+        a_colsum=enc_a.rowsum,
+    )
+
+
+def permuted_expected(
+    stats: PoolStats,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    perms: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+) -> Expected:
+    """Expectations of `a @ b` for `a = A[rows][:, inner]` and `b = B[inner][:, cols]`, with
+    `perms = (rows, inner, cols)` and `stats = pool_stats(A, B, ...)`: the pool's thresholds in the
+    case's order, and the checksums of the case's own operands (two matrix-vector products)."""
+    rows, inner, cols = perms
+    checker = stats.b_rowsum.dtype
+    return Expected(
+        rows=a.to(checker) @ stats.b_rowsum[inner],
+        row_t=stats.row_t[rows],
+        cols=b.t().to(checker) @ stats.a_colsum[inner],
+        col_t=stats.col_t[cols],
     )
 
 

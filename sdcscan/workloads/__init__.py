@@ -189,6 +189,15 @@ def _embbag_rules(p: Mapping[str, Any]) -> tuple[str, str] | None:
     return None
 
 
+def _train_rules(p: Mapping[str, Any]) -> tuple[str, str] | None:
+    if p["autocast"] != "none" and p["dtype"] != "float32":  # train.Train refuses it too
+        return "autocast", (
+            f"needs dtype float32 (got {p['dtype']}): autocast lowers float32 matmuls to "
+            f"{p['autocast']}; it never lowers float64, and bfloat16 weights are low precision already"
+        )
+    return None
+
+
 def _fp_rules(p: Mapping[str, Any]) -> tuple[str, str] | None:
     found = one_per_dtype(p, ("shapes", "repeats", "checkers"))
     if found:
@@ -216,8 +225,12 @@ _CATALOGUE = (
             "steps": 60,
             "lr": 1e-3,
             "dtype": "float32",
+            # "bfloat16"/"float16": forward and loss under torch.autocast, so matmuls run on the matrix
+            # units at that precision while weights and AdamW's state stay float32
+            "autocast": "none",
         },
         fault_sites=("weight",),  # hidden-layer weight, half way through the case
+        data_version=2,  # 2: on a GPU a case's weights and data are drawn on the device (CPU data unchanged)
         tiny={"hidden": 16, "batch": 8, "steps": 6},
         params={
             "inputs": Int(1),  # 0: a Linear without inputs (its init divides by inputs)
@@ -229,7 +242,9 @@ _CATALOGUE = (
             # a NaN loss is reported as a miscompute. lr <= 1 stayed finite for 3000 steps in every dtype.
             "lr": Number(0.0, 1.0, low_open=True),
             "dtype": Choice(TRAIN_DTYPES),
+            "autocast": Choice(("none", "bfloat16", "float16")),  # train._AUTOCAST
         },
+        rules=(_train_rules,),
     ),
     WorkloadSpec(
         name="train_dp",
@@ -343,6 +358,9 @@ _CATALOGUE = (
             "rows": 1_000_000,  # scaled down when memory is short (see EmbbagInt8.prepare)
             "dim": 64,  # a multiple of 4: the CUDA kernel needs it
             "bags": 32768,
+            # batches of `bags` bags per case, each at its own offset in the id pool: more lookups per
+            # case without a larger pool (the pool holds one batch's ids)
+            "repeats": 1,
             "pooling": [20, 100],  # lookups per bag, min and max
             "weighted": False,  # per-sample weights (small integers in exact mode)
             "bits": [8, 4],  # table bit width per case, cycled by case occurrence
@@ -351,6 +369,7 @@ _CATALOGUE = (
         # shared by all cases). fetch: the hashed row ids the op reads, while the check uses the intended
         # ones (a wrong-row fetch). indices: raw sparse ids before `% rows`; both the lookup and the
         # checksum use the hashed id, so the check cannot see it (a negative control for the selftest).
+        # Every site strikes batch 0 of a case (with `repeats` > 1).
         fault_sites=("output", "table", "fetch", "indices"),
         data_version=2,  # 2: row ids and weights from per-worker pools, outputs digested by fingerprints
         tiny={"rows": 2048, "dim": 16, "bags": 16, "pooling": [1, 8]},
@@ -359,6 +378,7 @@ _CATALOGUE = (
             "rows": Int(1),
             "dim": Int(4, multiple_of=4),
             "bags": Int(1),
+            "repeats": Int(1),
             "pooling": ListOf(Int(0, EMBBAG_MAX_POOLING), length=2),  # max 0: every bag empty
             "weighted": Flag(),
             "bits": ListOf(Int(4, 8, multiple_of=4)),  # 8 or 4; cases cycle through them
@@ -383,7 +403,8 @@ _CATALOGUE = (
             "calibration": "",  # path of a calibration table; "" = the one shipped with sdcscan
         },
         fault_sites=("output", "operand_b_encoded", "operand_a"),
-        data_version=2,  # 2: repeats digested by device-side fingerprints (issue 10)
+        # 2: repeats digested by device-side fingerprints; 3: operands permuted from a per-worker pool
+        data_version=3,
         tiny={"shapes": [[16, 64, 16]] * 4, "repeats": [1, 1, 1, 1]},
         params={
             "dtypes": ListOf(Choice(FP_DTYPES)),

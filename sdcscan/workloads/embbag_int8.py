@@ -7,8 +7,12 @@ of 20–100 lookups and checks each bag against precomputed row checksums gather
 indices (sdcscan/checks/embbag.py), so a corrupted table element, a corrupted output and a fetch of the
 wrong row are all seen. The row ids (and per-sample weights) of a case are a view of a per-worker pool
 at an offset drawn from the case seed, and its bag lengths are its own: drawing and hashing millions of
-ids per case cost a third of the lookups' time (issue 10). Outputs are digested by a device-side
-fingerprint. `exact` mode writes dyadic scales and biases so the check is integer equality;
+ids per case cost a third of the lookups' time (issue 10). With `repeats` > 1 a case runs that many
+batches of `bags` bags, each at its own pool offset (all drawn first from the case seed) and all with
+the case's one set of bag lengths, so a GPU case can make billions of lookups from a pool sized for
+one batch; each batch is looked up and checked, and every fault site strikes batch 0. Outputs are
+digested by a device-side fingerprint, every batch's in order. `exact` mode writes dyadic scales and
+biases so the check is integer equality;
 `realistic` quantizes tables shaped like trained embeddings (sdcscan/checks/embbag_tables.py) as FBGEMM
 does and runs the two-level check: a variance-model trigger on every bag, then a rigorous fp64
 recompute of the flagged ones. The op's `mode` argument is ignored by torch (always sum), so it is not
@@ -78,6 +82,8 @@ class EmbbagInt8:
             )
         if 4 in p["bits"] and p["dim"] % 8:
             raise ValueError("embbag_int8: 4-bit tables need dim % 8 == 0")
+        if not isinstance(p["repeats"], int) or isinstance(p["repeats"], bool) or p["repeats"] < 1:
+            raise ValueError(f"embbag_int8: repeats must be an integer >= 1 (got {p['repeats']!r})")
         self.tables: dict[int, torch.Tensor] = {}  # bits -> packed table, built by prepare
         self.row_sums: dict[int, torch.Tensor] = {}  # exact mode
         self.stats: dict[int, embbag.RowStats] = {}  # realistic mode
@@ -151,63 +157,93 @@ class EmbbagInt8:
         bits = p["bits"][case.occurrence % len(p["bits"])]
         packed = self.tables.get(bits)
         assert packed is not None, "prepare() was not called"
+        rows = packed.shape[0]
         with ctx.phase("setup"):
-            idx, lengths, weights = self._case_inputs(ctx, case, packed.shape[0])
+            lengths, starts = self._case_draws(ctx, case)
+            count = int(lengths.sum())
+            idx, weights = self._batch_inputs(ctx, starts[0], count, rows, first=True)
+            lengths = lengths.to(ctx.device)
             offsets = torch.cumsum(lengths, 0, dtype=idx.dtype) - lengths  # the op wants the ids' dtype
-        # The table fault strikes a row bag 0 reads (a view of the shared table), restored afterwards.
+        # The table fault strikes a row bag 0 of batch 0 reads (a view of the shared table); the row stays
+        # corrupted for the rest of the case (later batches that read it see it too) and is restored after.
         pooled = packed[int(idx[0])] if ctx.armed_at("table") and idx.numel() else packed[0]
         saved = pooled.clone() if ctx.armed_at("table") else None
+        fingerprint = Fingerprint()  # every bag of every batch, in order
+        mismatches: list[Mismatch] = []
+        bad_bags = 0
+        counters: dict[str, int] = {}  # the check's, summed over the batches
         try:
             body = pooled[: _packed_bytes(bits, p["dim"]) - embbag.layout(bits).meta_bytes]
             ctx.fault("table", body)
             if saved is not None:
                 _note_unchanged_value(ctx, saved, pooled, bits)
-            fetched = _fetched(ctx, idx, packed.shape[0])
-            with ctx.phase("compute"):
-                out = embbag.embedding_bag(packed, bits, fetched, offsets, weights)
-            ctx.fault("output", out)
-            with ctx.phase("check"):
-                bad, expected, detail = self._check(bits, out, idx, lengths, offsets, weights)
-                digest = Fingerprint().tensor(out).hexdigest()  # every bag of the case
+            for batch, start in enumerate(starts):
+                if batch:
+                    with ctx.phase("setup"):
+                        idx, weights = self._batch_inputs(ctx, start, count, rows, first=False)
+                fetched = _fetched(ctx, idx, rows) if batch == 0 else idx
+                with ctx.phase("compute"):
+                    out = embbag.embedding_bag(packed, bits, fetched, offsets, weights)
+                if batch == 0:
+                    ctx.fault("output", out)
+                with ctx.phase("check"):
+                    bad, expected, detail = self._check(bits, out, idx, lengths, offsets, weights)
+                    fingerprint.tensor(out)
+                # A wait for the device per batch (the realistic check waits anyway): tens of
+                # microseconds against the milliseconds of a batch worth repeating.
+                found = int(bad.sum())
+                bad_bags += found
+                counters = {key: counters.get(key, 0) + value for key, value in detail.items()}
+                if found and len(mismatches) < MAX_RECORDED:
+                    label = None if p["repeats"] == 1 else batch
+                    room = MAX_RECORDED - len(mismatches)
+                    mismatches += _mismatches(bad, expected, out, p["mode"], bits, label)[:room]
+            digest = fingerprint.hexdigest()
         finally:
             if saved is not None:
                 pooled.copy_(saved)  # a table fault must not leak into later cases
         return Outcome(
-            status=STATUS_MISMATCH if bad.any() else STATUS_OK,
+            status=STATUS_MISMATCH if bad_bags else STATUS_OK,
             digest=digest,
-            mismatches=_mismatches(bad, expected, out, p["mode"], bits),
-            ops=float(idx.numel()),
+            mismatches=mismatches,
+            ops=float(count * len(starts)),
             ops_unit="lookup",
             detail={
                 "mode": p["mode"],
                 "bits": bits,
-                "rows": packed.shape[0],
-                "bad_bags": int(bad.sum()),
-                "rows_checked": out.shape[0],
-                **detail,
+                "rows": rows,
+                "bad_bags": bad_bags,
+                "rows_checked": p["bags"] * len(starts),
+                **counters,
             },
         )
 
-    def _case_inputs(
-        self, ctx: Context, case: Case, rows: int
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """Row ids (int32) and per-sample weights if enabled, views of the pools at an offset drawn
-        from the case seed, and the case's own pooling sizes.
-
-        The `indices` site corrupts a raw 64-bit id before it is hashed to a row (`% rows`, as DLRM does),
-        so the lookup and the checksum both use the corrupted row: the negative control.
-        """
+    def _case_draws(self, ctx: Context, case: Case) -> tuple[torch.Tensor, list[int]]:
+        """The case's (bags,) int32 pooling sizes on the CPU, used by every batch, and each batch's
+        offset in the id pool: all drawn from the case seed before any lookup, in that order (with one
+        batch, the same draws as before `repeats` existed)."""
         p, g = self.p, ctx.generator(case.seed)
         lo, hi = p["pooling"]
         lengths = torch.randint(lo, hi + 1, (p["bags"],), generator=g, dtype=torch.int32)
         count = int(lengths.sum())
-        start = int(torch.randint(self.ids.numel() - count + 1, (1,), generator=g))
+        starts = torch.randint(self.ids.numel() - count + 1, (p["repeats"],), generator=g)
+        return lengths, starts.tolist()
+
+    def _batch_inputs(
+        self, ctx: Context, start: int, count: int, rows: int, *, first: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """One batch's row ids (int32) and per-sample weights if enabled: views of the pools at `start`.
+
+        The `indices` site (batch 0 only) corrupts a raw 64-bit id before it is hashed to a row
+        (`% rows`, as DLRM does), so the lookup and the checksum both use the corrupted row: the
+        negative control.
+        """
         idx = self.ids[start : start + count]
-        if ctx.armed_at("indices"):
+        if first and ctx.armed_at("indices"):
             raw = ctx.fault("indices", idx.to(torch.int64))
             idx = torch.remainder(raw, rows).to(torch.int32)
         weights = None if self.weights is None else self.weights[start : start + count]
-        return idx, lengths.to(ctx.device), weights
+        return idx, weights
 
     def _check(
         self,
@@ -320,17 +356,19 @@ def _mem_available() -> int | None:
 
 
 def _mismatches(
-    bad: torch.Tensor, expected: torch.Tensor, out: torch.Tensor, mode: str, bits: int
+    bad: torch.Tensor, expected: torch.Tensor, out: torch.Tensor, mode: str, bits: int, batch: int | None
 ) -> list[Mismatch]:
-    """One record per bad bag: the checksum of the intended rows versus the sum of the bag's output."""
+    """One record per bad bag of a batch (up to MAX_RECORDED): the checksum of the intended rows versus
+    the sum of the bag's output. `batch` is named in each record unless it is None (one batch a case)."""
     found = []
     for b in bad.nonzero().flatten()[:MAX_RECORDED].tolist():
         actual = float(out[b].sum(dtype=torch.float64))
+        bag = f"bag {b}" if batch is None else f"batch {batch}, bag {b}"
         if mode == "exact" and actual == float(expected[b]):
-            where = f"{bits}-bit bag {b} (an element is off the 2^-7 grid)"
+            where = f"{bits}-bit {bag} (an element is off the 2^-7 grid)"
         elif mode == "exact":
-            where = f"{bits}-bit bag {b} sum"
+            where = f"{bits}-bit {bag} sum"
         else:
-            where = f"{bits}-bit bag {b} (an element beyond its rounding bound, or a row changed in memory)"
+            where = f"{bits}-bit {bag} (an element beyond its rounding bound, or a row changed in memory)"
         found.append(Mismatch(f"embbag_{mode}", where, repr(float(expected[b])), repr(actual)))
     return found

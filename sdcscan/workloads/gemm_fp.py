@@ -9,6 +9,13 @@ pair in a row; the column check sees each of them. A failing row and a failing c
 Nothing in the repeat loop waits for the device, because a GPU then runs the repeats back to back: the
 totals and the first failing repeat's output stay on the device and are read once, at the end of the case.
 
+Set-up and checks are kept small beside the GEMMs (issue 10). Each worker draws one pair of operands per
+dtype from the run seed and takes their V-ABFT statistics once (`vabft.pool_stats`); a case multiplies
+permutations of them (rows of A, the inner index, columns of B) drawn from its seed, which costs two
+gathers and two matrix-vector products instead of drawing, encoding and summarising fresh operands on
+the host. The repeats write into a block of outputs that is checked and fingerprinted whole, so a small
+product pays a few eager ops per block rather than per repeat.
+
 Every unit gets an e_max (`calibration.resolve`: a file, the cache, the shipped table or a fresh
 measurement, held against a ceiling the arithmetic sets). A unit whose e_max is refused reports each
 gemm_fp case as an error, so it is `invalid`, never a quiet pass.
@@ -17,6 +24,7 @@ gemm_fp case as an error, so it is `invalid`, never a quiet pass.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
@@ -30,6 +38,10 @@ from sdcscan.workloads.gemm_fp_selftest import SelftestMixin
 
 DTYPES = calibration.DTYPES
 MAX_RECORDED = 8  # mismatching rows recorded per case; the count is always complete
+# Outputs checked together. On a CPU a block that stays in cache is checked while it is there; on a GPU
+# a larger block means fewer kernel launches per GEMM (not measured yet: no GPU was lent).
+CHECK_BLOCK_BYTES = {"cpu": 4 << 20, "cuda": 256 << 20}
+POOL_SEED = 0x6E3F  # the operand pool's seed is the run seed xor this xor the dtype's slot
 
 
 @register
@@ -56,8 +68,8 @@ class GemmFp(SelftestMixin):
                 f"gemm_fp: shapes are [m, k, n]; inputs one of {', '.join(calibration.DISTRIBUTIONS)}"
             )
         self.thresholds: list[calibration.Threshold | None] = [None] * n  # set by prepare
+        self.pools: list[_Pool | None] = [None] * n  # set by prepare, where the threshold is not refused
         self._memo: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None  # reuse_product: A, B, C
-        self._setup_memo: tuple[tuple[int, int], torch.Tensor, torch.Tensor, vabft.Encoding] | None = None
 
     @classmethod
     def for_selftest(cls, params: Mapping[str, Any]) -> GemmFp:
@@ -80,6 +92,8 @@ class GemmFp(SelftestMixin):
                 )
             if found.cache_note:
                 ctx.note(f"gemm_fp: {found.cache_note}")
+            if found.e_max is not None:
+                self.pools[slot] = _Pool.draw(ctx, slot, p, found.e_max)
 
     def run(self, ctx: Context, case: Case) -> Outcome:
         p = self.p
@@ -90,24 +104,34 @@ class GemmFp(SelftestMixin):
         assert found is not None, "prepare() was not called"
         if found.e_max is None:  # refused: no threshold this unit may be trusted with
             return Outcome(status=STATUS_ERROR, digest=None, error=f"gemm_fp {name}: {found.refused}")
+        pool = self.pools[slot]
+        assert pool is not None, "prepare() draws a pool for every dtype it can check"
         with ctx.phase("setup"):
-            a, b, enc = self._setup(ctx, case, slot)
-            ctx.fault("operand_a", a)  # negative control: A is not encoded, so the error is consistent
-            expect = vabft.expected(a, b, enc, DTYPES[chk], found.e_max, p["c"])
+            a, b, perms = pool.case_operands(ctx.generator(case.seed))
+            if ctx.armed_at("operand_a"):  # negative control: A is not encoded, the error is consistent
+                ctx.fault("operand_a", a)  # and A's statistics change with it, so they are taken anew
+                expect = vabft.expected(a, b, vabft.encode(b, DTYPES[chk]), DTYPES[chk], found.e_max, p["c"])
+            else:
+                expect = vabft.permuted_expected(pool.stats, a, b, perms)
             ctx.fault("operand_b_encoded", b)  # after encoding: the checksums no longer match B
-        tally, digest = _Tally(ctx.device), RepeatDigest()
-        for r in range(repeats):
-            with ctx.phase("compute"):
-                out = self._product(a, b)
-            ctx.fault("output", out, repeat=r, repeats=repeats)
+        tally, digest = RepeatTally(ctx.device), RepeatDigest()
+        block = check_block(ctx.device, repeats, m * n * a.element_size())
+        with ctx.phase("check"):
+            outputs = torch.empty((block, m, n), dtype=a.dtype, device=a.device)
+        for first in range(0, repeats, block):
+            outs = outputs[: min(block, repeats - first)]
+            for i, out in enumerate(outs):
+                with ctx.phase("compute"):
+                    self._product(a, b, out)
+                ctx.fault("output", out, repeat=first + i, repeats=repeats)
             with ctx.phase("check"):
-                tally.add(r, out, *vabft.verify(out, expect))
-                digest.add(out)
+                tally.add(first, outs, *vabft.verify(outs, expect))
+                digest.add_stack(outs)
         ratio, bad_rows, bad_cols, first_bad = tally.read()
         found_at: list[Mismatch] = []
         if first_bad >= 0 and tally.kept:  # counts cover every repeat; only the first failing one is located
             out, rows, cols = tally.kept
-            found_at = self._locate(slot, (a, b, out), enc, (rows, cols), first_bad)
+            found_at = self._locate(slot, (a, b, out), expect, (rows, cols), first_bad)
         return Outcome(
             status=STATUS_MISMATCH if bad_rows or bad_cols else STATUS_OK,
             digest=digest.hexdigest(),
@@ -130,42 +154,23 @@ class GemmFp(SelftestMixin):
             },
         )
 
-    def _setup(
-        self, ctx: Context, case: Case, slot: int
-    ) -> tuple[torch.Tensor, torch.Tensor, vabft.Encoding]:
-        """Operands from the case seed and B's encoding, taken before any fault site ("offline").
-
-        With reuse_product (self-test only), a case with the same seed and slot as the last one gets copies
-        of the same operands and encoding instead of drawing and encoding them again.
-        """
-        p, key = self.p, (case.seed, slot)
-        if self.reuse_product and self._setup_memo is not None and self._setup_memo[0] == key:
-            _, a, b, enc = self._setup_memo
-            return a.clone(), b.clone(), enc  # copies: the fault sites corrupt operands in place
-        (m, k, n), dtype, g = p["shapes"][slot], DTYPES[p["dtypes"][slot]], ctx.generator(case.seed)
-        a = calibration.sample(p["inputs"], (m, k), g, dtype).to(ctx.device)
-        b = calibration.sample(p["inputs"], (k, n), g, dtype).to(ctx.device)
-        enc = vabft.encode(b, DTYPES[p["checkers"][slot]])
-        if self.reuse_product:
-            self._setup_memo = (key, a.clone(), b.clone(), enc)
-        return a, b, enc
-
-    def _product(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        """C = A @ B, or (self-test only) the last C when A and B are bit-identical to the last case's."""
+    def _product(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
+        """out = A @ B, or (self-test only) the last C when A and B are bit-identical to the last case's."""
         if not self.reuse_product:
-            return a @ b
+            torch.matmul(a, b, out=out)
+            return
         memo = self._memo
         if memo is not None and torch.equal(memo[0], a) and torch.equal(memo[1], b):
-            return memo[2].clone()  # the caller may corrupt its copy at the output site
-        out = a @ b
+            out.copy_(memo[2])  # the caller may corrupt it at the output site
+            return
+        torch.matmul(a, b, out=out)
         self._memo = (a.clone(), b.clone(), out.clone())
-        return out
 
     def _locate(
         self,
         slot: int,
         abc: tuple[torch.Tensor, ...],
-        enc: vabft.Encoding,
+        expect: vabft.Expected,
         checks: tuple[vabft.CheckResult, vabft.CheckResult],
         r: int,
     ) -> list[Mismatch]:
@@ -186,7 +191,7 @@ class GemmFp(SelftestMixin):
                 where = (
                     f"{name} C row {i} (row check; no single column fails: operand changed after encoding?)"
                 )
-                expected, actual = float(a[i].to(chk) @ enc.rowsum), float(out[i].to(chk).sum())
+                expected, actual = float(expect.rows[i]), float(out[i].to(chk).sum())
             else:
                 where = f"{name} C[{i}, {j}] (row {i} and column {j} checks)"
                 expected, actual = float(a[i].to(chk) @ b[:, j].to(chk)), float(out[i, j])  # recomputed dot
@@ -194,33 +199,46 @@ class GemmFp(SelftestMixin):
         return found
 
 
-class _Tally:
-    """What the repeats of a case found, accumulated on the device: adding a repeat never waits for it."""
+class RepeatTally:
+    """What the repeats of a case found, accumulated on the device: adding a block never waits for it."""
 
-    def __init__(self, device: torch.device) -> None:
+    def __init__(self, device: torch.device, *, every_block: bool | None = None) -> None:
+        """`every_block`: fold in every block without reading anything on the host (a GPU's way, the
+        default off the CPU); otherwise a block's verdict is read at once, as a CPU gives it at once."""
+        self.every_block = device.type != "cpu" if every_block is None else every_block
         self.ratio = torch.zeros((), dtype=torch.float64, device=device)  # max |d|/t over the repeats
         self.bad = torch.zeros(2, dtype=torch.int64, device=device)  # failing rows, failing columns
         self.first_bad = torch.full((), -1, dtype=torch.int64, device=device)  # -1 while none failed
-        # The first failing repeat's output and its row and column checks, for `_locate` (repeat 0's while
-        # none failed). Later failing repeats are counted, but neither located nor recorded as mismatches.
+        # The first failing repeat's output and its row and column checks, for `_locate` (on a GPU repeat
+        # 0's while none failed, on a CPU none). Later failing repeats are counted, not located.
         self.kept: tuple[torch.Tensor, vabft.CheckResult, vabft.CheckResult] | None = None
 
-    def add(self, r: int, out: torch.Tensor, rows: vabft.CheckResult, cols: vabft.CheckResult) -> None:
-        """Fold in repeat `r` (the caller must not modify `out` afterwards)."""
+    def add(self, first: int, outs: torch.Tensor, rows: vabft.CheckResult, cols: vabft.CheckResult) -> None:
+        """Fold in repeats first .. first + len(outs) - 1: their outputs (R, M, N) and checks, whose
+        d and bad are (R, M) and (R, N). The caller may overwrite `outs` afterwards."""
         self.ratio = torch.maximum(self.ratio, torch.maximum(rows.ratio_tensor(), cols.ratio_tensor()))
         self.bad = self.bad + torch.stack([rows.bad.sum(), cols.bad.sum()])
-        first = (rows.bad.any() | cols.bad.any()) & (self.first_bad < 0)  # 0-dim bool
-        self.first_bad = torch.where(first, r, self.first_bad)
+        failed = rows.bad.any(dim=1) | cols.bad.any(dim=1)  # (R,) per repeat of the block
+        # The block's first failing repeat (0 when none failed), and whether it is the case's first.
+        at = torch.argmax(failed.to(torch.int8)).view(1)
+        new = failed.any() & (self.first_bad < 0)
+        self.first_bad = torch.where(new, at[0] + first, self.first_bad)
+        if not self.every_block and not bool(new):
+            return  # the verdict is at hand: copy only the case's first failing output
+        # Copies of one output per block instead of a wait: one pass over C per block of repeats.
+        picked = (
+            outs.index_select(0, at)[0],
+            _select(rows, at),
+            _select(cols, at),
+        )
         if self.kept is None:
-            self.kept = (out, rows, cols)
+            self.kept = picked
             return
-        # A conditional copy instead of a wait: one more pass over C, whose GEMM took K multiply-adds
-        # per element of C.
         kept_out, kept_rows, kept_cols = self.kept
         self.kept = (
-            torch.where(first, out, kept_out),
-            _pick(first, rows, kept_rows),
-            _pick(first, cols, kept_cols),
+            torch.where(new, picked[0], kept_out),
+            _pick(new, picked[1], kept_rows),
+            _pick(new, picked[2], kept_cols),
         )
 
     def read(self) -> tuple[float, int, int, int]:
@@ -231,9 +249,47 @@ class _Tally:
         return ratio, int(rows), int(cols), int(first)
 
 
+def check_block(device: torch.device, repeats: int, output_bytes: int) -> int:
+    """Repeats whose outputs are checked together: as many as fit the device's block, at least one."""
+    return max(1, min(repeats, CHECK_BLOCK_BYTES["cpu" if device.type == "cpu" else "cuda"] // output_bytes))
+
+
+def _select(check: vabft.CheckResult, at: torch.Tensor) -> vabft.CheckResult:
+    """The check of one repeat of a block, by a 1-element index tensor (no wait)."""
+    return vabft.CheckResult(check.d.index_select(0, at)[0], check.t, check.bad.index_select(0, at)[0])
+
+
 def _pick(cond: torch.Tensor, new: vabft.CheckResult, old: vabft.CheckResult) -> vabft.CheckResult:
     """`new` where the 0-dim `cond` holds, else `old` (same thresholds), without a wait."""
     return vabft.CheckResult(torch.where(cond, new.d, old.d), new.t, torch.where(cond, new.bad, old.bad))
+
+
+@dataclass(frozen=True)
+class _Pool:
+    """One dtype's operands for a worker, drawn once from the run seed, and their check statistics."""
+
+    a: torch.Tensor  # (M, K) on the unit's device
+    b: torch.Tensor  # (K, N)
+    stats: vabft.PoolStats
+
+    @classmethod
+    def draw(cls, ctx: Context, slot: int, p: Mapping[str, Any], e_max: float) -> _Pool:
+        (m, k, n), dtype = p["shapes"][slot], DTYPES[p["dtypes"][slot]]
+        g = ctx.generator(ctx.run_seed ^ POOL_SEED ^ slot)
+        a = calibration.sample(p["inputs"], (m, k), g, dtype).to(ctx.device)
+        b = calibration.sample(p["inputs"], (k, n), g, dtype).to(ctx.device)
+        return cls(a, b, vabft.pool_stats(a, b, DTYPES[p["checkers"][slot]], e_max, p["c"]))
+
+    def case_operands(
+        self, g: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """A case's A and B: the pool's rows of A, inner index and columns of B permuted from `g`, so
+        A @ B is the pool's product permuted, summed in another order. Returns (A, B, permutations)."""
+        (m, k), n, device = self.a.shape, self.b.shape[1], self.a.device
+        rows, inner, cols = (torch.randperm(size, generator=g).to(device) for size in (m, k, n))
+        a = self.a.index_select(0, rows).index_select(1, inner)
+        b = self.b.index_select(0, inner).index_select(1, cols)
+        return a, b, (rows, inner, cols)
 
 
 def read_totals(totals: torch.Tensor) -> list[float]:

@@ -5,10 +5,14 @@ flip of bit 0 of one weight changed the final digest), but not always: rounding 
 low mantissa bit late in the loop, leaving the final state bit-identical (an independent check saw this
 for up to 18% of lowest-bit flips at the last step). That is arithmetic, not a gap in the digest. Units
 of a cohort (one thread each, same software) must agree bit for bit, so disagreement is evidence.
+
+`autocast` (bfloat16 or float16) runs the forward pass and the loss under torch.autocast, so the matmuls
+keep a GPU's matrix units busy, while the weights and AdamW's state stay float32.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -21,6 +25,7 @@ from sdcscan.workloads import SPECS, WorkloadSpec
 from sdcscan.workloads.base import Context, register
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
+_AUTOCAST = {"none": None, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def build_model(inputs: int, hidden: int, classes: int) -> nn.Sequential:
@@ -44,6 +49,11 @@ class Train:
         self.p = {**self.spec.defaults, **params}
         if self.p["dtype"] not in _DTYPES:
             raise ValueError(f"train: dtype must be one of {', '.join(_DTYPES)}")
+        if self.p["autocast"] not in _AUTOCAST:
+            raise ValueError(f"train: autocast must be one of {', '.join(_AUTOCAST)}")
+        broken = self.spec.rules_problem(self.p)  # autocast with a dtype other than float32
+        if broken:
+            raise ValueError(f"train: {broken[0]} {broken[1]}")
         self.model: nn.Sequential | None = None
 
     def prepare(self, ctx: Context) -> None:
@@ -64,8 +74,9 @@ class Train:
                     with torch.no_grad():
                         ctx.fault("weight", _hidden_weight(model))
                 opt.zero_grad(set_to_none=True)
-                loss = nn.functional.cross_entropy(model(x[step]).float(), y[step])
-                loss.backward()
+                with _autocast(ctx.device, p["autocast"]):
+                    loss = nn.functional.cross_entropy(model(x[step]).float(), y[step])
+                loss.backward()  # outside autocast: backward runs each op in its forward's dtype
                 opt.step()
                 losses[step] = loss.detach()
         with ctx.phase("check"):
@@ -90,20 +101,46 @@ class Train:
         self, ctx: Context, case: Case, model: nn.Sequential, dtype: torch.dtype
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Weights, data and labels from the case seed only (never the global RNG)."""
-        p, g = self.p, ctx.generator(case.seed)
+        p, g = self.p, case_generator(ctx, case.seed)
+
+        def uniform(shape: torch.Size, bound: float) -> torch.Tensor:
+            return torch.rand(shape, generator=g, device=g.device) * 2 * bound - bound
+
         with torch.no_grad():
             for module in model:
                 if isinstance(module, nn.Linear):
                     bound = module.in_features**-0.5
-                    module.weight.copy_(torch.rand(module.weight.shape, generator=g) * 2 * bound - bound)
-                    module.bias.copy_(torch.rand(module.bias.shape, generator=g) * 2 * bound - bound)
+                    module.weight.copy_(uniform(module.weight.shape, bound))
+                    module.bias.copy_(uniform(module.bias.shape, bound))
                 elif isinstance(module, nn.LayerNorm):
                     module.weight.fill_(1.0)
                     module.bias.zero_()
-        x = torch.randn(p["steps"], p["batch"], p["inputs"], generator=g)
-        teacher = torch.randn(p["inputs"], p["classes"], generator=g)
+        x = torch.randn(p["steps"], p["batch"], p["inputs"], generator=g, device=g.device)
+        teacher = torch.randn(p["inputs"], p["classes"], generator=g, device=g.device)
         y = (x @ teacher).argmax(-1)  # a learnable task, so losses move and every step matters
         return x.to(ctx.device, dtype), y.to(ctx.device)
+
+
+def case_generator(ctx: Context, seed: int) -> torch.Generator:
+    """The generator a case draws its weights and data from: `ctx.generator(seed)` on the CPU, a
+    generator with the same seed on the case's device anywhere else.
+
+    Why: drawing on the host (and copying to the GPU) cost ~0.7 s per case at GPU shapes (hidden 8192,
+    batch 32768), time the GPU sat idle. The cost: a device's generator draws other numbers than the
+    CPU's, possibly other ones again on another GPU model, so a GPU case trains on other data than a
+    CPU case. That is harmless: digests are compared only within a cohort (one device model, one
+    software stack).
+    """
+    cpu = ctx.generator(seed)
+    if ctx.device.type == "cpu":
+        return cpu
+    return torch.Generator(device=ctx.device).manual_seed(cpu.initial_seed())  # ctx.generator's seed
+
+
+def _autocast(device: torch.device, autocast: str) -> contextlib.AbstractContextManager[Any]:
+    """torch.autocast at the `autocast` parameter's dtype; nothing at all for "none" (digests unchanged)."""
+    dtype = _AUTOCAST[autocast]
+    return contextlib.nullcontext() if dtype is None else torch.autocast(device.type, dtype=dtype)
 
 
 def _hidden_weight(model: nn.Sequential) -> torch.Tensor:
