@@ -22,7 +22,7 @@ from tests.helpers.cli import child_env, sdcscan_cmd
 
 pytestmark = pytest.mark.slow
 
-BUDGET_S = 14  # long enough for every workload of the plan to run on each of 4 ranks sharing 2 cores
+BUDGET_S = 20
 SHUTDOWN_BOUND_S = 30  # the bound: a run ends within budget + 30 s, whatever dies or hangs
 
 
