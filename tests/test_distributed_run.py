@@ -247,8 +247,9 @@ def _rank_processes(launcher: int, count: int, within_s: float) -> list[int]:
     raise AssertionError(f"the launcher did not start {count} ranks within {within_s} s")
 
 
-def test_a_node_that_cannot_reach_the_rendezvous_exits_3_in_bounded_time(tmp_path):
-    cmd = sdcscan_cmd(
+def _node_of_two(port: int, rdzv_id: str, *args: str) -> list[str]:
+    """`sdcscan run` as one node of one rank in a world of two nodes meeting at 127.0.0.1:`port`."""
+    return sdcscan_cmd(
         "run",
         "--distributed",
         "--nnodes",
@@ -256,14 +257,15 @@ def test_a_node_that_cannot_reach_the_rendezvous_exits_3_in_bounded_time(tmp_pat
         "--nproc-per-node",
         "1",
         "--rdzv-endpoint",
-        "127.0.0.1:29987",
+        f"127.0.0.1:{port}",
         "--rdzv-id",
-        "lonely",
-        "--join-timeout",
-        "10s",
-        "--budget",
-        "20s",
+        rdzv_id,
+        *args,
     )
+
+
+def test_a_node_that_cannot_reach_the_rendezvous_exits_3_in_bounded_time(tmp_path):
+    cmd = _node_of_two(29987, "lonely", "--join-timeout", "10s", "--budget", "20s")
     started = time.monotonic()
     done = subprocess.run(cmd, capture_output=True, text=True, env=_env(tmp_path), timeout=120, cwd=tmp_path)
     assert done.returncode == 3, done.stderr
@@ -308,16 +310,8 @@ def _two_nodes(
         home = tmp_path / f"node{node}"
         home.mkdir()
         env = {**_env(home), **envs[node]}
-        cmd = sdcscan_cmd(
-            "run",
-            "--distributed",
-            "--nnodes",
-            "2",
-            "--nproc-per-node",
-            "1",
-            "--rdzv-endpoint",
-            f"127.0.0.1:{port}",
-            "--rdzv-id",
+        cmd = _node_of_two(
+            port,
             f"pair-{port}",
             "--budget",
             "15s",

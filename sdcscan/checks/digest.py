@@ -67,9 +67,7 @@ class RepeatDigest:
             self._fingerprints.extend(fingerprint_words(out).view(1) for out in outs)
             return
         words = outs.detach().contiguous().view(len(outs), -1).view(torch.uint8).view(torch.int64)
-        keys = _keys(words.shape[1], words.device)
-        sums = torch.mv(words, keys) if words.device.type == "cpu" else (words * keys).sum(1)
-        self._fingerprints.append(sums)
+        self._fingerprints.append(_keyed_sums(words))
 
     def hexdigest(self) -> str:
         import torch
@@ -140,11 +138,17 @@ def fingerprint_words(t: Any) -> Any:
     flat = t.detach().contiguous().reshape(-1).view(torch.uint8)
     if flat.numel() % 8:
         flat = torch.cat([flat, flat.new_zeros(8 - flat.numel() % 8)])
-    words = flat.view(torch.int64)
-    keys = _keys(words.numel(), words.device)
+    return _keyed_sums(flat.view(torch.int64).view(1, -1))[0]
+
+
+def _keyed_sums(words: Any) -> Any:
+    """(R,) int64: Σ_i w_ri·K_i mod 2^64 for each row of (R, W) int64 words, on their device."""
+    import torch
+
+    keys = _keys(words.shape[1], words.device)
     if words.device.type == "cpu":
-        return torch.dot(words, keys)  # integer dot on the CPU: no temporary
-    return (words * keys).sum()  # int64 products and sums wrap mod 2^64 on every device
+        return torch.mv(words, keys)  # integer matrix-vector product on the CPU: no temporary
+    return (words * keys).sum(1)  # int64 products and sums wrap mod 2^64 on every device
 
 
 _KEYS: dict[Any, Any] = {}  # device -> the longest key vector built there so far
