@@ -34,7 +34,7 @@ import statistics
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,8 @@ from sdcscan.checks import vabft
 from sdcscan.checks.digest import RepeatDigest
 from sdcscan.profile import load_profile
 from sdcscan.workloads import SPECS, calibration
-from sdcscan.workloads.gemm_fp import RepeatTally, check_block
+from sdcscan.workloads.base import check_block
+from sdcscan.workloads.gemm_fp import RepeatTally
 
 PROFILE = "burnin"
 PAPER_FP = [("bfloat16", "float32", (128, 1024, 256))]  # V-ABFT's Ascend tile (seeds/004, §6.8)
@@ -56,6 +57,7 @@ REFERENCE_FP = [
 ]
 E_MAX = 1e-6  # any value: the threshold's cost does not depend on it
 SAMPLE_BUDGET_S = 1.5  # seconds of plain + checked calls per record (at least MIN_SAMPLES pairs)
+WORKLOADS = ("gemm_fp", "gemm_int8", "embbag_int8")
 MIN_SAMPLES, MAX_SAMPLES = 3, 41
 
 
@@ -232,12 +234,12 @@ def _gemm_fp_case(
 # --- int8 workloads -----------------------------------------------------------------------------
 
 
-def int8_records(samples: int | None) -> list[dict[str, Any]]:
-    """gemm_int8 and embbag_int8 records from scripts/bench_abft_int8.py."""
+def int8_records(samples: int | None, workloads: Sequence[str]) -> list[dict[str, Any]]:
+    """gemm_int8 and embbag_int8 records (those named in `workloads`) from scripts/bench_abft_int8.py."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from bench_abft_int8 import records  # type: ignore[import-not-found]
 
-    return list(records(samples))
+    return list(records(samples, workloads=workloads))
 
 
 def cpu_description() -> dict[str, Any]:
@@ -270,9 +272,18 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print the records as JSON on stdout")
     parser.add_argument("--samples", type=int, default=None, help="timed pairs per record (default: by time)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (units run on one)")
+    parser.add_argument(
+        "--workloads",
+        default=",".join(WORKLOADS),
+        help=f"comma-separated, of {', '.join(WORKLOADS)} (default: all)",
+    )
     args = parser.parse_args()
+    chosen = args.workloads.split(",")
+    if unknown := set(chosen) - set(WORKLOADS):
+        parser.error(f"--workloads: unknown {', '.join(sorted(unknown))}")
     torch.set_num_threads(args.threads)
-    records = gemm_fp_records(args.samples) + int8_records(args.samples)
+    records = gemm_fp_records(args.samples) if "gemm_fp" in chosen else []
+    records += int8_records(args.samples, chosen)
     machine = cpu_description()
     records = [{**r, **machine} for r in records]
     if args.json:

@@ -31,6 +31,7 @@ import argparse
 import json
 import math
 import sys
+from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a ch
 
 from bench_abft import Split, cpu_description, measure, profile_params, record, table  # type: ignore[import-not-found]
 
-from sdcscan.checks import embbag, embbag_tables, int8
+from sdcscan.checks import embbag, embbag_prefix, embbag_tables, int8
 from sdcscan.checks.digest import Fingerprint
 from sdcscan.workloads import embbag_int8, gemm_int8
 
@@ -74,7 +75,13 @@ def _gemm_record(
     repeats = max(1, math.ceil(ops_per_case / (2.0 * m * n * k)))
     g = torch.Generator().manual_seed(1)
     w = torch.randint(-128, 128, (n, k), generator=g, dtype=torch.int8)
-    a = torch.randint(0, A_MAX + 1, (repeats, m, k), generator=g, dtype=torch.uint8)
+    # As the workload: each repeat reads an aligned (m, k) view of one activation pool, whose prefix
+    # sums (for the column check) are taken once, outside the timing.
+    pool = torch.randint(0, A_MAX + 1, (m * k + gemm_int8.ACTIVATION_ROOM,), generator=g, dtype=torch.uint8)
+    slots = gemm_int8.ACTIVATION_ROOM // gemm_int8.OFFSET_ALIGN + 1
+    offsets = (torch.randint(slots, (repeats,), generator=g) * gemm_int8.OFFSET_ALIGN).tolist()
+    a = [pool[offset : offset + m * k].view(m, k) for offset in offsets]
+    prefix = int8.activation_prefix(pool, k)
     w_ext = int8.encode_weight(w, scheme)
     lay = int8.layout(n, scheme)
     buffer = torch.empty((m, n), dtype=torch.int32)
@@ -88,21 +95,29 @@ def _gemm_record(
         int8.encode_weight(w, scheme)
         split.lap("compute")
 
-    timing = measure(plain, partial(_gemm_case, a, w_ext, lay), samples=samples)
+    timing = measure(plain, partial(_gemm_case, a, offsets, prefix, w_ext, lay), samples=samples)
     encode_s = measure(encode, encode, samples=3)["plain_s"]
     return record("gemm_int8", scheme, [m, k, n], source, repeats=repeats, **timing, encode_s=encode_s)
 
 
-def _gemm_case(a: torch.Tensor, w_ext: torch.Tensor, lay: int8.Layout, split: Split) -> int:
+def _gemm_case(
+    a: list[torch.Tensor],
+    offsets: list[int],
+    prefix: torch.Tensor,
+    w_ext: torch.Tensor,
+    lay: int8.Layout,
+    split: Split,
+) -> int:
     """The checked GEMMs of one case, as GemmInt8.run and _repeats do them (no fault sites)."""
-    repeats, m, _ = a.shape
-    sums = int8.activation_sums(a[0])
-    for r in range(1, repeats):  # per repeat: the workload's repeats are views at their own offsets
-        sums += int8.activation_sums(a[r])
+    repeats, (m, k) = len(a), a[0].shape
+    sums = int8.activation_sums_at(prefix, offsets[0], m, k)
+    for offset in offsets[1:]:
+        sums += int8.activation_sums_at(prefix, offset, m, k)
     digits = int8.activation_digits(sums, repeats * m * A_MAX)
     last = torch.cat([a[-1], digits])
     block = max(1, min(repeats, gemm_int8.CHECK_BLOCK_BYTES // (4 * m * lay.n_ext)))
     outputs = torch.empty((block * m + last.shape[0] - m, lay.n_ext), dtype=torch.int32)
+    scratch = torch.empty(block * m * lay.n, dtype=torch.float64)
     digits_start = (repeats - 1) % block * m + m
     digit_products = outputs[digits_start : digits_start + last.shape[0] - m]
     column_sums = torch.zeros(lay.n, dtype=torch.int64)
@@ -115,7 +130,7 @@ def _gemm_case(a: torch.Tensor, w_ext: torch.Tensor, lay: int8.Layout, split: Sp
             start = (r - first) * m
             torch._int_mm(operand, w_ext.t(), out=outputs[start : start + operand.shape[0]])
         split.lap("compute")
-        checked = int8.check_rows(outputs[: count * m], lay)
+        checked = int8.check_rows(outputs[: count * m], lay, scratch)
         column_sums += checked.column_sums
         bad += int(checked.row.bad.sum()) + int(checked.weighted_bad.sum())  # the counts _findings takes
         split.lap("check")
@@ -154,7 +169,7 @@ def _embbag_profile_records(p: dict[str, Any], samples: int | None) -> list[dict
             )
         for bits in p["bits"]:
             lengths = torch.randint(p["pooling"][0], p["pooling"][1] + 1, (p["bags"],), generator=g)
-            timing = _embbag_timing(tables[bits], bits, mode, lengths, p["weighted"], g, samples)
+            timing = _embbag_timing(tables[bits], bits, mode, lengths, p["weighted"], g, samples, pooled=True)
             shape = [rows, p["dim"], p["bags"], *p["pooling"]]
             note = {"rows_scaled_from": p["rows"]} if rows < p["rows"] else {}
             table_kind = "dyadic" if mode == "exact" else "mixed"
@@ -173,7 +188,9 @@ def _embbag_paper_records(samples: int | None) -> list[dict[str, Any]]:
         packed = embbag_int8.exact_table(g, rows, dim, paper["bits"])
         lengths = torch.full((paper["bags"],), paper["pooling"], dtype=torch.int64)
         for mode in embbag_int8.MODES:
-            timing = _embbag_timing(packed, paper["bits"], mode, lengths, False, g, samples, before=flush)
+            timing = _embbag_timing(
+                packed, paper["bits"], mode, lengths, False, g, samples, pooled=False, before=flush
+            )
             shape = [rows, dim, paper["bags"], paper["pooling"], paper["pooling"]]
             note = {"rows_scaled_from": paper["rows"]} if rows < paper["rows"] else {}
             variant = f"{mode}/{paper['bits']}-bit"
@@ -194,9 +211,16 @@ def _embbag_timing(
     weighted: bool,
     g: torch.Generator,
     samples: int | None,
+    *,
+    pooled: bool,
     before: Any = None,
 ) -> dict[str, float]:
-    """Plain op vs op + the mode's check + digest, on one case's inputs drawn as EmbbagInt8 draws them."""
+    """Plain op vs op + the mode's check + digest, on one case's inputs drawn as EmbbagInt8 draws them.
+
+    `pooled`: the ids are a view of a pool fixed for the worker, as in the workload, so exact mode reads
+    S_exp off prefix sums taken once (not timed); otherwise it gathers row sums per lookup, as the
+    papers' setting (new ids every batch) must.
+    """
     rows = packed.shape[0]
     # int32 ids and offsets, as the workload's pool views (which cost it nothing per case)
     idx = torch.randint(0, rows, (int(lengths.sum()),), generator=g, dtype=torch.int32)
@@ -215,11 +239,17 @@ def _embbag_timing(
         if mode == "exact"
         else embbag.row_stats(packed, bits, weighted=weighted)
     )
-    fp32_table = None  # the workload's fp32 checksum path, where its sums are exact
-    if mode == "exact" and embbag.fp32_sums_exact(
+    prefix = bounds = fp32_table = None
+    if mode == "exact" and pooled:
+        prefix = embbag_prefix.pool_prefix(sums, idx, weights)
+        ends = torch.cumsum(lengths.long(), 0)
+        bounds = torch.cat([ends.new_zeros(1), ends])
+    elif mode == "exact" and embbag.fp32_sums_exact(  # the cheapest per-lookup gather, where exact
         int(sums.abs().max()), int(lengths.max()), 3 if weighted else 1
     ):
         fp32_table = sums.float().unsqueeze(1)
+
+    scratch = embbag.Scratch(embbag_int8.EXACT_BLOCK_BYTES.get("cpu"))  # as a CPU worker checks
 
     def plain(split: Split) -> None:
         embbag.embedding_bag(packed, bits, idx, offsets, psw)
@@ -228,10 +258,14 @@ def _embbag_timing(
     def checked(split: Split) -> bool:
         out = embbag.embedding_bag(packed, bits, idx, offsets, psw)
         split.lap("compute")
-        if fp32_table is not None:
-            bad = embbag.exact_bad_bags(out, embbag.exact_expected_fp32(fp32_table, idx, offsets, weights))
+        if prefix is not None:
+            bad = embbag.exact_bad_bags(out, embbag_prefix.expected_at(prefix, 0, bounds), scratch)
+        elif fp32_table is not None:
+            expected = embbag.exact_expected_fp32(fp32_table, idx, offsets, weights)
+            bad = embbag.exact_bad_bags(out, expected, scratch)
         elif mode == "exact":
-            bad = embbag.exact_bad_bags(out, embbag.exact_expected(sums, idx.long(), lengths.long(), weights))
+            expected = embbag.exact_expected(sums, idx.long(), lengths.long(), weights)
+            bad = embbag.exact_bad_bags(out, expected, scratch)
         else:
             bad = embbag.realistic_check(out, packed, sums, idx.long(), lengths.long(), weights).bad
         found = bool(bad.any())
@@ -271,11 +305,17 @@ def _flush_bytes() -> int:
     return max(MIN_FLUSH_BYTES, 2 * llc)
 
 
-def records(samples: int | None = None, threads: int | None = None) -> list[dict[str, Any]]:
-    """Benchmark records for gemm_int8 and embbag_int8 (`threads`: set torch's, else leave it)."""
+def records(
+    samples: int | None = None,
+    threads: int | None = None,
+    workloads: Sequence[str] = ("gemm_int8", "embbag_int8"),
+) -> list[dict[str, Any]]:
+    """Benchmark records for gemm_int8 and embbag_int8, or those of `workloads` (`threads`: set torch's,
+    else leave it)."""
     if threads is not None:
         torch.set_num_threads(threads)
-    return gemm_records(samples) + embbag_records(samples)
+    found = gemm_records(samples) if "gemm_int8" in workloads else []
+    return found + (embbag_records(samples) if "embbag_int8" in workloads else [])
 
 
 def main() -> None:

@@ -2,7 +2,8 @@
 
 Runs each workload's cases in this process on one pinned thread, exactly as a worker does, and prints
 JSON. `peak` is the rate of the plain op(s) the workload runs at its own shapes (sdcscan.workloads.peaks,
-measured fresh here, never from the cache), `efficiency` the achieved rate over it. Usage: python scripts/bench_workloads.py [--profile quick] [--cases 20] [--cpu 0]
+measured fresh here, never from the cache), `efficiency` the achieved rate over it.
+Usage: python scripts/bench_workloads.py [--profile quick] [--cases 20] [--cpu 0] [--workloads gemm_fp,train]
 Run it on an otherwise idle machine: two benchmarks at once on two cores measure each other.
 """
 
@@ -25,6 +26,7 @@ def main() -> None:
     ap.add_argument("--profile", default="quick")
     ap.add_argument("--cases", type=int, default=20, help="cases per workload")
     ap.add_argument("--cpu", type=int, default=0)
+    ap.add_argument("--workloads", help="comma-separated names (default: every workload of the profile)")
     args = ap.parse_args()
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {args.cpu})
@@ -43,7 +45,10 @@ def main() -> None:
     # A benchmark measures afresh: a cached peak from another load on this machine would skew the ratio.
     scratch = Path(tempfile.mkdtemp(prefix="sdcscan-bench-peaks-"))
     peaks = PeakSource(torch.device("cpu"), directory=scratch)
+    chosen = args.workloads.split(",") if args.workloads else [spec.name for spec in profile.workloads]
     for spec in profile.workloads:
+        if spec.name not in chosen:
+            continue
         params = spec.params_for("cpu")
         ctx = Context(unit=f"cpu:{args.cpu}", device=torch.device("cpu"), run_seed=1234, params=params)
         workload = load(spec.name)(params)

@@ -180,6 +180,20 @@ def test_zero_flipped_to_denormal_is_caught_by_integrality() -> None:
     assert embbag.exact_bad_bags(out, torch.tensor([300 * 128], dtype=torch.int32)).tolist() == [True]
 
 
+def test_the_fp32_gather_equals_the_integer_one_where_sums_stay_below_2_24() -> None:
+    """The papers' per-lookup form, as cheap as torch makes it (an fp32 EmbeddingBag over the row sums,
+    used by scripts/bench_abft_int8.py): the integer path's S_exp wherever no bag sum can reach 2^24."""
+    g = torch.Generator().manual_seed(5)
+    row_sums = embbag.exact_row_sums(_dyadic(300, 16, 2), 8)
+    lengths = torch.randint(0, 9, (50,), generator=g, dtype=torch.int32)
+    idx = torch.randint(0, row_sums.numel(), (int(lengths.sum()),), generator=g, dtype=torch.int32)
+    weights = torch.randint(1, 4, idx.shape, generator=g).float()
+    offsets = torch.cumsum(lengths, 0, dtype=torch.int32) - lengths
+    fast = embbag.exact_expected_fp32(row_sums.float().unsqueeze(1), idx, offsets, weights)
+    assert torch.equal(fast, embbag.exact_expected(row_sums, idx.long(), lengths.long(), weights))
+    assert embbag.fp32_sums_exact(4080, 1370, 3) and not embbag.fp32_sums_exact(4080, 1371, 3)
+
+
 def test_all_bags_empty() -> None:
     """No lookups at all: every expected sum is 0 and an all-zero output passes."""
     row_sums = torch.tensor([5, -7], dtype=torch.int16)

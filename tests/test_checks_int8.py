@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import assume, given, settings
@@ -362,6 +363,27 @@ def test_activation_sums_and_digits_are_exact() -> None:
     digits = int8.activation_digits(s, 300 * 255)
     assert digits.dtype == torch.uint8 and int(digits.max()) <= 127 and digits.shape == (3, 5)
     assert (sum(digits[t].long() * 128**t for t in range(3))).tolist() == s.tolist()
+
+
+@pytest.mark.parametrize("k", [1, 7, 64, 300])
+def test_view_sums_read_off_the_pool_prefix_equal_summing_the_view(k: int) -> None:
+    """Every (m, k) view of a pool (numpy's generator), at the first, any and the last offset, k not
+    dividing the pool's length: the two prefix reads give the view's column sums exactly."""
+    rng = np.random.default_rng(k)
+    pool = torch.from_numpy(rng.integers(0, 256, 5_003).astype(np.uint8))
+    prefix = int8.activation_prefix(pool, k)
+    assert prefix.dtype == torch.int32 and prefix.numel() == k + pool.numel()
+    for m in (1, 2, 5_003 // k):
+        for offset in {0, int(rng.integers(0, pool.numel() - m * k + 1)), pool.numel() - m * k}:
+            view = pool[offset : offset + m * k].view(m, k)
+            direct = view.long().sum(0)
+            assert torch.equal(int8.activation_sums_at(prefix, offset, m, k), direct), (m, offset)
+
+
+def test_a_pool_too_long_for_an_int32_prefix_is_refused() -> None:
+    """255 · (P / k + 1) must stay below 2^31: a chain of 2^24 values of one residue could not."""
+    with pytest.raises(ValueError, match="too long"):
+        int8.activation_prefix(torch.zeros(2**24, dtype=torch.uint8), 1)
 
 
 def test_plan_cuda_pads_m_and_k() -> None:

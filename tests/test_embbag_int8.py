@@ -179,12 +179,13 @@ def test_fit_rows_scales_down_to_the_memory_share(monkeypatch: pytest.MonkeyPatc
 
 
 def test_short_memory_is_noted(monkeypatch: pytest.MonkeyPatch) -> None:
-    """prepare shrinks the tables (8- and 4-bit rows and their checksums) to what the id pool leaves,
-    and says so in a note."""
+    """prepare shrinks the tables (8- and 4-bit rows and their checksums) to what the id pool, its two
+    prefix sums (one per bit width) and the check's buffers leave, and says so in a note."""
     per_row = (16 + 8) + (8 + 4) + 2 * embbag_int8.CHECK_BYTES_PER_ROW
     tiny = EmbbagInt8.spec.tiny
-    pool_bytes = 4 * (tiny["bags"] * tiny["pooling"][1] + embbag_int8.POOL_ROOM)
-    monkeypatch.setattr(embbag_int8, "_mem_available", lambda: 4 * (per_row * 500 + pool_bytes))
+    pool_ids = tiny["bags"] * tiny["pooling"][1] + embbag_int8.POOL_ROOM
+    fixed = 4 * pool_ids + 2 * 4 * (pool_ids + 1) + 3 * 4 * tiny["bags"] * tiny["dim"]
+    monkeypatch.setattr(embbag_int8, "_mem_available", lambda: 4 * (per_row * 500 + fixed))
     monkeypatch.setattr(embbag_int8.os, "cpu_count", lambda: 1)
     workload, ctx = _ready({})
     assert {b: t.shape[0] for b, t in workload.tables.items()} == {8: 500, 4: 500}
@@ -223,24 +224,22 @@ def test_the_catalogue_refuses_what_the_workload_cannot_run(params: dict[str, An
     assert spec.rules_problem({**spec.defaults, "bits": [8], "dim": 12}) is None
 
 
-def test_exact_checksums_use_fp32_sums_only_where_they_are_exact() -> None:
-    """The fp32 EmbeddingBag over row sums gives the integer path's S_exp where no bag sum can reach
-    2^24; with longer bags the workload keeps the integer path, and both catch a corrupted output."""
-    short, short_ctx = _ready({"weighted": True})
-    long, long_ctx = _ready({"weighted": True, "pooling": [1000, 4000]})
-    assert set(short.row_sum_tables) == {8, 4} and not long.row_sum_tables
-    for workload, ctx in ((short, short_ctx), (long, long_ctx)):
-        assert _run(workload, ctx, 0).status == "ok"
-        assert _run(workload, ctx, 1, FaultSpec("bitflip", "output", 1, bit=20)).status == "mismatch"
-    g = torch.Generator().manual_seed(5)
-    row_sums = short.row_sums[8]
-    lengths = torch.randint(0, 9, (50,), generator=g, dtype=torch.int32)
-    idx = torch.randint(0, row_sums.numel(), (int(lengths.sum()),), generator=g, dtype=torch.int32)
-    weights = torch.randint(1, 4, idx.shape, generator=g).float()
-    offsets = torch.cumsum(lengths, 0, dtype=torch.int32) - lengths
-    fast = embbag.exact_expected_fp32(short.row_sum_tables[8], idx, offsets, weights)
-    assert torch.equal(fast, embbag.exact_expected(row_sums, idx.long(), lengths.long(), weights))
-    assert embbag.fp32_sums_exact(4080, 1370, 3) and not embbag.fp32_sums_exact(4080, 1371, 3)
+def test_a_pool_id_changed_in_memory_after_prepare_is_caught() -> None:
+    """Exact mode's checksums are prefix sums over the id pool as prepare drew it: a case whose lookups
+    read a pool id changed later (a memory fault) fails in the bag that read it, and passes again once
+    the id is restored. Long bags (a gather of the row sums would be exact only in int32) pass too."""
+    workload, ctx = _ready({"weighted": True, "pooling": [1000, 4000]})
+    assert _run(workload, ctx, 0).status == "ok"
+    start = workload._case_draws(ctx, Case(0, "embbag_int8", 0, 0))[1][0]  # case 0's bag 0 reads here
+    sums = workload.row_sums[8]
+    intended = int(workload.ids[start])
+    other = next(r for r in range(sums.numel()) if int(sums[r]) != int(sums[intended]))
+    workload.ids[start] = other
+    outcome = _run(workload, ctx, 0)
+    assert outcome.status == "mismatch" and outcome.detail["bad_bags"] == 1
+    assert "bag 0 sum" in outcome.mismatches[0].where
+    workload.ids[start] = intended
+    assert _run(workload, ctx, 0).status == "ok"
 
 
 def test_cases_read_the_id_pool_at_their_own_offsets_and_faults_never_reach_it() -> None:

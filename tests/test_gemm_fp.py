@@ -17,7 +17,7 @@ from sdcscan.checks.digest import RepeatDigest
 from sdcscan.faults import FaultSpec
 from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
 from sdcscan.units import device_model
-from sdcscan.workloads import SPECS, gemm_fp, load
+from sdcscan.workloads import SPECS, base, gemm_fp, load
 from sdcscan.workloads import calibration as calibrate
 from sdcscan.workloads.base import Context
 
@@ -279,7 +279,7 @@ def test_totals_kept_on_the_device_match_the_loop_that_read_every_repeat(
     are the first failing repeat's (the old loop's, when one repeat failed)."""
     m, _, n = SHAPES[dtype]
     output_bytes = m * n * torch.empty((), dtype=gemm_fp.DTYPES[dtype]).element_size()
-    monkeypatch.setitem(gemm_fp.CHECK_BLOCK_BYTES, "cpu", block * output_bytes)
+    monkeypatch.setitem(base.CHECK_BLOCK_BYTES, "cpu", block * output_bytes)
     monkeypatch.setattr(
         gemm_fp, "RepeatTally", functools.partial(gemm_fp.RepeatTally, every_block=every_block)
     )

@@ -245,6 +245,22 @@ def test_a_fault_never_reaches_the_pools_the_next_cases_read(site: str) -> None:
         assert after.status == "ok" and after.digest == _run(fresh, fresh_ctx, seed).digest
 
 
+def test_an_activation_changed_in_the_pool_after_prepare_is_caught_by_the_column_check() -> None:
+    """The column check's Σ A is read off prefix sums of the pool as prepare drew it: a pool byte that
+    a case's first repeat reads, changed later (a memory fault), fails the column it feeds; restored,
+    the case passes again."""
+    workload, ctx = _ready({})
+    assert _run(workload, ctx, 0).status == "ok"
+    at = _activation_offset(workload, ctx, 0) + 5  # row 0, column 5 of repeat 0's view
+    before = int(workload.activations[at])
+    workload.activations[at] = before ^ 0x10
+    outcome = _run(workload, ctx, 0)
+    assert outcome.status == "mismatch" and outcome.detail["bad_columns"] > 0
+    assert outcome.detail["bad_rows"] == outcome.detail["bad_weighted_rows"] == 0  # C = A·W is consistent
+    workload.activations[at] = before
+    assert _run(workload, ctx, 0).status == "ok"
+
+
 def test_cases_read_different_operands_from_the_pools_and_the_run_seed_sets_them() -> None:
     """Distinct seeds give distinct products; the same run seed gives the same pools, another run seed others."""
     workload, ctx = _ready({})
@@ -258,5 +274,7 @@ def test_cases_read_different_operands_from_the_pools_and_the_run_seed_sets_them
 
 def _activation_offset(workload: GemmInt8, ctx: Context, seed: int) -> int:
     m, k, n = workload.p["shapes"][0]
-    a, _ = workload._operands(ctx, Case(seed, "gemm_int8", seed, 0), (m, k, n), workload._repeats_of(m, k, n))
+    a, _, _ = workload._operands(
+        ctx, Case(seed, "gemm_int8", seed, 0), (m, k, n), workload._repeats_of(m, k, n)
+    )
     return (a[0].data_ptr() - workload.activations.data_ptr()) // a[0].element_size()

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from sdcscan.profile import WorkloadEntry, builtin_profile_names, load_profile
-from sdcscan.workloads import SPECS, gemm_fp, load
+from sdcscan.workloads import SPECS, base, load
 
 # NVIDIA H100 SXM5 datasheet, dense (no sparsity). fp32 GEMMs without TF32 (the worker disables it) run
 # on the CUDA cores at 67 TFLOP/s; fp64 on the tensor cores at 67.
@@ -61,10 +61,11 @@ def _matmul_golden(p: Mapping[str, Any]) -> Projection:
     device = {d: flop * r / PEAK_OPS_PER_S[d] for d, r in zip(p["dtypes"], p["repeats"], strict=True)}
     es = max(_BYTES[d] for d in p["dtypes"])
     elements = m * k + k * n + m * n
-    # fp32 pool, the case's permuted fp32 copies (two passes) and its dtype copies; outputs: the first
-    # (kept by the digest), the current one and its comparison, the digest's keys and product; the
-    # tally's per-repeat buffers (bad elements per row, 8 rows kept)
-    memory = 12 * elements + es * elements + m * n * (3 * es + 1) + _fingerprint_keys(m * n * es)
+    # fp32 pool, the case's permuted fp32 copies (two passes) and its dtype copies; outputs: a block of
+    # them (checked together), the expected one and a comparison, the digest's keys; the tally's
+    # per-repeat buffers (bad elements per row, 8 rows kept)
+    block = min(max(p["repeats"]), max(1, base.CHECK_BLOCK_BYTES["cuda"] // (m * n * es))) * m * n * es
+    memory = 12 * elements + es * elements + block + m * n * (2 * es + 1) + _fingerprint_keys(block)
     memory += max(p["repeats"]) * (8 * m + 8 * n * es + 64)
     return Projection(device, host_values=2 * (m + n) + k, memory_bytes=memory)
 
@@ -77,7 +78,7 @@ def _gemm_fp(p: Mapping[str, Any]) -> Projection:
         device[f"{dtype} {m}x{k}x{n}"] = 2.0 * m * k * n * repeats / PEAK_OPS_PER_S[dtype]
         host = max(host, m + k + n)  # the case's three permutations of the device-side operand pool
         es, ck = _BYTES[dtype], _BYTES[checker]
-        block = min(repeats, max(1, gemm_fp.CHECK_BLOCK_BYTES["cuda"] // (m * n * es))) * m * n  # outputs
+        block = min(repeats, max(1, base.CHECK_BLOCK_BYTES["cuda"] // (m * n * es))) * m * n  # outputs
         operands = (m * k + k * n) * (2 * es + ck)  # the pool, the case's permuted copy, checker copies
         case = operands + block * (es + ck) + m * n * (2 * es + 2 * ck) + _fingerprint_keys(block * es)
         memory = max(memory, case)
@@ -105,22 +106,26 @@ def _embbag_row_bytes(bits: int, dim: int) -> int:
 
 def _embbag_int8(p: Mapping[str, Any]) -> Projection:
     """EmbeddingBag is judged on bytes: it does no arithmetic to speak of, and a case's time is its
-    random row reads. Each lookup reads the sectors its row touches, its id twice (the op and the
-    check) and one sector of the check's row sums; each bag's output is written once and read by the
-    exact check (about 8 passes) and the digest (3). A case is `repeats` batches of `bags` bags: the
-    time follows bags·repeats, the id pool and a batch's outputs follow bags (one batch at a time)."""
+    random row reads. Each lookup reads the sectors its row touches and its id; each bag reads two
+    prefix sums of the exact check (embbag_prefix) and its bounds, and its output is written once and
+    read or written by the exact check (about 11 passes: the scale, two conversions, the row sums, the
+    round trip, its min/max) and the digest (3). A case is `repeats` batches of `bags` bags: the time
+    follows bags·repeats, the id pool, its prefix sums and a batch's outputs follow bags (one batch
+    at a time)."""
     lo, hi = p["pooling"]
     bags = p["bags"] * p["repeats"]  # looked up per case
     lookups = bags * (lo + hi) / 2
     device = {}
     for bits in p["bits"]:
         row = SECTOR_BYTES * math.ceil(_embbag_row_bytes(bits, p["dim"]) / SECTOR_BYTES)
-        moved = lookups * (row + 8 + SECTOR_BYTES) + bags * (12 * 4 * p["dim"] + 20)
+        moved = lookups * (row + 4) + bags * (15 * 4 * p["dim"] + 2 * SECTOR_BYTES + 20)
         device[f"{bits}-bit"] = moved / HBM_BYTES_PER_S
+    widths = len(set(p["bits"]))
     tables = p["rows"] * sum(_embbag_row_bytes(b, p["dim"]) + 8 for b in set(p["bits"]))  # + row sums
     pool = p["bags"] * hi * (8 if p["weighted"] else 4)  # one batch's row ids (and weights) per worker
+    prefixes = 4 * p["bags"] * hi * widths  # the exact check's prefix sums over the pool, per bit width
     out = 4.0 * p["bags"] * p["dim"]
-    memory = tables + pool + 5 * out + 20 * p["bags"] + _fingerprint_keys(out)
+    memory = tables + pool + prefixes + 5 * out + 20 * p["bags"] + _fingerprint_keys(out)  # out, 3 buffers
     return Projection(device, host_values=p["bags"], memory_bytes=memory)
 
 

@@ -9,7 +9,7 @@ from sdcscan.errors import ProfileError
 from sdcscan.faults import FaultSpec
 from sdcscan.outcomes import Case, Outcome
 from sdcscan.profile import profile_from_data
-from sdcscan.workloads import SPECS, golden_kronecker_split
+from sdcscan.workloads import SPECS, base, golden_kronecker_split
 from sdcscan.workloads.base import Context
 from sdcscan.workloads.matmul_golden import (
     MAX_RECORDED,
@@ -188,3 +188,43 @@ def test_tally_of_clean_repeats_and_of_a_signed_zero_finds_nothing(every_repeat:
     tally.add(expected.clone(), 0)
     tally.add(-expected, 1)
     assert tally.findings("float32") == ([], 0)
+
+
+@pytest.mark.parametrize("block", [1, 3, 7])
+def test_blocks_of_repeats_give_the_outcome_of_a_check_per_repeat(
+    monkeypatch: pytest.MonkeyPatch, block: int
+) -> None:
+    """Repeats compared and fingerprinted in blocks of 1, 3 (the last one shorter) or all 7: the clean
+    digest is one, and a flip in repeat 0, 2, 3 or 6 is counted and named at that repeat, in every block."""
+    params = {"m": 36, "k": 48, "n": 20, "dtypes": ["float32"], "repeats": [7]}
+    monkeypatch.setitem(base.CHECK_BLOCK_BYTES, "cpu", block * 36 * 20 * 4)
+    clean = _run(params, None)
+    assert (clean.status, clean.detail["bad_elements"]) == ("ok", 0)
+    digests = {clean.digest}
+    for repeat in (0, 2, 3, 6):
+        hit = _run(params, FaultSpec("bitflip", "output", seed=3, element=4 * 20 + 9, bit=-2, repeat=repeat))
+        assert (hit.status, hit.detail["bad_elements"]) == ("mismatch", 1)
+        assert hit.mismatches[0].where == f"float32 out[4, 9] (repeat {repeat})"
+        digests.add(hit.digest)
+    assert len(digests) == 5
+    monkeypatch.setitem(base.CHECK_BLOCK_BYTES, "cpu", 36 * 20 * 4)
+    assert _run(params, None).digest == clean.digest  # blocks change no digest
+
+
+@pytest.mark.parametrize("every_repeat", [False, True])  # the CPU's way, and a GPU's
+def test_a_block_tally_equals_one_tally_per_repeat(every_repeat: bool) -> None:
+    """add_block over a stack of 4 outputs (clean, bad, signed zero, bad) counts and records as 4 adds."""
+    expected = torch.arange(-20, 20, dtype=torch.float32).reshape(10, 4)
+    stack = expected.expand(4, 10, 4).clone()
+    stack[1, 3, 2] = 7.5
+    stack[2] = torch.where(expected == 0, -expected, expected)  # -0.0 where 0.0 is expected: no change
+    stack[3, 0, 0] = float("nan")
+    blocked, single = (
+        BadElements(expected, 4, every_repeat=every_repeat),
+        BadElements(expected, 4, every_repeat=every_repeat),
+    )
+    blocked.add_block(stack, 0)
+    for r in range(4):
+        single.add(stack[r], r)
+    assert blocked.findings("float32") == single.findings("float32")
+    assert blocked.findings("float32")[1] == 2

@@ -166,6 +166,16 @@ def has_selftest(cls: type[Workload]) -> TypeGuard[type[SelftestWorkload]]:
     return isinstance(cls, SelftestWorkload)  # the class object carries the class-level members
 
 
+# Outputs of a case's repeats checked together. On a CPU a block that stays in cache is checked while it
+# is there; on a GPU a larger block means fewer kernel launches per GEMM (not measured: no GPU was lent).
+CHECK_BLOCK_BYTES = {"cpu": 4 << 20, "cuda": 256 << 20}
+
+
+def check_block(device: torch.device, repeats: int, output_bytes: int) -> int:
+    """Repeats whose outputs are checked together: as many as fit the device's block, at least one."""
+    return max(1, min(repeats, CHECK_BLOCK_BYTES["cpu" if device.type == "cpu" else "cuda"] // output_bytes))
+
+
 W = TypeVar("W", bound=Workload)
 REGISTRY: dict[str, type[Workload]] = {}
 

@@ -3,11 +3,13 @@ checksums of the intended rows.
 
 One large table per bit width (default 1,000,000 rows, so lookups leave the cache) is built once per
 worker from the run seed; each case takes the bit width its occurrence selects from `bits`, draws bags
-of 20–100 lookups and checks each bag against precomputed row checksums gathered at the intended
-indices (sdcscan/checks/embbag.py), so a corrupted table element, a corrupted output and a fetch of the
-wrong row are all seen. The row ids (and per-sample weights) of a case are a view of a per-worker pool
-at an offset drawn from the case seed, and its bag lengths are its own: drawing and hashing millions of
-ids per case cost a third of the lookups' time (issue 10). With `repeats` > 1 a case runs that many
+of 20–100 lookups and checks each bag against precomputed row checksums of the intended rows
+(sdcscan/checks/embbag.py), so a corrupted table element, a corrupted output and a fetch of the wrong
+row are all seen. Exact mode reads a bag's checksum off prefix sums taken once over the id pool
+(sdcscan/checks/embbag_prefix.py): two reads per bag instead of a gather per lookup. The row ids (and
+per-sample weights) of a case are a view of a per-worker pool at an offset drawn from the case seed,
+and its bag lengths are its own: drawing and hashing millions of ids per case cost a third of the
+lookups' time (issue 10). With `repeats` > 1 a case runs that many
 batches of `bags` bags, each at its own pool offset (all drawn first from the case seed) and all with
 the case's one set of bag lengths, so a GPU case can make billions of lookups from a pool sized for
 one batch; each batch is looked up and checked, and every fault site strikes batch 0. Outputs are
@@ -27,7 +29,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from sdcscan.checks import embbag, embbag_tables
+from sdcscan.checks import embbag, embbag_prefix, embbag_tables
 from sdcscan.checks.digest import Fingerprint
 from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
 from sdcscan.workloads import SPECS, WorkloadSpec
@@ -41,6 +43,8 @@ GPU_MEMORY_SHARE = 2  # a GPU worker's may use 1 / GPU_MEMORY_SHARE of its GPU's
 CHECK_BYTES_PER_ROW = 24  # realistic: two complex64 and an int64 fingerprint per row (exact needs less)
 FETCH_SITE_LOOKUPS = 64  # the `fetch` fault strikes one of the first lookups of a case
 EXACT_MAX_WEIGHT = 3  # exact mode's per-sample weights are 1..3: small integers keep every sum exact
+# Output bytes exact mode checks at a time: L2-sized blocks on a CPU; a GPU's batch in one (one read).
+EXACT_BLOCK_BYTES = {"cpu": 1 << 20}
 POOL_ROOM = 1 << 20  # ids in the pool beyond a case's largest need: where the cases' offsets range
 _SMALL = {"rows": 4096, "dim": 16, "bags": 8, "pooling": [20, 40]}  # selftest: ~1 ms per trial
 # Floors measured with `sdcscan selftest` and scripts/bench_embbag_detection.py (docs/abft.md §2.5).
@@ -89,7 +93,8 @@ class EmbbagInt8:
         self.stats: dict[int, embbag.RowStats] = {}  # realistic mode
         self.ids = torch.empty(0, dtype=torch.int32)  # the pool of row ids, built by prepare
         self.weights: torch.Tensor | None = None  # the pool of per-sample weights, when weighted
-        self.row_sum_tables: dict[int, torch.Tensor] = {}  # exact mode, (N, 1) fp32 when sums stay exact
+        self.prefix: dict[int, torch.Tensor] = {}  # exact mode: the pool's S_exp prefix sums per bit width
+        self.scratch = embbag.Scratch()  # exact mode's buffers, reused by every batch (blocks set by prepare)
 
     @classmethod
     def for_selftest(cls, params: Mapping[str, Any]) -> EmbbagInt8:
@@ -119,11 +124,11 @@ class EmbbagInt8:
         widths = sorted(set(p["bits"]), reverse=True)
         row_bytes = sum(_packed_bytes(b, p["dim"]) for b in widths) + CHECK_BYTES_PER_ROW * len(widths)
         pool_ids = p["bags"] * p["pooling"][1] + POOL_ROOM
-        pool_bytes = pool_ids * (8 if p["weighted"] else 4)
-        rows = fit_rows(p["rows"], row_bytes, memory_share(ctx.device), pool_bytes)
+        rows = fit_rows(p["rows"], row_bytes, memory_share(ctx.device), _fixed_bytes(p, pool_ids))
         if rows < p["rows"]:
             short = "free GPU memory" if ctx.device.type == "cuda" else "MemAvailable"
             ctx.note(f"embbag_int8: table scaled down from {p['rows']} to {rows} rows ({short} is short)")
+        self.scratch = embbag.Scratch(EXACT_BLOCK_BYTES.get(ctx.device.type))
         g = ctx.generator(ctx.run_seed ^ 0xE3BA6)
         if p["mode"] == "exact":
             tables = {b: exact_table(g, rows, p["dim"], b) for b in widths}
@@ -135,11 +140,6 @@ class EmbbagInt8:
                 self.row_sums[bits] = embbag.exact_row_sums(packed, bits).to(ctx.device)
             else:
                 self.stats[bits] = embbag.row_stats(packed, bits, weighted=p["weighted"]).to(ctx.device)
-        if p["mode"] == "exact":
-            largest = max(int(s.abs().max()) for s in self.row_sums.values())
-            weight = EXACT_MAX_WEIGHT if p["weighted"] else 1
-            if embbag.fp32_sums_exact(largest, p["pooling"][1], weight):
-                self.row_sum_tables = {b: s.float().unsqueeze(1) for b, s in self.row_sums.items()}
         g = ctx.generator(ctx.run_seed ^ 0x1D5)
         self.ids = torch.randint(0, rows, (pool_ids,), generator=g, dtype=torch.int32).to(ctx.device)
         if p["weighted"]:
@@ -151,6 +151,8 @@ class EmbbagInt8:
                 else torch.rand(pool_ids, generator=g) + 0.5
             )
             self.weights = weights.to(ctx.device)
+        for bits, row_sums in self.row_sums.items():  # exact mode
+            self.prefix[bits] = embbag_prefix.pool_prefix(row_sums, self.ids, self.weights)
 
     def run(self, ctx: Context, case: Case) -> Outcome:
         p = self.p
@@ -161,9 +163,12 @@ class EmbbagInt8:
         with ctx.phase("setup"):
             lengths, starts = self._case_draws(ctx, case)
             count = int(lengths.sum())
+            copied = ctx.armed_at("indices")  # batch 0's ids will be a corrupted copy, not the pool's
             idx, weights = self._batch_inputs(ctx, starts[0], count, rows, first=True)
             lengths = lengths.to(ctx.device)
-            offsets = torch.cumsum(lengths, 0, dtype=idx.dtype) - lengths  # the op wants the ids' dtype
+            ends = torch.cumsum(lengths, 0, dtype=torch.int64)
+            offsets = (ends - lengths).to(idx.dtype)  # the op wants the ids' dtype
+            bounds = torch.cat([ends.new_zeros(1), ends])  # where each bag starts in the batch, and the end
         # The table fault strikes a row bag 0 of batch 0 reads (a view of the shared table); the row stays
         # corrupted for the rest of the case (later batches that read it see it too) and is restored after.
         pooled = packed[int(idx[0])] if ctx.armed_at("table") and idx.numel() else packed[0]
@@ -186,8 +191,9 @@ class EmbbagInt8:
                     out = embbag.embedding_bag(packed, bits, fetched, offsets, weights)
                 if batch == 0:
                     ctx.fault("output", out)
+                in_pool = None if batch == 0 and copied else start  # a copy's S_exp is gathered
                 with ctx.phase("check"):
-                    bad, expected, detail = self._check(bits, out, idx, lengths, offsets, weights)
+                    bad, expected, detail = self._check(bits, out, idx, lengths, bounds, in_pool, weights)
                     fingerprint.tensor(out)
                 # A wait for the device per batch (the realistic check waits anyway): tens of
                 # microseconds against the milliseconds of a batch worth repeating.
@@ -251,16 +257,21 @@ class EmbbagInt8:
         out: torch.Tensor,
         idx: torch.Tensor,
         lengths: torch.Tensor,
-        offsets: torch.Tensor,
+        bounds: torch.Tensor,
+        start: int | None,
         weights: torch.Tensor | None,
     ) -> tuple[torch.Tensor, torch.Tensor, dict[str, int]]:
-        """(B,) bool of bags the mode's check condemns, (B,) fp64 S_exp, and the check's counters."""
+        """(B,) bool of bags the mode's check condemns, (B,) fp64 S_exp, and the check's counters.
+
+        Exact mode reads S_exp off the pool's prefix sums when the ids are the pool's view at `start`,
+        and gathers the row sums at `idx` otherwise (start None).
+        """
         if self.p["mode"] == "exact":
-            if self.row_sum_tables:
-                expected = embbag.exact_expected_fp32(self.row_sum_tables[bits], idx, offsets, weights)
+            if start is not None:
+                expected = embbag_prefix.expected_at(self.prefix[bits], start, bounds)
             else:
                 expected = embbag.exact_expected(self.row_sums[bits], idx.long(), lengths.long(), weights)
-            return embbag.exact_bad_bags(out, expected), expected * embbag.UNIT, {}
+            return embbag.exact_bad_bags(out, expected, self.scratch), expected * embbag.UNIT, {}
         verdict = embbag.realistic_check(
             out, self.tables[bits], self.stats[bits], idx.long(), lengths.long(), weights
         )
@@ -275,6 +286,15 @@ def memory_share(device: torch.device) -> int | None:
         return int(torch.cuda.mem_get_info(device)[0]) // GPU_MEMORY_SHARE
     available = _mem_available()
     return None if available is None else available // (MEMORY_SHARE * (os.cpu_count() or 1))
+
+
+def _fixed_bytes(p: Mapping[str, Any], pool_ids: int) -> int:
+    """Bytes a worker needs whatever its table rows: the id pool (with its weights), and in exact mode
+    the pool's prefix sums per bit width and the check's three output-sized buffers."""
+    pool = pool_ids * (8 if p["weighted"] else 4)
+    if p["mode"] != "exact":
+        return pool
+    return pool + 4 * (pool_ids + 1) * len(set(p["bits"])) + 12 * p["bags"] * p["dim"]  # (buffers: at most)
 
 
 def fit_rows(rows: int, bytes_per_row: int, share: int | None, fixed_bytes: int = 0) -> int:

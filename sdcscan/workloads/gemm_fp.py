@@ -33,14 +33,11 @@ from sdcscan.checks import vabft
 from sdcscan.checks.digest import RepeatDigest
 from sdcscan.outcomes import STATUS_ERROR, STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
 from sdcscan.workloads import SPECS, WorkloadSpec, calibration
-from sdcscan.workloads.base import Context, register
+from sdcscan.workloads.base import Context, check_block, register
 from sdcscan.workloads.gemm_fp_selftest import SelftestMixin
 
 DTYPES = calibration.DTYPES
 MAX_RECORDED = 8  # mismatching rows recorded per case; the count is always complete
-# Outputs checked together. On a CPU a block that stays in cache is checked while it is there; on a GPU
-# a larger block means fewer kernel launches per GEMM (not measured yet: no GPU was lent).
-CHECK_BLOCK_BYTES = {"cpu": 4 << 20, "cuda": 256 << 20}
 POOL_SEED = 0x6E3F  # the operand pool's seed is the run seed xor this xor the dtype's slot
 
 
@@ -247,11 +244,6 @@ class RepeatTally:
             torch.cat([self.ratio.view(1), self.bad.double(), self.first_bad.double().view(1)])
         )
         return ratio, int(rows), int(cols), int(first)
-
-
-def check_block(device: torch.device, repeats: int, output_bytes: int) -> int:
-    """Repeats whose outputs are checked together: as many as fit the device's block, at least one."""
-    return max(1, min(repeats, CHECK_BLOCK_BYTES["cpu" if device.type == "cpu" else "cuda"] // output_bytes))
 
 
 def _select(check: vabft.CheckResult, at: torch.Tensor) -> vabft.CheckResult:

@@ -117,6 +117,7 @@ class GemmInt8:
         self.signed = False
         self.weights: dict[tuple[int, int, int], list[torch.Tensor]] = {}  # shape -> encoded weights
         self.activations = torch.empty(0, dtype=torch.uint8)
+        self.activation_prefix: dict[int, torch.Tensor] = {}  # k -> int8.activation_prefix of the pool
 
     @classmethod
     def for_selftest(cls, params: Mapping[str, Any]) -> GemmInt8:
@@ -165,6 +166,8 @@ class GemmInt8:
         g = ctx.generator(_pool_seed(ctx.run_seed, "activations"))
         pool = torch.randint(0, self.a_max + 1, (need + ACTIVATION_ROOM,), generator=g, dtype=torch.uint8)
         self.activations = pool.to(ctx.device)
+        for k in {k for _, k, _ in p["shapes"]}:
+            self.activation_prefix[k] = int8.activation_prefix(self.activations, k)
         for m, k, n in p["shapes"]:
             g = ctx.generator(_pool_seed(ctx.run_seed, f"weights {m}x{k}x{n}"))
             self.weights[(m, k, n)] = [
@@ -183,18 +186,22 @@ class GemmInt8:
         repeats = self._repeats_of(m, k, n)
         lay = int8.layout(n, p["scheme"])
         with ctx.phase("setup"):
-            a, w_ext = self._operands(ctx, case, (m, k, n), repeats)
+            a, offsets, w_ext = self._operands(ctx, case, (m, k, n), repeats)
             # Faults corrupt in place: a pool's tensor is copied first, so the next case reads it clean.
             if ctx.armed_at("encoded"):
                 w_ext = ctx.fault("encoded", w_ext.clone())
-            if ctx.armed_at("operand"):  # negative control: A is not encoded, the product stays consistent
+            copied = ctx.armed_at("operand")
+            if copied:  # negative control: A is not encoded, the product stays consistent
                 a[0] = ctx.fault("operand", a[0].clone())
         with ctx.phase("check"):
             # Σ A over the case as digit rows under the last repeat's activations (the column checksum
             # rows of classic ABFT): that product carries W·(Σ A) for the column check, a few rows more.
-            sums = int8.activation_sums(a[0])
-            for view in a[1:]:
-                sums += int8.activation_sums(view)
+            # A view's sums are read off the pool's prefix (two reads of k, not m·k: issue 10); the
+            # negative control's corrupted copy is summed itself.
+            prefix = self.activation_prefix[k]
+            sums = int8.activation_sums(a[0]) if copied else int8.activation_sums_at(prefix, offsets[0], m, k)
+            for offset in offsets[1:]:
+                sums += int8.activation_sums_at(prefix, offset, m, k)
             digits = int8.activation_digits(sums, repeats * m * self.a_max)
             last = torch.cat([a[-1], digits])
         found = self._repeats(ctx, a, last, w_ext, lay)
@@ -222,16 +229,16 @@ class GemmInt8:
 
     def _operands(
         self, ctx: Context, case: Case, shape: tuple[int, int, int], repeats: int
-    ) -> tuple[list[torch.Tensor], torch.Tensor]:
+    ) -> tuple[list[torch.Tensor], list[int], torch.Tensor]:
         """This case's activations, one (m, k) view of the pool per repeat at offsets drawn from the
-        case's seed, and one of the shape's encoded weights, also drawn from it."""
+        case's seed, those offsets, and one of the shape's encoded weights, also drawn from it."""
         m, k, _ = shape
         g = ctx.generator(case.seed)
         slots = (self.activations.numel() - m * k) // OFFSET_ALIGN + 1
         offsets = (torch.randint(slots, (repeats,), generator=g) * OFFSET_ALIGN).tolist()
         pick = int(torch.randint(WEIGHTS_PER_SHAPE, (1,), generator=g))
         views = [self.activations[offset : offset + m * k].view(m, k) for offset in offsets]
-        return views, self.weights[shape][pick]
+        return views, offsets, self.weights[shape][pick]
 
     def _repeats(
         self, ctx: Context, a: list[torch.Tensor], last: torch.Tensor, w_ext: torch.Tensor, lay: int8.Layout
@@ -247,6 +254,7 @@ class GemmInt8:
             outputs = torch.empty(
                 (block * m + last.shape[0] - m, lay.n_ext), dtype=torch.int32, device=last.device
             )
+            scratch = torch.empty(block * m * lay.n, dtype=torch.float64, device=last.device)
         digits_start = (repeats - 1) % block * m + m  # just below the last repeat's rows in its block
         digit_products = outputs[digits_start : digits_start + last.shape[0] - m]
         found = _Found(torch.zeros(lay.n, dtype=torch.int64, device=last.device), digit_products)
@@ -259,7 +267,7 @@ class GemmInt8:
                     self._mm(operand, w_ext, out=outputs[start : start + operand.shape[0]])
                 ctx.fault("output", outputs[start : start + m], repeat=r, repeats=repeats, columns=lay.n)
             with ctx.phase("check"):
-                checked = int8.check_rows(outputs[: count * m], lay)
+                checked = int8.check_rows(outputs[: count * m], lay, scratch)
                 found.column_sums += checked.column_sums
                 found.blocks.append((first, checked))
                 found.digest.tensor(outputs[: count * m])

@@ -28,7 +28,7 @@ import torch
 from sdcscan.checks.digest import RepeatDigest
 from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
 from sdcscan.workloads import SPECS, WorkloadSpec, golden_kronecker_split
-from sdcscan.workloads.base import Context, register
+from sdcscan.workloads.base import Context, check_block, register
 
 DTYPES = {
     "float32": torch.float32,
@@ -88,13 +88,21 @@ class MatmulGolden:
             expected = ref.to(dtype)  # exact in fp32; one RNE rounding to dtype
             tally = BadElements(expected, repeats)
         digest = RepeatDigest()
-        for r in range(repeats):  # phases time CUDA work with events: no wait for the device here
-            with ctx.phase("compute"):
-                out = a @ b
-            ctx.fault("output", out, repeat=r, repeats=repeats)
+        # Repeats write into a block of outputs, compared and fingerprinted together (issue 10: a
+        # comparison and a fingerprint per repeat cost 6.5% of fp32 cases of 256 x 1024 x 256 on a core).
+        m, n = expected.shape
+        block = check_block(ctx.device, repeats, m * n * expected.element_size())
+        with ctx.phase("check"):
+            outputs = torch.empty((block, m, n), dtype=dtype, device=expected.device)
+        for first in range(0, repeats, block):  # phases time CUDA work with events: no wait for the device
+            count = min(block, repeats - first)
+            for r in range(first, first + count):
+                with ctx.phase("compute"):
+                    torch.matmul(a, b, out=outputs[r - first])
+                ctx.fault("output", outputs[r - first], repeat=r, repeats=repeats)
             with ctx.phase("check"):
-                tally.add(out, r)
-                digest.add(out)
+                tally.add_block(outputs[:count], first)
+                digest.add_stack(outputs[:count])
         with ctx.phase("check"):
             mismatches, bad_total = tally.findings(p["dtypes"][slot])  # the case's one wait
             hexdigest = digest.hexdigest()
@@ -155,6 +163,14 @@ class BadElements:
         # On the CPU a comparison answers at once, so a clean repeat costs that one pass; on a GPU the
         # answer would make the host wait for the device, so every repeat is tallied (every_repeat).
         self._clean_first = not (device.type != "cpu" if every_repeat is None else every_repeat)
+
+    def add_block(self, outputs: torch.Tensor, first: int) -> None:
+        """Tally the outputs (count, m, n) of repeats first, first + 1, ...: on a CPU one comparison of
+        the block answers for all of them while they are clean."""
+        if self._clean_first and torch.equal(outputs, self.expected.expand_as(outputs)):
+            return
+        for i in range(outputs.shape[0]):
+            self.add(outputs[i], first + i)
 
     def add(self, out: torch.Tensor, repeat: int) -> None:
         """Tally one repeat's output (same shape and dtype as the expected one), without waiting."""

@@ -95,7 +95,8 @@ def _gemm_int8_ops(p: dict[str, Any], device: torch.device) -> list[PlainOp]:
 
 def _embbag_ops(p: dict[str, Any]) -> list[PlainOp]:
     low, high = p["pooling"]
-    # Bit widths are cycled case by case with the same number of lookups: equal weights.
+    # Bit widths are cycled case by case with the same number of lookups: equal weights. The op is one
+    # batch of `bags` bags: a case's `repeats` batches look up at that batch's rate.
     return [
         PlainOp("embedding_bag", f"int{bits}", (p["rows"], p["dim"], p["bags"], low, high), 1.0)
         for bits in p["bits"]
