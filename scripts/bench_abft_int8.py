@@ -117,7 +117,6 @@ def _gemm_case(
     last = torch.cat([a[-1], digits])
     block = max(1, min(repeats, gemm_int8.CHECK_BLOCK_BYTES // (4 * m * lay.n_ext)))
     outputs = torch.empty((block * m + last.shape[0] - m, lay.n_ext), dtype=torch.int32)
-    scratch = torch.empty(block * m * lay.n, dtype=torch.float64)
     digits_start = (repeats - 1) % block * m + m
     digit_products = outputs[digits_start : digits_start + last.shape[0] - m]
     column_sums = torch.zeros(lay.n, dtype=torch.int64)
@@ -130,7 +129,7 @@ def _gemm_case(
             start = (r - first) * m
             torch._int_mm(operand, w_ext.t(), out=outputs[start : start + operand.shape[0]])
         split.lap("compute")
-        checked = int8.check_rows(outputs[: count * m], lay, scratch)
+        checked = int8.check_rows(outputs[: count * m], lay)
         column_sums += checked.column_sums
         bad += int(checked.row.bad.sum()) + int(checked.weighted_bad.sum())  # the counts _findings takes
         split.lap("check")

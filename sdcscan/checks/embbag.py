@@ -250,12 +250,8 @@ class Scratch:
         """fp32, int32 and fp32 tensors of `out`'s shape on its device: views of the held ones where
         those have room (a batch's last, shorter block), new ones otherwise."""
         held = self._held
-        if (
-            held is None
-            or held[0].shape[1:] != out.shape[1:]
-            or held[0].shape[0] < out.shape[0]
-            or (held[0].device != out.device)
-        ):
+        fits = held is not None and held[0].device == out.device and held[0].shape[1:] == out.shape[1:]
+        if held is None or not fits or held[0].shape[0] < out.shape[0]:
             held = self._held = (
                 torch.empty(out.shape, dtype=torch.float32, device=out.device),
                 torch.empty(out.shape, dtype=torch.int32, device=out.device),

@@ -264,7 +264,7 @@ def verify(c_ext: torch.Tensor, n: int, scheme: str) -> RowCheck:
     return RowCheck((data != checksum) | pad_nonzero, data, checksum, pad_nonzero)
 
 
-def check_rows(c_ext: torch.Tensor, lay: Layout, scratch: torch.Tensor | None = None) -> RowsCheck:
+def check_rows(c_ext: torch.Tensor, lay: Layout) -> RowsCheck:
     """Both per-row checks of a block of output rows (any number, e.g. several repeats stacked), and
     the block's column sums for check_columns.
 
@@ -272,17 +272,12 @@ def check_rows(c_ext: torch.Tensor, lay: Layout, scratch: torch.Tensor | None = 
         c_ext: (rows, n_ext) int32 product, fewer than CHUNK_ROWS rows; it must not have wrapped
             (k <= max_exact_k()).
         lay: the layout of the weight the product was made with.
-        scratch: fp64 on c_ext's device with room for rows·n values, reused for the data's fp64 copy
-            (a fresh one per block was page-faulted in each time on a CPU); a fresh tensor when None.
     Returns:
         RowsCheck; exact, so any bad row is a wrong result, never rounding.
     Raises:
         ValueError: CHUNK_ROWS rows or more.
     """
-    rows = c_ext.shape[0]
-    data = torch.empty(0, dtype=torch.float64, device=c_ext.device) if scratch is None else scratch
-    data = data[: rows * lay.n] if data.numel() >= rows * lay.n else data.new_empty(rows * lay.n)
-    data = data.view(rows, lay.n).copy_(c_ext[:, : lay.n])  # exact: int32 words are doubles; serves both sums
+    data = c_ext[:, : lay.n].double()  # exact: int32 words are doubles; one copy serves both exact sums
     weighted_sum = weighted_row_sums(data)
     digits = c_ext[:, lay.weighted_start : lay.pad_start].to(torch.int64)
     powers = DIGIT_BASE ** torch.arange(lay.weighted_digits, dtype=torch.int64, device=c_ext.device)
@@ -342,7 +337,7 @@ def activation_prefix(pool: torch.Tensor, k: int) -> torch.Tensor:
     """(k + P,) int32 Q of a pool of u8 activations (P,) read as (m, k) views at any offset: Q[k + x] =
     pool[x] + Q[x], Q[:k] = 0, so a view's activation_sums at offset o is Q[o + m·k : o + (m + 1)·k] −
     Q[o : o + k] (activation_sums_at): two reads of k values instead of m·k. Exact while pool.numel()/k
-    · 255 < 2^31 (asserted)."""
+    · 255 < 2^31 (a longer pool is refused)."""
     size = pool.numel()
     if (size // k + 1) * 255 >= 2**31:
         raise ValueError(f"int8 ABFT: an activation pool of {size} values is too long for k = {k}")

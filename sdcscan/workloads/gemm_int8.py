@@ -254,7 +254,6 @@ class GemmInt8:
             outputs = torch.empty(
                 (block * m + last.shape[0] - m, lay.n_ext), dtype=torch.int32, device=last.device
             )
-            scratch = torch.empty(block * m * lay.n, dtype=torch.float64, device=last.device)
         digits_start = (repeats - 1) % block * m + m  # just below the last repeat's rows in its block
         digit_products = outputs[digits_start : digits_start + last.shape[0] - m]
         found = _Found(torch.zeros(lay.n, dtype=torch.int64, device=last.device), digit_products)
@@ -267,7 +266,7 @@ class GemmInt8:
                     self._mm(operand, w_ext, out=outputs[start : start + operand.shape[0]])
                 ctx.fault("output", outputs[start : start + m], repeat=r, repeats=repeats, columns=lay.n)
             with ctx.phase("check"):
-                checked = int8.check_rows(outputs[: count * m], lay, scratch)
+                checked = int8.check_rows(outputs[: count * m], lay)
                 found.column_sums += checked.column_sums
                 found.blocks.append((first, checked))
                 found.digest.tensor(outputs[: count * m])
