@@ -29,7 +29,7 @@ from sdcscan.outcomes import STATUS_OK
 from sdcscan.rerun_schedule import MAX_RETEST_CASES, RerunSchedule, retest_window
 from sdcscan.units import Unit, cohort_key
 from sdcscan.verdict import retest_plan
-from sdcscan.watchdog import CaseInFlight, Watchdog
+from sdcscan.watchdog import OVERRUN_S, CaseInFlight, Watchdog
 from sdcscan.worker import WorkerConfig, worker_main
 from sdcscan.workloads import SPECS
 
@@ -38,6 +38,11 @@ from sdcscan.workloads import SPECS
 # keep the two in step.
 STOP_S = 3.0
 POLL_S = 0.1
+
+
+def end_bound_s(budget_s: float) -> float:
+    """Seconds after its start by which a run of `budget_s` has ended: the shutdown bound above."""
+    return budget_s + OVERRUN_S + retest_window(budget_s) + STOP_S
 
 
 def worker_context() -> Any:

@@ -62,6 +62,7 @@ def test_every_subpackage_is_shipped() -> None:
     assert config["tool"]["setuptools"]["package-dir"] == {"sdcscan.profiles": "profiles"}
     assert sorted(p.stem for p in (ROOT / "profiles").glob("*.yaml")) == [
         "burnin",
+        "doctor",
         "healthcheck",
         "qualify",
         "quick",

@@ -4,16 +4,15 @@ negative control exit 1; bad options exit 2."""
 from __future__ import annotations
 
 import json
-from typing import Any, ClassVar
 
 import pytest
 from click.testing import CliRunner
 
 from sdcscan.cli.abft import selftest
-from sdcscan.outcomes import INVARIANT, STATUS_MISMATCH, STATUS_OK, Case, Outcome
-from sdcscan.workloads import SPECS, Quality, WorkloadSpec
-from sdcscan.workloads.base import REGISTRY, Context, has_selftest
+from sdcscan.workloads import SPECS
+from sdcscan.workloads.base import REGISTRY, has_selftest
 from sdcscan.workloads.selftest import selftest_workloads
+from tests.helpers.selftest import FakeAbft as _Fake
 
 SITE_KEYS = {"workload", "variant", "site", "bit", "trials", "detected"}
 CLEAN_KEYS = {"workload", "variant", "site", "trials", "false_positives"}
@@ -52,55 +51,6 @@ def test_a_device_missing_from_the_table_calibrates_itself_and_says_so(tmp_path,
     result = json.loads(r.stdout)
     assert sum("calibrated on this unit" in n for n in result["notes"]) == 4  # one per dtype
     assert "note: gemm_fp: float32 (float32 checker)" in r.stderr and (tmp_path / "state").is_dir()
-
-
-class _Fake:
-    """A minimal ABFT-protocol workload whose behaviour each test sets through class attributes."""
-
-    name: ClassVar[str] = "fake_abft"
-    spec: ClassVar[WorkloadSpec] = WorkloadSpec(
-        name="fake_abft",
-        description="a fake ABFT workload",
-        evidence=(INVARIANT,),
-        quality=Quality.BETA,
-        defaults={"size": 4},
-        fault_sites=("output", "input"),
-    )
-    negative_sites: ClassVar[tuple[str, ...]] = ("input",)
-    selftest_variants: ClassVar[dict[str, dict[str, Any]]] = {"only": {}}
-    blind_spots: ClassVar[tuple[str, ...]] = ("a flip of the input before the output is computed",)
-    detects = True
-    sees_input = False
-    clean_fires = False
-
-    def __init__(self, params: dict[str, Any]) -> None:
-        self.p = params
-
-    @classmethod
-    def for_selftest(cls, params: dict[str, Any]) -> _Fake:
-        return cls(params)
-
-    def prepare(self, ctx: Context) -> None:
-        pass
-
-    def run(self, ctx: Context, case: Case) -> Outcome:
-        import torch
-
-        x = ctx.fault("input", torch.ones(self.p["size"]))
-        y = ctx.fault("output", x * 2)
-        fired = (self.detects and not torch.equal(y, x * 2)) or (
-            self.sees_input and not torch.equal(x, torch.ones(4))
-        )
-        fired = fired or self.clean_fires
-        return Outcome(status=STATUS_MISMATCH if fired else STATUS_OK, digest="0")
-
-    @classmethod
-    def selftest_bits(cls, variant: str, site: str) -> list[int | str]:
-        return [30, "any"] if site == "output" else [31]
-
-    @classmethod
-    def selftest_floor(cls, variant: str, site: str, bit: int | str) -> float | None:
-        return 1.0 if bit == 30 else None
 
 
 @pytest.mark.parametrize(

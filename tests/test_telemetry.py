@@ -161,6 +161,8 @@ def _fake_nvml(ue: list[int]) -> Any:
         nvmlDeviceGetPowerUsage=unsupported, nvmlDeviceGetTotalEccErrors=total_ecc,
         nvmlDeviceGetRetiredPages=lambda h, c: [], nvmlDeviceGetRemappedRows=lambda h: (3, 0, False, False),
         nvmlDeviceGetCurrentClocksThrottleReasons=lambda h: 4,
+        nvmlDeviceGetUtilizationRates=lambda h: SimpleNamespace(gpu=97, memory=40),
+        nvmlDeviceGetEnforcedPowerLimit=lambda h: 700_000,
     )  # fmt: skip
 
 
@@ -173,6 +175,8 @@ def test_nvml_unsupported_metric_is_null_and_ecc_rise_is_a_finding(monkeypatch: 
     gpu = s.summary()["units"]["cuda:0"]
     assert gpu["power_w"]["value"] is None
     assert gpu["temp_c"]["value"] == 71.0
+    assert gpu["util_pct"]["value"] == 97.0  # what `sdcscan doctor` shows against the power limit
+    assert gpu["power_limit_w"]["value"] == 700.0  # NVML answers in mW
     assert gpu["throttle_reasons"]["value"] == 4.0
     assert gpu["remapped_rows_correctable"]["value"] == 3.0  # a tuple answer, read field by field
     assert gpu["remapped_rows_pending"]["value"] == 0.0

@@ -6,6 +6,7 @@ import click
 
 from sdcscan import __version__
 from sdcscan.cli.abft import calibrate, selftest
+from sdcscan.cli.doctor import doctor
 from sdcscan.cli.fleet import compare, golden
 from sdcscan.cli.info import info, profiles, workloads
 from sdcscan.cli.ingest import ingest_cmd
@@ -38,6 +39,7 @@ for _command in (
     golden,
     calibrate,
     selftest,
+    doctor,
     report_cmd,
 ):
     cli.add_command(_command)

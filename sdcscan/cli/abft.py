@@ -80,6 +80,17 @@ def calibrate(
 @click.option(
     "--calibration", type=click.Path(dir_okay=False), help="gemm_fp calibration file (`sdcscan calibrate`)."
 )
+@click.option(
+    "--device",
+    default="cpu",
+    show_default=True,
+    help="cpu, cpu:N (pinned to logical CPU N) or cuda:N; set up as a run's worker sets its unit up.",
+)
+@click.option(
+    "--budget",
+    help="Time for the whole sweep, e.g. 30s: each variant stops starting trials at its share "
+    "(after at least 3). Default: no limit, --trials each.",
+)
 @reports_errors
 def selftest(
     workloads: tuple[str, ...],
@@ -87,6 +98,8 @@ def selftest(
     seed: int,
     as_json: bool,
     calibration: str | None,
+    device: str,
+    budget: str | None,
 ) -> None:
     """Inject single bit flips through each ABFT workload's fault sites and report detection.
 
@@ -99,8 +112,12 @@ def selftest(
     Example:
         sdcscan selftest --workloads gemm_fp --trials 200 --json > selftest.json
     """
+    from sdcscan.profile import parse_budget
     from sdcscan.render.console import stderr_console
     from sdcscan.render.selftest import render_selftest
+
+    budget_s = parse_budget(budget) if budget is not None else None
+    _configure_device(device)
     from sdcscan.workloads.selftest import run_selftest
 
     console = stderr_console()
@@ -110,6 +127,8 @@ def selftest(
         seed=seed,
         on_variant=lambda w, v: console.print(f"selftest {w} {v} …") if sys.stderr.isatty() else None,
         calibration=calibration,
+        device=device,
+        budget_s=budget_s,
     )
     render_selftest(result, console)
     for note in result["notes"]:
@@ -117,3 +136,26 @@ def selftest(
     if as_json:
         click.echo(json.dumps(result, indent=2))
     sys.exit(EXIT_PASS if result["passed"] else EXIT_FAIL)
+
+
+def _configure_device(device: str) -> None:
+    """Check `--device`; set a unit up as a run's worker does (pinned, deterministic, no TF32).
+
+    Raises:
+        UsageError: not `cpu`, `cpu:N` or `cuda:N`, or no such unit here.
+    """
+    if device == "cpu":
+        return
+    kind, _, index = device.partition(":")
+    if kind not in ("cpu", "cuda") or not index.isdigit():
+        raise UsageError(f"--device {device!r}: expected cpu, cpu:N or cuda:N")
+    from sdcscan.units import discover_units
+
+    found = discover_units()
+    unit = next((u for u in found if u.id == device), None)
+    if unit is None:
+        known = ", ".join(u.id for u in found[:8]) + (", …" if len(found) > 8 else "")
+        raise UsageError(f"--device {device}: no such unit on this host (it has: {known})")
+    from sdcscan.worker import configure_torch
+
+    configure_torch(unit, threads=1)

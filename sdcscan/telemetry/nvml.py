@@ -1,5 +1,6 @@
-"""GPU telemetry through NVML (`nvidia-ml-py`, the optional `gpu` extra): temperature, clocks, power,
-ECC counts, retired pages, remapped rows and throttle reasons, per `cuda:N` unit.
+"""GPU telemetry through NVML (`nvidia-ml-py`, the optional `gpu` extra): utilisation, temperature, clocks,
+power against the enforced limit, ECC counts, retired pages, remapped rows and throttle reasons, per
+`cuda:N` unit.
 
 A metric the GPU does not support (power on some boards, ECC on consumer parts) is None; NVML
 missing altogether makes the whole source unavailable with a note, never a failure.
@@ -14,6 +15,8 @@ from typing import Any
 from sdcscan.telemetry.sources import Reading, Source, SourceUnavailable
 
 GPU_METRICS = (
+    "util_pct",
+    "power_limit_w",
     "temp_c",
     "clock_sm_mhz",
     "clock_mem_mhz",
@@ -80,6 +83,8 @@ def _handle(nv: Any, gpu: int) -> Any:
 def _gpu_metrics(nv: Any, h: Any) -> dict[str, float | None]:
     remapped = _call(lambda: nv.nvmlDeviceGetRemappedRows(h))  # (correctable, uncorrectable, pending, failed)
     return {
+        "util_pct": _try(lambda: nv.nvmlDeviceGetUtilizationRates(h).gpu),  # % of time a kernel ran
+        "power_limit_w": _try(lambda: nv.nvmlDeviceGetEnforcedPowerLimit(h) / 1000.0),  # mW -> W
         "temp_c": _try(lambda: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)),
         "clock_sm_mhz": _try(lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)),
         "clock_mem_mhz": _try(lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM)),

@@ -39,6 +39,8 @@ REDUCE: dict[str, str] = {
     "cpu_temp_c": "max",
     "temp_c": "max",
     "power_w": "max",
+    "util_pct": "mean",
+    "power_limit_w": "min",  # the limit that held at some point: a lowered cap shows
     "clock_sm_mhz": "mean",
     "clock_mem_mhz": "mean",
     "throttle_reasons": "or",

@@ -15,6 +15,7 @@ counted. Trials run seed-major so a workload may reuse work between cases that s
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +30,7 @@ from sdcscan.workloads.base import Context, SelftestWorkload, Workload, has_self
 
 DEFAULT_TRIALS = 100
 DEFAULT_SEED = 0
+MIN_TRIALS = 3  # a variant under a time budget still runs this many: fewer would show nothing
 
 
 @dataclass(slots=True)
@@ -100,19 +102,25 @@ def run_selftest(
     seed: int = DEFAULT_SEED,
     on_variant: Callable[[str, str], None] | None = None,
     calibration: str | None = None,
+    device: str = "cpu",
+    budget_s: float | None = None,
 ) -> dict[str, Any]:
     """Sweep the self-test of each workload and variant.
 
     Args:
         names: workloads to test (None: every one with selftest_variants).
-        trials: trials per (site, bit), and clean trials per variant.
+        trials: trials per (site, bit), and clean trials per variant (at most, with `budget_s`).
         seed: run seed; trial seeds derive from it.
         on_variant: called with (workload, variant) before each variant (progress).
         calibration: a calibration file for the workloads that take one (gemm_fp).
+        device: "cpu", "cpu:N" or "cuda:N"; the caller pins and configures the unit as a worker does.
+        budget_s: seconds for the whole sweep, shared evenly by the variants still to run: a variant
+            stops starting trials when its share is spent, after at least MIN_TRIALS (None: no limit).
     The sweep runs on one CPU thread, as a per-core unit does.
 
     Returns:
-        {"seed", "trials", "rows": [...], "notes": [...], "blind_spots": {...}, "passed"}; `rows` holds one clean record per
+        {"seed", "trials", "device", "rows": [...], "notes": [...], "blind_spots": {...}, "passed"};
+        `trials` is the most any variant ran; `rows` holds one clean record per
         (workload, variant) and one record per (workload, variant, site, bit); `notes` are the workloads'
         facts about this device (e.g. that it is uncalibrated); `blind_spots` what each workload's checks
         cannot catch by design, so a reader of the table knows what a 0% row would not have shown.
@@ -124,24 +132,25 @@ def run_selftest(
     rows: list[dict[str, Any]] = []
     notes: list[str] = []
     classes = selftest_workloads(names)
+    variants = [(cls, variant) for cls in classes for variant in cls.selftest_variants]
+    ends_at = None if budget_s is None else time.monotonic() + budget_s
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as a per-core unit runs, and as e_max was calibrated
     try:
-        for cls in classes:
-            for variant in cls.selftest_variants:
-                if on_variant is not None:
-                    on_variant(cls.name, variant)
-                extra = (
-                    {"calibration": calibration} if calibration and "calibration" in cls.spec.defaults else {}
-                )
-                rows.extend(_run_variant(cls, variant, trials, seed, extra, notes))
+        for done, (cls, variant) in enumerate(variants):
+            if on_variant is not None:
+                on_variant(cls.name, variant)
+            extra = {"calibration": calibration} if calibration and "calibration" in cls.spec.defaults else {}
+            until = None if ends_at is None else _share(ends_at, len(variants) - done)
+            rows.extend(_run_variant(cls, variant, _Trials(trials, until), seed, extra, notes, device))
     finally:
         torch.set_num_threads(threads)
     passed = all(r["passed"] for r in rows)
     blind_spots = {cls.name: list(cls.blind_spots) for cls in classes}
     return {
         "seed": seed,
-        "trials": trials,
+        "trials": max((r["trials"] for r in rows if r["site"] == "clean"), default=0),
+        "device": device,
         "rows": rows,
         "notes": notes,
         "blind_spots": blind_spots,
@@ -149,13 +158,41 @@ def run_selftest(
     }
 
 
+@dataclass(frozen=True, slots=True)
+class _Trials:
+    """How many trials a variant runs: `most`, or fewer once `until` (time.monotonic) has passed."""
+
+    most: int
+    until: float | None = None
+
+    def more(self, done: int) -> bool:
+        if done >= self.most:
+            return False
+        return done < MIN_TRIALS or self.until is None or time.monotonic() < self.until
+
+
+def _share(ends_at: float, variants_left: int) -> float:
+    """When the next variant must stop starting trials: an even share of the time left."""
+    now = time.monotonic()
+    return now + max(0.0, ends_at - now) / variants_left
+
+
 def _run_variant(
-    cls: type[SelftestWorkload], variant: str, trials: int, seed: int, extra: dict[str, Any], notes: list[str]
+    cls: type[SelftestWorkload],
+    variant: str,
+    trials: _Trials,
+    seed: int,
+    extra: dict[str, Any],
+    notes: list[str],
+    device: str,
 ) -> list[dict[str, Any]]:
     """Clean and injected trials for one variant, seed-major; returns its records."""
     params = {**cls.spec.defaults, **cls.selftest_variants[variant], **extra}
     workload = cls.for_selftest(params)
-    ctx = Context(unit="cpu:0", device=torch.device("cpu"), run_seed=seed, params=params)
+    unit, kind = (device, device.partition(":")[0]) if ":" in device else ("cpu:0", "cpu")
+    ctx = Context(
+        unit=unit, device=torch.device(device if kind == "cuda" else "cpu"), run_seed=seed, params=params
+    )
     workload.prepare(ctx)
     notes.extend(n for n in ctx.notes if n not in notes)
     negative = cls.negative_sites
@@ -168,12 +205,14 @@ def _run_variant(
         for bit in cls.selftest_bits(variant, site)
     ]
     clean = _Clean()
-    for t in range(trials):
+    t = 0
+    while trials.more(t):
         case_seed = _derive(seed, cls.name, variant, t)
         case = Case(index=t, workload=cls.name, seed=case_seed, occurrence=0, params=params)
         _clean_trial(workload, ctx, case, clean)
         for tally in tallies:
             _fault_trial(workload, ctx, case, tally)
+        t += 1
     return [_clean_record(cls.name, variant, clean), *(x.record(cls.name, variant) for x in tallies)]
 
 

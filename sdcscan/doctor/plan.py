@@ -1,0 +1,113 @@
+"""What the doctor runs: its units, how its budget is shared, and each child's command line. Pure.
+
+The budget is shared as the doctor goes (`Allotter`): each item gets its weight's share of the time
+actually left, so a child that ran long is paid for by the items after it, and the doctor ends near
+its budget whatever this host's speed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sdcscan.errors import UsageError
+from sdcscan.units import Unit, select_units
+
+DEFAULT_BUDGET_S = 300.0
+MIN_BUDGET_S = 80.0  # below this the drill runs would be mostly start-up and show nothing
+SEED = 20261127  # one fixed plan: two doctors on two hosts ran the same cases
+PROFILE = "doctor"  # every per-unit workload (profiles/doctor.yaml)
+DRILL_PROFILE = "quick"  # the injection drill: fast to start, cases short enough to strike often
+INJECTIONS = ("bitflip", "nan", "hang", "crash")
+# Rates: a flip or a NaN in half the cases shows an intermittent unit is caught; a hang or a crash
+# strikes the first case, so the watchdog, not chance, decides how long the drill takes.
+RATES = {"bitflip": 0.5, "nan": 0.5, "hang": 1.0, "crash": 1.0}
+RESERVE_S = 4.0  # kept for judging, the summary and the bundles at the end
+MIN_RUN_S = 9.0  # a run shorter than this is start-up, and a hang would not be seen
+MIN_SELFTEST_S = 8.0
+RUN_START_S = 1.0  # a run's budget counts from its own start: leave its interpreter's exit this long
+SELFTEST_START_S = 3.0  # importing torch and preparing each variant, outside the selftest's budget
+UNITS_PER_KIND = 2  # one to strike and a peer that must pass; two also make a cohort to compare
+
+# Shares of the time left; the items run in this order.
+WEIGHT_SELFTEST = 0.16  # all kinds together
+WEIGHT_DETERMINISM_RUN = 0.18  # each of two runs
+WEIGHT_DRILL_RUN = 0.12  # each of four runs
+
+
+def doctor_units(found: Sequence[Unit], spec: str | None) -> list[Unit]:
+    """The units the doctor uses: the first two of each kind, or those `--units` names.
+
+    Raises:
+        UsageError: `spec` names no unit, or a unit this host does not have.
+    """
+    if spec is not None:
+        return select_units(list(found), spec)
+    chosen: list[Unit] = []
+    for kind in ("cpu", "cuda"):
+        chosen.extend([u for u in found if u.kind == kind][:UNITS_PER_KIND])
+    if not chosen:
+        raise UsageError("this host has no unit sdcscan can test")
+    return chosen
+
+
+def check_budget(budget_s: float) -> None:
+    """Raises: UsageError when the budget is too short for every step to show something."""
+    if budget_s < MIN_BUDGET_S:
+        raise UsageError(f"--budget {budget_s:g}s is too short: the doctor needs at least {MIN_BUDGET_S:g}s")
+
+
+def first_of_each_kind(units: Sequence[Unit]) -> list[Unit]:
+    """One unit of each kind, in kind order: where the self-test runs and the drill strikes."""
+    firsts: dict[str, Unit] = {}
+    for unit in units:
+        firsts.setdefault(unit.kind, unit)
+    return [firsts[k] for k in sorted(firsts)]
+
+
+@dataclass
+class Allotter:
+    """Shares the time until `ends_at` (less RESERVE_S) among named items, in order, by weight."""
+
+    ends_at: float
+    weights: dict[str, float]
+
+    @classmethod
+    def for_kinds(cls, kinds: Sequence[str], ends_at: float) -> Allotter:
+        items = {f"selftest {k}": WEIGHT_SELFTEST / len(kinds) for k in kinds}
+        items.update({f"determinism {i}": WEIGHT_DETERMINISM_RUN for i in (1, 2)})
+        items.update({f"drill {kind}": WEIGHT_DRILL_RUN for kind in INJECTIONS})
+        return cls(ends_at, items)
+
+    def take(self, item: str, now: float) -> float:
+        """Seconds for `item` now: its weight's share of what is left; it leaves the queue."""
+        total = sum(self.weights.values())
+        weight = self.weights.pop(item)
+        return max(0.0, self.ends_at - RESERVE_S - now) * weight / total
+
+
+def selftest_argv(device: str, seconds: float) -> list[str]:
+    """`sdcscan selftest` on one device for about `seconds`, its result on stdout."""
+    budget = max(1, int(seconds - SELFTEST_START_S))
+    return ["selftest", "--device", device, "--budget", f"{budget}s", "--json"]
+
+
+def run_argv(
+    units: Sequence[Unit], seconds: float, out: str, *, profile: str = PROFILE, inject: Sequence[str] = ()
+) -> list[str]:
+    """`sdcscan run` of the doctor's fixed plan on `units` for about `seconds`, its report at `out`."""
+    argv = ["run", "-p", profile, "--units", ",".join(u.id for u in units), "--seed", str(SEED)]
+    argv += ["--budget", f"{max(1, int(seconds - RUN_START_S))}s", "-o", out, "--no-history"]
+    for spec in inject:
+        argv += ["--inject", spec]
+    return argv
+
+
+def budget_of(argv: Sequence[str]) -> float:
+    """The `--budget` seconds of a command line built here."""
+    return float(argv[argv.index("--budget") + 1].rstrip("s"))
+
+
+def injection_specs(kind: str, struck: Sequence[Unit]) -> list[str]:
+    """`--inject` values striking each of `struck` with `kind` at its drill rate."""
+    return [f"{u.id}:{kind}@{RATES[kind]}" for u in struck]
