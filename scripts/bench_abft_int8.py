@@ -43,8 +43,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a ch
 
 from bench_abft import Split, cpu_description, measure, profile_params, record, table  # type: ignore[import-not-found]
 
-from sdcscan.checks import embbag, embbag_prefix, embbag_tables, int8
+from sdcscan.checks import int8
 from sdcscan.checks.digest import Fingerprint
+from sdcscan.checks.embbag import exact, id_pool, packing, realistic, table_families
 from sdcscan.workloads import embbag_int8, gemm_int8
 
 A_MAX = 255
@@ -163,7 +164,7 @@ def _embbag_profile_records(p: dict[str, Any], samples: int | None) -> list[dict
         if mode == "exact":
             tables = {b: embbag_int8.exact_table(g, rows, p["dim"], b) for b in widths}
         else:
-            tables = embbag_tables.mixed_tables(
+            tables = table_families.mixed_tables(
                 g, rows, p["dim"], widths, chunk_rows=embbag_int8.BUILD_CHUNK_ROWS
             )
         for bits in p["bits"]:
@@ -234,39 +235,39 @@ def _embbag_timing(
         psw = weights
     offsets = torch.cumsum(lengths, 0, dtype=torch.int32) - lengths
     sums: Any = (
-        embbag.exact_row_sums(packed, bits)
+        exact.exact_row_sums(packed, bits)
         if mode == "exact"
-        else embbag.row_stats(packed, bits, weighted=weighted)
+        else realistic.row_stats(packed, bits, weighted=weighted)
     )
     prefix = bounds = fp32_table = None
     if mode == "exact" and pooled:
-        prefix = embbag_prefix.pool_prefix(sums, idx, weights)
+        prefix = id_pool.pool_prefix(sums, idx, weights)
         ends = torch.cumsum(lengths.long(), 0)
         bounds = torch.cat([ends.new_zeros(1), ends])
-    elif mode == "exact" and embbag.fp32_sums_exact(  # the cheapest per-lookup gather, where exact
+    elif mode == "exact" and exact.fp32_sums_exact(  # the cheapest per-lookup gather, where exact
         int(sums.abs().max()), int(lengths.max()), 3 if weighted else 1
     ):
         fp32_table = sums.float().unsqueeze(1)
 
-    scratch = embbag.Scratch(embbag_int8.EXACT_BLOCK_BYTES.get("cpu"))  # as a CPU worker checks
+    scratch = exact.Scratch(embbag_int8.EXACT_BLOCK_BYTES.get("cpu"))  # as a CPU worker checks
 
     def plain(split: Split) -> None:
-        embbag.embedding_bag(packed, bits, idx, offsets, psw)
+        packing.embedding_bag(packed, bits, idx, offsets, psw)
         split.lap("compute")
 
     def checked(split: Split) -> bool:
-        out = embbag.embedding_bag(packed, bits, idx, offsets, psw)
+        out = packing.embedding_bag(packed, bits, idx, offsets, psw)
         split.lap("compute")
         if prefix is not None:
-            bad = embbag.exact_bad_bags(out, embbag_prefix.expected_at(prefix, 0, bounds), scratch)
+            bad = exact.exact_bad_bags(out, id_pool.expected_at(prefix, 0, bounds), scratch)
         elif fp32_table is not None:
-            expected = embbag.exact_expected_fp32(fp32_table, idx, offsets, weights)
-            bad = embbag.exact_bad_bags(out, expected, scratch)
+            expected = exact.exact_expected_fp32(fp32_table, idx, offsets, weights)
+            bad = exact.exact_bad_bags(out, expected, scratch)
         elif mode == "exact":
-            expected = embbag.exact_expected(sums, idx.long(), lengths.long(), weights)
-            bad = embbag.exact_bad_bags(out, expected, scratch)
+            expected = exact.exact_expected(sums, idx.long(), lengths.long(), weights)
+            bad = exact.exact_bad_bags(out, expected, scratch)
         else:
-            bad = embbag.realistic_check(out, packed, sums, idx.long(), lengths.long(), weights).bad
+            bad = realistic.realistic_check(out, packed, sums, idx.long(), lengths.long(), weights).bad
         found = bool(bad.any())
         split.lap("check")
         Fingerprint().tensor(out).hexdigest()
@@ -278,7 +279,7 @@ def _embbag_timing(
 
 def _rows_that_fit(rows: int, dim: int, widths: list[int]) -> int:
     """`rows`, or fewer where one process's tables would not fit in MemAvailable (as the workload scales)."""
-    row_bytes = sum(dim * b // 8 + embbag.layout(b).meta_bytes for b in widths)
+    row_bytes = sum(dim * b // 8 + packing.layout(b).meta_bytes for b in widths)
     row_bytes += embbag_int8.CHECK_BYTES_PER_ROW * len(widths)
     return embbag_int8.fit_rows(rows, row_bytes, _mem_available(), 1)
 

@@ -17,7 +17,7 @@ Faults, one per bag, in the member at a random position of the bag:
     wrong_row: the op fetches row r XOR 2^k (k below log2(rows)) instead of the intended row r.
     out_relerr_<eps>: one output element multiplied by (1 + eps).
 Exact mode runs the workload's dyadic tables with integer weights; realistic mode every family of
-sdcscan/checks/embbag_tables.py and the mixed table the workload builds. Indices are uniform or zipf
+sdcscan/checks/embbag/table_families.py and the mixed table the workload builds. Indices are uniform or zipf
 (hot rows repeat inside a bag); per-sample weights are off or on.
 """
 
@@ -35,8 +35,8 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from sdcscan.checks import embbag
-from sdcscan.checks import embbag_tables as tables
+from sdcscan.checks.embbag import exact, packing, realistic
+from sdcscan.checks.embbag import table_families as tables
 from sdcscan.workloads.embbag_int8 import exact_table
 
 POOLING = (20, 100)
@@ -59,20 +59,22 @@ class Batch:
     member: torch.Tensor  # (B,) the position, in idx, of the member each bag's fault strikes
     bound: torch.Tensor  # (B, D) rigorous rounding bound of the clean output
     sums: torch.Tensor | None = None  # exact mode
-    stats: embbag.RowStats | None = None  # realistic mode
+    stats: realistic.RowStats | None = None  # realistic mode
 
     def check(self, out: torch.Tensor) -> tuple[torch.Tensor, int]:
         """(B,) confirmed bags and the number the trigger flagged, as the workload runs the check."""
         if self.mode == "exact":
             assert self.sums is not None
-            expected = embbag.exact_expected(self.sums, self.idx, self.lengths, self.weights)
-            return embbag.exact_bad_bags(out, expected), 0
+            expected = exact.exact_expected(self.sums, self.idx, self.lengths, self.weights)
+            return exact.exact_bad_bags(out, expected), 0
         assert self.stats is not None
-        verdict = embbag.realistic_check(out, self.packed, self.stats, self.idx, self.lengths, self.weights)
+        verdict = realistic.realistic_check(
+            out, self.packed, self.stats, self.idx, self.lengths, self.weights
+        )
         return verdict.bad, verdict.flagged
 
     def run(self, table: torch.Tensor, fetched: torch.Tensor) -> torch.Tensor:
-        return embbag.embedding_bag(table, self.bits, fetched, self.offsets, self.weights)
+        return packing.embedding_bag(table, self.bits, fetched, self.offsets, self.weights)
 
     def member_weights(self) -> torch.Tensor:
         if self.weights is None:
@@ -89,7 +91,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     records = []
-    for bits in embbag.BITS:
+    for bits in packing.BITS:
         for mode in ("exact", "realistic"):
             for family in ["dyadic"] if mode == "exact" else [*tables.FAMILIES, "mixed"]:
                 for kind in INDEX_KINDS:
@@ -108,7 +110,7 @@ def run_config(
     batch = make_batch(g, bits, mode, family, kind, weighted, rows, dim, bags)
     clean = batch.run(batch.packed, batch.idx)
     bad, flagged = batch.check(clean)
-    faults = {f"q_bit{b}": q_flip_trials(batch, b) for b in range(8 // embbag.layout(bits).per_byte)}
+    faults = {f"q_bit{b}": q_flip_trials(batch, b) for b in range(8 // packing.layout(bits).per_byte)}
     faults["wrong_row"] = wrong_row_trials(batch)
     for eps in RELERRS:
         faults[f"out_relerr_{eps:g}"] = relerr_trials(batch, clean, eps)
@@ -152,15 +154,15 @@ def make_batch(
         )
     offsets = torch.cumsum(lengths, 0) - lengths
     member = offsets + (torch.rand(bags, generator=g) * lengths).long()
-    members, present = embbag._members(offsets, lengths)
-    _, bound = embbag.bag_reference(
+    members, present = realistic._members(offsets, lengths)
+    _, bound = realistic.bag_reference(
         packed[idx[members].flatten()], bits, present, None if weights is None else weights[members]
     )
     batch = Batch(g, bits, mode, packed, idx, lengths, offsets, weights, member, bound)
     if mode == "exact":
-        batch.sums = embbag.exact_row_sums(packed, bits)
+        batch.sums = exact.exact_row_sums(packed, bits)
     else:
-        batch.stats = embbag.row_stats(packed, bits, weighted=weighted)
+        batch.stats = realistic.row_stats(packed, bits, weighted=weighted)
     return batch
 
 
@@ -175,10 +177,10 @@ def build_table(g: torch.Generator, family: str, bits: int, rows: int, dim: int)
 def q_flip_trials(batch: Batch, bit: int) -> dict[str, int]:
     """Each bag reads, at its chosen member, a private copy of the row with one q bit flipped."""
     rows, bags = batch.packed.shape[0], batch.lengths.shape[0]
-    dim = embbag.packed_dim(batch.packed, batch.bits)
+    dim = packing.packed_dim(batch.packed, batch.bits)
     copies = batch.packed[batch.idx[batch.member]].clone()
     element = torch.randint(0, dim, (bags,), generator=batch.g)
-    per_byte = embbag.layout(batch.bits).per_byte
+    per_byte = packing.layout(batch.bits).per_byte
     shift = (element % per_byte) * 4 + bit
     before = _element_values(copies, batch.bits, element)
     copies[torch.arange(bags), element // per_byte] ^= (1 << shift).to(torch.uint8)
@@ -223,12 +225,12 @@ def _tally(bad: torch.Tensor, changed: torch.Tensor, below: torch.Tensor) -> dic
 
 
 def _element_values(rows: torch.Tensor, bits: int, element: torch.Tensor) -> torch.Tensor:
-    q, scale, bias = embbag.split_packed(rows, bits)
+    q, scale, bias = packing.split_packed(rows, bits)
     return scale.double() * q[torch.arange(rows.shape[0]), element].double() + bias.double()
 
 
 def _row_values(batch: Batch, which: torch.Tensor) -> torch.Tensor:
-    q, scale, bias = embbag.split_packed(batch.packed[which], batch.bits)
+    q, scale, bias = packing.split_packed(batch.packed[which], batch.bits)
     return scale.double()[:, None] * q.double() + bias.double()[:, None]
 
 

@@ -168,7 +168,8 @@ def test_every_parameter_declares_its_range_and_the_shipped_values_are_in_it(nam
 def test_the_catalogue_restates_the_workloads_limits_exactly():
     """The torch-free catalogue repeats limits the workload modules own; they must not drift apart."""
     import sdcscan.workloads as cat
-    from sdcscan.checks import embbag, int8, vabft
+    from sdcscan.checks import int8, vabft
+    from sdcscan.checks.embbag import packing
     from sdcscan.workloads import calibration, embbag_int8, gemm_int8, matmul_golden, train
 
     assert tuple(train._DTYPES) == cat.TRAIN_DTYPES
@@ -177,7 +178,7 @@ def test_the_catalogue_restates_the_workloads_limits_exactly():
     assert (gemm_int8.MIN_K, int8.max_exact_k()) == (cat.INT8_MIN_K, cat.INT8_MAX_K)
     assert int8.MAX_N_MOD2_32 == cat.INT8_MAX_N_MOD2_32
     assert embbag_int8.MODES == cat.EMBBAG_MODES and cat.EMBBAG_MAX_POOLING == (2**16 - 1) // 3
-    assert embbag.BITS == cat.EMBBAG_BITS
+    assert packing.BITS == cat.EMBBAG_BITS
     assert tuple(calibration.DTYPES) == cat.FP_DTYPES
     assert tuple(calibration.DISTRIBUTIONS) == cat.FP_INPUTS
     assert vabft.SIGMA_C == cat.FP_CALIBRATED_C

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import torch
 
-from sdcscan.checks import embbag
+from sdcscan.checks.embbag import packing, realistic
 from sdcscan.faults import FaultSpec
 from sdcscan.outcomes import Case
 from sdcscan.workloads import SPECS, embbag_int8, load
@@ -139,7 +139,7 @@ def test_a_flip_in_a_row_of_scale_zero_is_recorded_as_no_change() -> None:
     assert constant.numel() > 0  # the mixed table holds some
     saved = packed[row].clone()
     packed[row] = packed[int(constant[0])]  # bag 0 now reads a constant row: no checksum changes
-    workload.stats[8] = embbag.row_stats(packed, 8, weighted=False)
+    workload.stats[8] = realistic.row_stats(packed, 8, weighted=False)
     outcome = _run(workload, ctx, 0, FaultSpec("bitflip", "table", 3, bit=6))
     assert ctx.injected is not None and ctx.injected["value_changed"] is False
     assert outcome.status == "ok"
@@ -158,10 +158,10 @@ def test_a_fetch_flip_that_wraps_onto_the_same_row_is_no_change() -> None:
 def test_exact_rows_carry_the_parity_of_their_index(bits: int) -> None:
     """Each row's sum of q has the parity of its index's popcount, so rows r and r XOR 2^k always differ."""
     packed = exact_table(torch.Generator().manual_seed(0), 1000, 16, bits)
-    q, _, _ = embbag.split_packed(packed, bits)
+    q, _, _ = packing.split_packed(packed, bits)
     popcount = torch.tensor([bin(r).count("1") % 2 for r in range(1000)])
     assert torch.equal(q.sum(1, dtype=torch.int64) % 2, popcount)
-    assert q.max() <= embbag.layout(bits).q_max
+    assert q.max() <= packing.layout(bits).q_max
 
 
 def test_fit_rows_scales_down_to_the_memory_share(monkeypatch: pytest.MonkeyPatch) -> None:

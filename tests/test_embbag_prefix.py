@@ -1,4 +1,4 @@
-"""Exact-mode checksums read off prefix sums over a fixed id pool (sdcscan/checks/embbag_prefix.py):
+"""Exact-mode checksums read off prefix sums over a fixed id pool (sdcscan/checks/embbag/id_pool.py):
 equal to bag sums taken directly, through sums that wrap past 2^31, chunk boundaries, empty bags and
 weights; and the check's reused buffers carry nothing from one batch to the next."""
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from sdcscan.checks import embbag, embbag_prefix
+from sdcscan.checks.embbag import exact, id_pool
 
 
 def _direct(
@@ -32,14 +32,14 @@ def test_prefix_differences_are_the_bag_sums(
 ) -> None:
     """Heavy-tailed row sums (numpy's generator, not the workload's), a pool whose running sum passes
     2^31 several times, bags of 0 to 40 lookups at random starts, the pool's last position included."""
-    monkeypatch.setattr(embbag_prefix, "PREFIX_CHUNK", chunk)
+    monkeypatch.setattr(id_pool, "PREFIX_CHUNK", chunk)
     rng = np.random.default_rng(11)
     limit = 2**15 - 1 if dtype == torch.int16 else 2**20
     row_sums = np.clip(rng.standard_t(2, 5000) * limit / 8, -limit, limit).astype(np.int64)
     row_sums[:50] = limit  # rows the pool reads often below: the running sum wraps
     ids = np.concatenate([rng.integers(0, 50, 20_000), rng.integers(0, 5000, 20_000)])
     w = rng.integers(1, 4, ids.size) if weighted else None
-    prefix = embbag_prefix.pool_prefix(
+    prefix = id_pool.pool_prefix(
         torch.from_numpy(row_sums).to(dtype),
         torch.from_numpy(ids).to(torch.int32),
         None if w is None else torch.from_numpy(w).float(),
@@ -52,7 +52,7 @@ def test_prefix_differences_are_the_bag_sums(
     ]:
         ends = torch.tensor(np.cumsum(lengths), dtype=torch.int64)
         bounds = torch.cat([ends.new_zeros(1), ends])
-        got = embbag_prefix.expected_at(prefix, start, bounds)
+        got = id_pool.expected_at(prefix, start, bounds)
         assert got.dtype == torch.int32
         assert got.tolist() == _direct(row_sums, ids, w, start, lengths)
 
@@ -61,17 +61,17 @@ def test_a_changed_pool_changes_the_prefix_from_that_position_on() -> None:
     """Prefix sums of another pool (one id changed) differ exactly from the position after it."""
     row_sums = torch.tensor([3, -8, 100], dtype=torch.int16)
     ids = torch.tensor([0, 1, 2, 2, 1], dtype=torch.int32)
-    prefix = embbag_prefix.pool_prefix(row_sums, ids, None)
+    prefix = id_pool.pool_prefix(row_sums, ids, None)
     assert prefix.tolist() == [0, 3, -5, 95, 195, 187]
     changed = ids.clone()
     changed[2] = 0
-    other = embbag_prefix.pool_prefix(row_sums, changed, None)
+    other = id_pool.pool_prefix(row_sums, changed, None)
     assert (other != prefix).nonzero().flatten().tolist() == [3, 4, 5]
 
 
 def test_wrap32_is_modular_into_the_signed_range() -> None:
     values = torch.tensor([0, 2**31 - 1, 2**31, -(2**31), -(2**31) - 1, 2**32 + 5, -(2**40) + 3])
-    assert embbag_prefix.wrap32(values).tolist() == [((v + 2**31) % 2**32) - 2**31 for v in values.tolist()]
+    assert id_pool.wrap32(values).tolist() == [((v + 2**31) % 2**32) - 2**31 for v in values.tolist()]
 
 
 @pytest.mark.parametrize("block_bytes", [None, 16 * 4 * 3, 16 * 4, 1 << 20])
@@ -79,7 +79,7 @@ def test_reused_buffers_keep_nothing_from_a_bad_batch_and_follow_the_shape(block
     """One Scratch across batches, whole or in blocks of 3 bags (the last one shorter), of 1, or of more
     than a batch: a clean batch after a NaN and an off-grid one passes, a batch of another shape gets
     buffers of its own, and every verdict equals that of fresh buffers over the whole batch."""
-    scratch = embbag.Scratch(block_bytes)
+    scratch = exact.Scratch(block_bytes)
     clean = torch.arange(-64, 64, dtype=torch.float32).reshape(8, 16) / 128
     expected = (clean * 128).sum(1).to(torch.int32)
     nan = clean.clone()
@@ -97,6 +97,6 @@ def test_reused_buffers_keep_nothing_from_a_bad_batch_and_follow_the_shape(block
         (clean, expected),
         (wide, torch.full((3,), 32, dtype=torch.int32)),
     ]
-    verdicts = [embbag.exact_bad_bags(out, exp, scratch).nonzero().flatten().tolist() for out, exp in batches]
+    verdicts = [exact.exact_bad_bags(out, exp, scratch).nonzero().flatten().tolist() for out, exp in batches]
     assert verdicts == [[], [2], [7], [6], [], []]
-    assert verdicts == [embbag.exact_bad_bags(out, exp).nonzero().flatten().tolist() for out, exp in batches]
+    assert verdicts == [exact.exact_bad_bags(out, exp).nonzero().flatten().tolist() for out, exp in batches]

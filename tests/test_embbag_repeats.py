@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import torch
 
-from sdcscan.checks import embbag
 from sdcscan.checks.digest import Fingerprint
+from sdcscan.checks.embbag import packing
 from sdcscan.faults import FaultSpec
 from sdcscan.outcomes import Case, Outcome
 from sdcscan.workloads import SPECS
@@ -53,7 +53,7 @@ def _reference_digest(workload: EmbbagInt8, ctx: Context, seed: int, repeats: in
     for start in starts:
         weights = None if workload.weights is None else workload.weights[start : start + count]
         idx = workload.ids[start : start + count]
-        fingerprint.tensor(embbag.embedding_bag(workload.tables[8], 8, idx, offsets, weights))
+        fingerprint.tensor(packing.embedding_bag(workload.tables[8], 8, idx, offsets, weights))
     return fingerprint.hexdigest()
 
 
@@ -64,13 +64,13 @@ def corrupt_call(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[set[int]
 
     def arm(calls: set[int]) -> None:
         made = iter(range(1 << 30))
-        real = embbag.embedding_bag
+        real = packing.embedding_bag
 
         def op(*args: Any) -> torch.Tensor:
             out = real(*args)
             return out + 1.0 if next(made) in calls else out
 
-        monkeypatch.setattr(embbag, "embedding_bag", op)
+        monkeypatch.setattr(packing, "embedding_bag", op)
 
     yield arm
 

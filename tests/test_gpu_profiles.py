@@ -107,7 +107,7 @@ def _embbag_row_bytes(bits: int, dim: int) -> int:
 def _embbag_int8(p: Mapping[str, Any]) -> Projection:
     """EmbeddingBag is judged on bytes: it does no arithmetic to speak of, and a case's time is its
     random row reads. Each lookup reads the sectors its row touches and its id; each bag reads two
-    prefix sums of the exact check (embbag_prefix) and its bounds, and its output is written once and
+    prefix sums of the exact check (checks/embbag/id_pool.py) and its bounds, and its output is written once and
     read or written by the exact check (about 11 passes: the scale, two conversions, the row sums, the
     round trip, its min/max) and the digest (3). A case is `repeats` batches of `bags` bags: the time
     follows bags·repeats, the id pool, its prefix sums and a batch's outputs follow bags (one batch

@@ -4,9 +4,9 @@ checksums of the intended rows.
 One large table per bit width (default 1,000,000 rows, so lookups leave the cache) is built once per
 worker from the run seed; each case takes the bit width its occurrence selects from `bits`, draws bags
 of 20–100 lookups and checks each bag against precomputed row checksums of the intended rows
-(sdcscan/checks/embbag.py), so a corrupted table element, a corrupted output and a fetch of the wrong
+(sdcscan/checks/embbag/), so a corrupted table element, a corrupted output and a fetch of the wrong
 row are all seen. Exact mode reads a bag's checksum off prefix sums taken once over the id pool
-(sdcscan/checks/embbag_prefix.py): two reads per bag instead of a gather per lookup. The row ids (and
+(sdcscan/checks/embbag/id_pool.py): two reads per bag instead of a gather per lookup. The row ids (and
 per-sample weights) of a case are a view of a per-worker pool at an offset drawn from the case seed,
 and its bag lengths are its own: drawing and hashing millions of ids per case cost a third of the
 lookups' time (issue 10). With `repeats` > 1 a case runs that many
@@ -15,7 +15,7 @@ the case's one set of bag lengths, so a GPU case can make billions of lookups fr
 one batch; each batch is looked up and checked, and every fault site strikes batch 0. Outputs are
 digested by a device-side fingerprint, every batch's in order. `exact` mode writes dyadic scales and
 biases so the check is integer equality;
-`realistic` quantizes tables shaped like trained embeddings (sdcscan/checks/embbag_tables.py) as FBGEMM
+`realistic` quantizes tables shaped like trained embeddings (sdcscan/checks/embbag/table_families.py) as FBGEMM
 does and runs the two-level check: a variance-model trigger on every bag, then a rigorous fp64
 recompute of the flagged ones. The op's `mode` argument is ignored by torch (always sum), so it is not
 used.
@@ -29,8 +29,8 @@ from typing import Any, ClassVar
 
 import torch
 
-from sdcscan.checks import embbag, embbag_prefix, embbag_tables
 from sdcscan.checks.digest import Fingerprint
+from sdcscan.checks.embbag import exact, id_pool, packing, realistic, table_families
 from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
 from sdcscan.workloads import SPECS, WorkloadSpec
 from sdcscan.workloads.base import Context, register
@@ -78,8 +78,8 @@ class EmbbagInt8:
         lo, hi = p["pooling"] if len(p["pooling"]) == 2 else (-1, -1)
         if p["mode"] not in MODES:
             raise ValueError(f"embbag_int8: mode must be one of {', '.join(MODES)}")
-        if not p["bits"] or any(b not in embbag.BITS for b in p["bits"]):
-            raise ValueError(f"embbag_int8: bits must be a non-empty list of {embbag.BITS}")
+        if not p["bits"] or any(b not in packing.BITS for b in p["bits"]):
+            raise ValueError(f"embbag_int8: bits must be a non-empty list of {packing.BITS}")
         if not 0 <= lo <= hi or hi * 3 >= 2**16 or p["dim"] % 4 or p["rows"] < 1 or p["bags"] < 1:
             raise ValueError(
                 "embbag_int8: need 0 <= pooling[0] <= pooling[1] < 21845, dim % 4 == 0, rows, bags > 0"
@@ -90,11 +90,11 @@ class EmbbagInt8:
             raise ValueError(f"embbag_int8: repeats must be an integer >= 1 (got {p['repeats']!r})")
         self.tables: dict[int, torch.Tensor] = {}  # bits -> packed table, built by prepare
         self.row_sums: dict[int, torch.Tensor] = {}  # exact mode
-        self.stats: dict[int, embbag.RowStats] = {}  # realistic mode
+        self.stats: dict[int, realistic.RowStats] = {}  # realistic mode
         self.ids = torch.empty(0, dtype=torch.int32)  # the pool of row ids, built by prepare
         self.weights: torch.Tensor | None = None  # the pool of per-sample weights, when weighted
         self.prefix: dict[int, torch.Tensor] = {}  # exact mode: the pool's S_exp prefix sums per bit width
-        self.scratch = embbag.Scratch()  # exact mode's buffers, reused by every batch (blocks set by prepare)
+        self.scratch = exact.Scratch()  # exact mode's buffers, reused by every batch (blocks set by prepare)
 
     @classmethod
     def for_selftest(cls, params: Mapping[str, Any]) -> EmbbagInt8:
@@ -128,18 +128,18 @@ class EmbbagInt8:
         if rows < p["rows"]:
             short = "free GPU memory" if ctx.device.type == "cuda" else "MemAvailable"
             ctx.note(f"embbag_int8: table scaled down from {p['rows']} to {rows} rows ({short} is short)")
-        self.scratch = embbag.Scratch(EXACT_BLOCK_BYTES.get(ctx.device.type))
+        self.scratch = exact.Scratch(EXACT_BLOCK_BYTES.get(ctx.device.type))
         g = ctx.generator(ctx.run_seed ^ 0xE3BA6)
         if p["mode"] == "exact":
             tables = {b: exact_table(g, rows, p["dim"], b) for b in widths}
         else:
-            tables = embbag_tables.mixed_tables(g, rows, p["dim"], widths, chunk_rows=BUILD_CHUNK_ROWS)
+            tables = table_families.mixed_tables(g, rows, p["dim"], widths, chunk_rows=BUILD_CHUNK_ROWS)
         for bits, packed in tables.items():
             self.tables[bits] = packed.to(ctx.device)
             if p["mode"] == "exact":
-                self.row_sums[bits] = embbag.exact_row_sums(packed, bits).to(ctx.device)
+                self.row_sums[bits] = exact.exact_row_sums(packed, bits).to(ctx.device)
             else:
-                self.stats[bits] = embbag.row_stats(packed, bits, weighted=p["weighted"]).to(ctx.device)
+                self.stats[bits] = realistic.row_stats(packed, bits, weighted=p["weighted"]).to(ctx.device)
         g = ctx.generator(ctx.run_seed ^ 0x1D5)
         self.ids = torch.randint(0, rows, (pool_ids,), generator=g, dtype=torch.int32).to(ctx.device)
         if p["weighted"]:
@@ -152,7 +152,7 @@ class EmbbagInt8:
             )
             self.weights = weights.to(ctx.device)
         for bits, row_sums in self.row_sums.items():  # exact mode
-            self.prefix[bits] = embbag_prefix.pool_prefix(row_sums, self.ids, self.weights)
+            self.prefix[bits] = id_pool.pool_prefix(row_sums, self.ids, self.weights)
 
     def run(self, ctx: Context, case: Case) -> Outcome:
         p = self.p
@@ -178,7 +178,7 @@ class EmbbagInt8:
         bad_bags = 0
         counters: dict[str, int] = {}  # the check's, summed over the batches
         try:
-            body = pooled[: _packed_bytes(bits, p["dim"]) - embbag.layout(bits).meta_bytes]
+            body = pooled[: _packed_bytes(bits, p["dim"]) - packing.layout(bits).meta_bytes]
             ctx.fault("table", body)
             if saved is not None:
                 _note_unchanged_value(ctx, saved, pooled, bits)
@@ -188,7 +188,7 @@ class EmbbagInt8:
                         idx, weights = self._batch_inputs(ctx, start, count, rows, first=False)
                 fetched = _fetched(ctx, idx, rows) if batch == 0 else idx
                 with ctx.phase("compute"):
-                    out = embbag.embedding_bag(packed, bits, fetched, offsets, weights)
+                    out = packing.embedding_bag(packed, bits, fetched, offsets, weights)
                 if batch == 0:
                     ctx.fault("output", out)
                 in_pool = None if batch == 0 and copied else start  # a copy's S_exp is gathered
@@ -268,11 +268,11 @@ class EmbbagInt8:
         """
         if self.p["mode"] == "exact":
             if start is not None:
-                expected = embbag_prefix.expected_at(self.prefix[bits], start, bounds)
+                expected = id_pool.expected_at(self.prefix[bits], start, bounds)
             else:
-                expected = embbag.exact_expected(self.row_sums[bits], idx.long(), lengths.long(), weights)
-            return embbag.exact_bad_bags(out, expected, self.scratch), expected * embbag.UNIT, {}
-        verdict = embbag.realistic_check(
+                expected = exact.exact_expected(self.row_sums[bits], idx.long(), lengths.long(), weights)
+            return exact.exact_bad_bags(out, expected, self.scratch), expected * packing.UNIT, {}
+        verdict = realistic.realistic_check(
             out, self.tables[bits], self.stats[bits], idx.long(), lengths.long(), weights
         )
         counters = {"flagged_bags": verdict.flagged, "corrupt_rows": verdict.corrupt_rows}
@@ -310,12 +310,12 @@ def exact_table(g: torch.Generator, rows: int, dim: int, bits: int) -> torch.Ten
     of q made to carry the parity of its index's popcount (by toggling the lowest bit of its first
     value where needed), so that a fetch of row r XOR 2^k changes the bag sum's parity: every wrong-row
     fetch of one index bit is caught, not only those between rows of different sums."""
-    q_max = embbag.layout(bits).q_max
+    q_max = packing.layout(bits).q_max
     q = torch.randint(0, q_max + 1, (rows, dim), generator=g, dtype=torch.uint8)
     wanted = _popcount_parity(torch.arange(rows))
     q[:, 0] ^= ((q.sum(1, dtype=torch.int64) & 1) != wanted).to(torch.uint8)
     bias_units = torch.randint(-q_max, 1, (rows,), generator=g)
-    return embbag.dyadic_pack(q, bias_units, bits)
+    return packing.dyadic_pack(q, bias_units, bits)
 
 
 def _popcount_parity(values: torch.Tensor) -> torch.Tensor:
@@ -330,7 +330,7 @@ def _popcount_parity(values: torch.Tensor) -> torch.Tensor:
 
 def _packed_bytes(bits: int, dim: int) -> int:
     """Bytes of one packed row."""
-    lay = embbag.layout(bits)
+    lay = packing.layout(bits)
     return dim // lay.per_byte + lay.meta_bytes
 
 
@@ -356,8 +356,8 @@ def _note_unchanged_value(ctx: Context, saved: torch.Tensor, pooled: torch.Tenso
     record it as unchanged, like +0.0 → −0.0, so the selftest does not count it as a miss."""
     if ctx.injected is None or ctx.injected["site"] != "table" or not ctx.injected["value_changed"]:
         return
-    before = embbag.split_packed(saved.unsqueeze(0), bits)
-    after = embbag.split_packed(pooled.unsqueeze(0), bits)
+    before = packing.split_packed(saved.unsqueeze(0), bits)
+    after = packing.split_packed(pooled.unsqueeze(0), bits)
     values = [q.to(torch.float64) * s.double()[:, None] + b.double()[:, None] for q, s, b in (before, after)]
     if torch.equal(values[0], values[1]):
         ctx.injected["value_changed"] = False

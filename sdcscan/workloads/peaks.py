@@ -183,18 +183,18 @@ def _int_mm_call(op: PlainOp, device: torch.device) -> tuple[Callable[[], Any], 
 
 
 def _embedding_bag_call(op: PlainOp, device: torch.device) -> tuple[Callable[[], Any], float]:
-    from sdcscan.checks import embbag
+    from sdcscan.checks.embbag import packing
 
     rows, dim, bags, low, high = op.shape
     bits = int(op.dtype.removeprefix("int"))
-    lay = embbag.layout(bits)
+    lay = packing.layout(bits)
     # Any bytes time the same; 0x3c3c… is a small finite scale and bias in fp32 and fp16 alike.
     packed = torch.full((rows, dim * bits // 8 + lay.meta_bytes), 0x3C, dtype=torch.uint8, device=device)
     g = _generator(device)
     lengths = torch.randint(low, high + 1, (bags,), generator=g, device=device)
     indices = torch.randint(0, rows, (int(lengths.sum()),), generator=g, device=device)
     offsets = torch.cumsum(lengths, 0) - lengths
-    return (lambda: embbag.embedding_bag(packed, bits, indices, offsets, None)), float(indices.numel())
+    return (lambda: packing.embedding_bag(packed, bits, indices, offsets, None)), float(indices.numel())
 
 
 _CALLS = {"matmul": _matmul_call, "int_mm": _int_mm_call, "embedding_bag": _embedding_bag_call}

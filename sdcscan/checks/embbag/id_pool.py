@@ -2,7 +2,7 @@
 lookup.
 
 The exact check compares each bag's output sum with S_exp(b) = Σ_{i in b} w_i·R[id_i], where R holds
-the table's row sums in units of 2^-7 (embbag.exact_row_sums). Gathering R at every intended id costs
+the table's row sums in units of 2^-7 (exact.exact_row_sums). Gathering R at every intended id costs
 one random read per lookup, 8–10% of the lookups themselves on an AVX-512 core at dim 128 (issue 10).
 When a batch's ids (and weights) are a contiguous view pool[start : start + L] of a pool fixed for the
 worker's life, the prefix sums P[i] = Σ_{j<i} w_j·R[pool_j] are taken once, and a bag covering pool
@@ -27,7 +27,7 @@ def pool_prefix(row_sums: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor
     """(P + 1,) int32 on the pool's device: entry i is Σ_{j<i} w_j·row_sums[ids_j] mod 2^32.
 
     Args:
-        row_sums: (N,) integer row sums from embbag.exact_row_sums.
+        row_sums: (N,) integer row sums from exact.exact_row_sums.
         ids: (P,) row ids of the pool, int32 or int64.
         weights: (P,) integer-valued per-sample weights of the pool, or None for weight 1.
     """

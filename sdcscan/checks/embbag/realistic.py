@@ -1,26 +1,10 @@
-"""Checksums for rowwise-quantized EmbeddingBag (FBGEMM `embedding_bag_byte_rowwise_offsets` and
-`embedding_bag_4bit_rowwise_offsets`).
+"""The realistic EmbeddingBag check, two levels (docs/abft.md §2.3), for any FBGEMM-quantized table.
 
-Packed rows (docs/abft.md §2.1): 8-bit rows are D bytes q, then fp32 scale and bias; 4-bit rows are D/2
-bytes of nibbles (element 2k in the low nibble, 2k + 1 in the high one), then fp16 scale and bias. An
-element is scale·q + bias. FBGEMM sums a bag in fp32 as buf_j = fma(w·scale, q_j, buf_j + w·bias), one
-member after another in bag order. With row sums C_T[r] = Σ_j q_rj of the intended table, the bag
-checksum identity (Li et al. §V-B, eq. 5; docs/abft.md §2.2) is
-
-    S_out(b) = Σ_j out[b, j]  =  S_exp(b) = Σ_{i in b} w_i (scale_i·C_T[i] + D·bias_i)
-
-where S_exp gathers the row sums of the INTENDED indices, so a fetch of the wrong row is seen too.
-
-Two checks:
-    exact: scale = 2^-7 and bias = k·2^-7 (k integer) are written into the table and weights are small
-        integers, so every fp32 step is exact; the identity is checked for equality in integers (units
-        of 2^-7), plus an integrality check on every output element (docs/abft.md §2.4).
-    realistic, two levels (docs/abft.md §2.3): any FBGEMM-quantized table. A cheap per-bag trigger
-        compares the residuals of two checksums, the plain one above and a signed one (balanced ±1
-        weights, which cancel the rounding FBGEMM makes alike in every element), with a variance model
-        of the fp32 rounding noise; only the bags it flags are recomputed element by element in fp64
-        from the intended rows (whose bytes are first checked against per-row fingerprints) and
-        compared with a rigorous running-error bound, so a confirmed mismatch is never rounding.
+A cheap per-bag trigger compares the residuals of two checksums, the plain one (Li et al. §V-B, eq. 5)
+and a signed one (balanced ±1 weights, which cancel the rounding FBGEMM makes alike in every element),
+with a variance model of the fp32 rounding noise; only the bags it flags are recomputed element by
+element in fp64 from the intended rows (whose bytes are first checked against per-row fingerprints)
+and compared with a rigorous running-error bound, so a confirmed mismatch is never rounding.
 """
 
 from __future__ import annotations
@@ -29,12 +13,11 @@ from dataclasses import dataclass
 
 import torch
 
-UNIT = 2**-7  # exact mode: every value is an integer multiple of this
-UNIT_INV = 2**7
+from sdcscan.checks.embbag.packing import split_packed
+
 U32 = 2.0**-24  # unit roundoff of fp32 and fp64
 U64 = 2.0**-53
 TINY32 = 2.0**-126  # the smallest normal fp32: below it, rounding errors are absolute, not relative
-BITS = (8, 4)
 # The trigger fires beyond these many modelled standard deviations of the plain and the signed checksum.
 # Measured on clean bags of every table family (docs/abft.md §2.5): a firing costs only the recompute of
 # that bag, a miss costs detection. The plain checksum's model is rougher (coherent roundings), so it
@@ -44,225 +27,6 @@ SIGNED_SIGMAS = 4.0
 CONFIRM_CHUNK_BAGS = 64  # flagged bags recomputed together: bounds the fp64 scratch memory
 # The running-error bound below needs L·u small; pooling is at most 21,845 lookups (2·L·u < 0.003).
 _MAX_CONFIRM_LENGTH = 21_845
-
-
-@dataclass(frozen=True)
-class Layout:
-    """How one packed row of a `bits`-bit table is laid out."""
-
-    bits: int
-    meta_bytes: int  # trailing bytes holding scale then bias
-    meta_dtype: torch.dtype
-    per_byte: int  # elements per q byte
-    q_max: int
-
-
-LAYOUTS = {
-    8: Layout(8, 8, torch.float32, 1, 255),
-    4: Layout(4, 4, torch.float16, 2, 15),
-}
-_BAG_OPS = {
-    8: "embedding_bag_byte_rowwise_offsets",
-    4: "embedding_bag_4bit_rowwise_offsets",
-}
-
-
-def layout(bits: int) -> Layout:
-    """The row layout of a `bits`-bit table.
-
-    Raises:
-        ValueError: bits other than 8 or 4.
-    """
-    if bits not in LAYOUTS:
-        raise ValueError(f"bits must be one of {BITS} (got {bits})")
-    return LAYOUTS[bits]
-
-
-def packed_dim(packed: torch.Tensor, bits: int) -> int:
-    """The embedding dimension D of a packed table."""
-    lay = layout(bits)
-    return (packed.shape[1] - lay.meta_bytes) * lay.per_byte
-
-
-def embedding_bag(
-    packed: torch.Tensor,
-    bits: int,
-    indices: torch.Tensor,
-    offsets: torch.Tensor,
-    weights: torch.Tensor | None,
-) -> torch.Tensor:
-    """The quantized EmbeddingBag op for the table's bit width (sum pooling; torch ignores `mode`)."""
-    op = getattr(torch.ops.quantized, _BAG_OPS[layout(bits).bits])  # layout() rejects other widths
-    return op(packed, indices, offsets, False, 0, False, weights, None, False)
-
-
-def unpack_q(packed: torch.Tensor, bits: int = 8) -> torch.Tensor:
-    """(N, D) uint8 quantized values: a view for 8-bit tables, the nibbles spread out for 4-bit ones."""
-    lay = layout(bits)
-    body = packed[:, : packed.shape[1] - lay.meta_bytes]
-    if bits == 8:
-        return body
-    return torch.stack([body & 15, body >> 4], 2).reshape(packed.shape[0], -1)
-
-
-def split_packed(packed: torch.Tensor, bits: int = 8) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Packed rows → q (N, D) uint8, scale (N,) fp32, bias (N,) fp32 (fp16 widens exactly)."""
-    lay = layout(bits)
-    meta = packed[:, -lay.meta_bytes :].contiguous().view(lay.meta_dtype).to(torch.float32)  # (N, 2)
-    return unpack_q(packed, bits), meta[:, 0], meta[:, 1]
-
-
-def dyadic_pack(q: torch.Tensor, bias_units: torch.Tensor, bits: int = 8) -> torch.Tensor:
-    """Build an exact-mode packed table by hand.
-
-    Args:
-        q: (N, D) uint8 quantized values, below 2^bits.
-        bias_units: (N,) integers k in [-(2^bits − 1), 0]; bias = k·2^-7, scale = 2^-7 (exact in fp16 too).
-        bits: 8 or 4.
-    Returns:
-        (N, packed bytes) uint8 in the layout FBGEMM's prepack writes.
-    """
-    lay = layout(bits)
-    scale = torch.full((q.shape[0],), UNIT, dtype=torch.float32, device=q.device)
-    meta = torch.stack([scale, bias_units.to(torch.float32) * UNIT], 1).to(lay.meta_dtype)  # exact
-    body = q if bits == 8 else q[:, 0::2] | (q[:, 1::2] << 4)
-    return torch.cat([body, meta.view(torch.uint8)], 1).contiguous()
-
-
-def exact_row_sums(packed: torch.Tensor, bits: int = 8) -> torch.Tensor:
-    """Per-row sums in units of 2^-7: C_T + D·k, exact integers, int16 when they fit (a cheaper gather).
-
-    Raises:
-        ValueError: the table is not dyadic (scale ≠ 2^-7 or bias not a multiple of 2^-7).
-    """
-    q, scale, bias = split_packed(packed, bits)
-    dim = q.shape[1]
-    k = bias * UNIT_INV
-    if not bool((scale == UNIT).all()) or not torch.equal(k, k.round()):
-        raise ValueError("exact_row_sums needs a dyadic table: scale 2^-7 and bias a multiple of 2^-7")
-    sums = q.sum(1, dtype=torch.int32) + dim * k.to(torch.int32)  # |sums| <= q_max·D
-    return sums.to(torch.int16) if layout(bits).q_max * dim < 2**15 else sums
-
-
-def exact_expected(
-    row_sums: torch.Tensor, indices: torch.Tensor, lengths: torch.Tensor, weights: torch.Tensor | None
-) -> torch.Tensor:
-    """S_exp per bag in units of 2^-7, (B,) int32: exact, as a clean bag sum is below 2^31 in magnitude.
-
-    Args:
-        row_sums: (N,) integer row sums from exact_row_sums.
-        indices: (L_total,) int64 intended row per lookup, bags laid out consecutively.
-        lengths: (B,) int64 pooling size per bag (zero allowed).
-        weights: (L_total,) integer-valued per-sample weights, or None for weight 1.
-    """
-    vals = row_sums.index_select(0, indices)  # (L_total,) int16 or int32
-    if weights is not None:
-        vals = vals.to(torch.int32) * weights.to(torch.int32)
-    return _segment_sums(vals, lengths)
-
-
-def fp32_sums_exact(largest_row_sum: int, max_pooling: int, max_weight: int) -> bool:
-    """Whether every bag sum of row sums (|each| <= largest_row_sum, integers in units of 2^-7) times
-    integer weights up to max_weight, over at most max_pooling lookups, is exact in fp32: every partial
-    sum is then an integer below 2^24, whatever the order of summation."""
-    return largest_row_sum * max_weight * max_pooling < 2**24
-
-
-def exact_expected_fp32(
-    row_sum_table: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor, weights: torch.Tensor | None
-) -> torch.Tensor:
-    """S_exp per bag in units of 2^-7, (B,) int32, through one fp32 EmbeddingBag over the row sums.
-
-    Exact only where `fp32_sums_exact` holds for the table and the case; a third of the cost of
-    gathering and prefix-summing the row sums as integers (exact_expected) on an AVX-512 core.
-
-    Args:
-        row_sum_table: (N, 1) fp32 row sums from exact_row_sums.
-        indices: (L_total,) intended row per lookup; offsets: (B,) first lookup of each bag, same dtype.
-        weights: (L_total,) fp32 integer-valued per-sample weights, or None for weight 1.
-    """
-    sums = torch.nn.functional.embedding_bag(
-        indices, row_sum_table, offsets, mode="sum", per_sample_weights=weights
-    )
-    return sums.squeeze(1).to(torch.int32)
-
-
-def exact_bad_bags(out: torch.Tensor, expected: torch.Tensor, scratch: Scratch | None = None) -> torch.Tensor:
-    """(B,) bool: bags whose sum differs from S_exp, or with an element that is not a multiple of 2^-7.
-
-    Args:
-        out: (B, D) fp32 EmbeddingBag output of a dyadic table.
-        expected: (B,) int32 from exact_expected (or embbag_prefix.expected_at).
-        scratch: buffers reused from batch to batch, and the block of bags checked at a time (one block,
-            in fresh buffers, when None).
-    Elements are compared in units of 2^-7 as int32 (a cheap conversion; clean values are below 2^17).
-    The integrality check (int32 → fp32 round trip) catches what a sum would absorb, such as a 0.0
-    flipped to a denormal, and NaN/Inf/out-of-range values. Once every element is an integer, the
-    int32 row sum (wrapping) differs from S_exp unless the element changed by a multiple of 2^32,
-    which an int32 cannot. One read of the device per block: whether an element failed the round trip.
-    """
-    scratch = scratch or Scratch()
-    step = scratch.block_bags(out)
-    if step >= out.shape[0]:
-        return _exact_bad_block(out, expected, scratch)
-    blocks = range(0, out.shape[0], step)
-    return torch.cat(
-        [_exact_bad_block(out[lo : lo + step], expected[lo : lo + step], scratch) for lo in blocks]
-    )
-
-
-def _exact_bad_block(out: torch.Tensor, expected: torch.Tensor, scratch: Scratch) -> torch.Tensor:
-    """exact_bad_bags over one block of bags."""
-    scaled, units, off = scratch.buffers(out)
-    torch.mul(out, UNIT_INV, out=scaled)  # exact: a power of two
-    units.copy_(scaled)  # truncates; garbage for NaN/Inf, which the round trip rejects
-    bad = units.sum(1, dtype=torch.int32) != expected  # wraps mod 2^32 like the expected side
-    off.copy_(units).sub_(scaled)  # 0 exactly where an element is an integer within int32's range
-    if off.numel():
-        low, high = torch.aminmax(off)  # NaN where an element was NaN/Inf: not 0 either
-        if bool((low != 0) | (high != 0)):
-            bad |= (off != 0).any(1)
-    return bad
-
-
-class Scratch:
-    """exact_bad_bags's three buffers of one block of bags, kept for every block and batch.
-
-    On a CPU, fresh output-sized tensors are page-faulted in at every allocation, which cost four times
-    the check's arithmetic (27.9 vs 7.5 ms a batch of 32768 × 128 on an AVX-512 core), and blocks that
-    stay in L2 take 3.7–3.9 ms against 6.2 ms for the whole batch at once (issue 10).
-
-    Args:
-        block_bytes: the bytes of output checked at a time (None: the whole batch, one device read).
-    """
-
-    def __init__(self, block_bytes: int | None = None) -> None:
-        self.block_bytes = block_bytes
-        self._held: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
-
-    def block_bags(self, out: torch.Tensor) -> int:
-        """Bags of `out` checked at a time: at least one."""
-        if self.block_bytes is None or out.numel() == 0:
-            return max(1, out.shape[0])
-        return max(1, self.block_bytes // (out[0].numel() * out.element_size()))
-
-    def buffers(self, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """fp32, int32 and fp32 tensors of `out`'s shape on its device: views of the held ones where
-        those have room (a batch's last, shorter block), new ones otherwise."""
-        held = self._held
-        fits = held is not None and held[0].device == out.device and held[0].shape[1:] == out.shape[1:]
-        if held is None or not fits or held[0].shape[0] < out.shape[0]:
-            held = self._held = (
-                torch.empty(out.shape, dtype=torch.float32, device=out.device),
-                torch.empty(out.shape, dtype=torch.int32, device=out.device),
-                torch.empty(out.shape, dtype=torch.float32, device=out.device),
-            )
-        rows = out.shape[0]
-        return held[0][:rows], held[1][:rows], held[2][:rows]
-
-
-# ---------------------------------------------------------------------------------------------------
-# Realistic mode: level 1, the trigger.
 
 
 @dataclass(frozen=True)
@@ -536,26 +300,8 @@ def _segment_float_sums(vals: torch.Tensor, lengths: torch.Tensor) -> torch.Tens
     return torch.segment_reduce(vals, "sum", lengths=lengths, axis=0, unsafe=True)
 
 
-def _segment_sums(vals: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """Per-bag sums of consecutive integer segments via a wrapping int32 prefix sum.
-
-    Differences of prefix sums taken mod 2^32 are the bag sums mod 2^32, hence exact for bags whose
-    sum fits int32. int32 rather than int64 halves the scratch memory, whose page faults dominate.
-    """
-    prefix = torch.cumsum(vals, 0, dtype=torch.int32)  # (L_total,), wraps
-    ends = torch.cumsum(lengths, 0)  # (B,) one past each bag's last lookup
-    return _prefix_at(prefix, ends) - _prefix_at(prefix, ends - lengths)
-
-
-def _prefix_at(prefix: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
-    """Sum of the first `count` values: prefix[count - 1], or 0 where count is 0."""
-    if prefix.numel() == 0:  # every bag is empty
-        return torch.zeros(count.shape, dtype=prefix.dtype, device=prefix.device)
-    return torch.where(count > 0, prefix[(count - 1).clamp(min=0)], 0)
-
-
 @dataclass(frozen=True)
-class Verdict:
+class RealisticVerdict:
     """The realistic check of one batch of bags.
 
     Attributes:
@@ -578,7 +324,7 @@ def realistic_check(
     indices: torch.Tensor,
     lengths: torch.Tensor,
     weights: torch.Tensor | None,
-) -> Verdict:
+) -> RealisticVerdict:
     """Both levels: the trigger over every bag, the rigorous recompute over the flagged ones.
 
     Raises:
@@ -586,4 +332,4 @@ def realistic_check(
     """
     flagged, expected = trigger_bags(out, stats, indices, lengths, weights)
     bad, corrupt = confirm_bags(out, packed, stats, indices, lengths, weights, flagged)
-    return Verdict(bad, expected, int(flagged.sum()), int(corrupt.sum()))
+    return RealisticVerdict(bad, expected, int(flagged.sum()), int(corrupt.sum()))

@@ -1,6 +1,6 @@
 """Float embedding tables with the value distributions of trained ones, quantized as FBGEMM packs them.
 
-The realistic EmbeddingBag check (sdcscan/checks/embbag.py) must hold, and be measured, on tables like
+The realistic EmbeddingBag check (sdcscan/checks/embbag/) must hold, and be measured, on tables like
 those deployed, not only on uniform random ones: heavy-tailed values, per-row scales spanning orders of
 magnitude, near-constant rows, a mean direction shared by every row and a few outlier dimensions (as in
 the embedding tables of trained language models). Each family below is one such shape; `mixed_tables`
