@@ -71,7 +71,7 @@ def main() -> None:
     except SystemExit as done:  # the commands end with sys.exit(their code)
         code = done.code
     except Exception as err:
-        from sdcscan.crash import report_crash
+        from sdcscan.cli.crash import report_crash
 
         report_crash(err)
         code = EXIT_INVALID

@@ -30,7 +30,7 @@ def internal_errors_exit_3(func: F) -> F:
 
     `main` does the same for the installed command; this keeps the contract wherever the command is
     invoked (tests, embedding) and before anything else can turn the exception into exit 1, which means
-    "a unit miscomputes". The traceback goes to a crash file (`sdcscan.crash`), not to the terminal.
+    "a unit miscomputes". The traceback goes to a crash file (`sdcscan.cli.crash`), not to the terminal.
     """
 
     @functools.wraps(func)
@@ -45,7 +45,7 @@ def internal_errors_exit_3(func: F) -> F:
         except (SdcscanError, click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise  # reports_errors and click handle these with their own codes
         except Exception as err:  # the one place in these commands that turns a bug into exit 3
-            from sdcscan.crash import report_crash
+            from sdcscan.cli.crash import report_crash
 
             report_crash(err)
             sys.exit(EXIT_INVALID)

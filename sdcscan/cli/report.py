@@ -36,8 +36,8 @@ def report_cmd(report_path: Path | None, journal: Path | None, out: Path | None,
         sdcscan report report.json
         sdcscan report --from-journal report.20261123T080000Z-1a2b3c4d.journal.jsonl -o report.json
     """
+    from sdcscan.cli.rebuild import report_from_journal
     from sdcscan.files import check_output_target, write_json_atomic
-    from sdcscan.rebuild import report_from_journal
     from sdcscan.render.console import stderr_console
     from sdcscan.render.run import render_summary
     from sdcscan.report import (
