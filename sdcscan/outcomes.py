@@ -2,8 +2,10 @@
 
 A workload turns a `Case` into an `Outcome` (with `Mismatch`es when a check fired); the parent
 judges outcomes with evidence of the kinds below and gives each unit and the run a `Verdict`, which
-carries its severity and its exit code. The parent process, `compare`, `report`, `export`, `status`
-and `history` import this module and never torch.
+carries its severity and its exit code. Two helpers every reader of units and files shares live here
+too: `unit_order` (cpu:2 before cpu:10) and `printable` (file text shown without terminal controls).
+The parent process, `compare`, `report`, `export`, `status` and `history` import this module and never
+torch.
 """
 
 from __future__ import annotations
@@ -120,3 +122,34 @@ class Outcome:
     error: str | None = None
     injected: dict[str, Any] | None = None
     detail: dict[str, Any] = field(default_factory=dict)  # workload-specific facts, e.g. dtype
+
+
+# Text and order shared by every reader of units and files (torch-free, like the rest of this module).
+
+
+def printable(text: str) -> str:
+    """`text` with every character a terminal acts on written as an escape (`\\x1b`, `\\u202e`, `\\n`).
+
+    Control characters (ANSI escape sequences, bell, carriage return, newline), C1 controls,
+    bidirectional overrides and unpaired surrogates from a file must not reach a terminal or a log raw:
+    they could rewrite what the operator sees, e.g. forge a last line `exit: pass`.
+    """
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+
+
+def unit_order(unit: str) -> tuple[int, str, int, str]:
+    """cpu:2 before cpu:10: units sort by kind, then by number; names that are not `kind:N` (a GPU the
+    kernel log names by PCI id, a row of another tool in the history) after their kind's, by name.
+    A distributed run's `rank{R}/kind:N` sorts by rank number first (rank2/ before rank10/)."""
+    prefix, slash, rest = unit.partition("/")
+    rank = prefix[4:]
+    if slash and prefix.startswith("rank") and rank.isdigit() and len(rank) < 10:
+        return (int(rank), *_plain_unit_order(rest))
+    return (-1, *_plain_unit_order(unit))
+
+
+def _plain_unit_order(unit: str) -> tuple[str, int, str]:
+    kind, _, index = unit.partition(":")
+    return (kind, int(index), "") if index.isdigit() and len(index) < 10 else (kind, 1 << 40, index)

@@ -25,10 +25,10 @@ from typing import Any
 
 from sdcscan.errors import EXIT_TERMINATED, ReportError
 from sdcscan.files import read_json
-from sdcscan.outcomes import STATUSES, VERDICTS, Verdict
+from sdcscan.outcomes import STATUSES, VERDICTS, Verdict, printable
 
 __all__ = [
-    "CASE_COLUMNS", "MAX_DEPTH", "MAX_REPORT_BYTES", "SCHEMA_PATH", "SCHEMA_VERSION", "VERDICTS", "case_records", "exit_code_disagreement", "load_report", "printable",
+    "CASE_COLUMNS", "MAX_DEPTH", "MAX_REPORT_BYTES", "SCHEMA_PATH", "SCHEMA_VERSION", "VERDICTS", "case_records", "exit_code_disagreement", "load_report",
     "shown", "validate_report", "verdict_exit_code",
 ]  # fmt: skip
 
@@ -119,18 +119,6 @@ def exit_code_disagreement(report: dict[str, Any]) -> str | None:
         f"the report's exit_code {stored} does not match its verdict {report['verdict']}; "
         f"exiting {expected} as the verdict says"
     )
-
-
-def printable(text: str) -> str:
-    """`text` with every character a terminal acts on written as an escape (`\\x1b`, `\\u202e`, `\\n`).
-
-    Control characters (ANSI escape sequences, bell, carriage return, newline), C1 controls,
-    bidirectional overrides and unpaired surrogates from a file must not reach a terminal or a log raw:
-    they could rewrite what the operator sees, e.g. forge a last line `exit: pass`.
-    """
-    if text.isprintable():
-        return text
-    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
 
 
 def shown(value: Any, limit: int = SHOWN_CHARS) -> str:

@@ -39,7 +39,15 @@ from sdcscan.evidence import (
     RetestSummary,
     Undecided,
 )
-from sdcscan.outcomes import CONSENSUS, INVARIANT, STATUS_ERROR, STATUS_MISMATCH, STATUS_OK, Verdict
+from sdcscan.outcomes import (
+    CONSENSUS,
+    INVARIANT,
+    STATUS_ERROR,
+    STATUS_MISMATCH,
+    STATUS_OK,
+    Verdict,
+    unit_order,
+)
 from sdcscan.retest import CASE, PERSISTENT, TRANSIENT, UNTESTED, Retest, classify, unit_classification
 from sdcscan.workloads import SPECS
 
@@ -370,19 +378,3 @@ def _runs_with_peers(workload: str) -> bool:
     """A distributed workload's case (collectives across ranks): there is no re-run of it on one unit."""
     spec = SPECS.get(workload)
     return spec is not None and spec.distributed
-
-
-def unit_order(unit: str) -> tuple[int, str, int, str]:
-    """cpu:2 before cpu:10: units sort by kind, then by number; names that are not `kind:N` (a GPU the
-    kernel log names by PCI id, a row of another tool in the history) after their kind's, by name.
-    A distributed run's `rank{R}/kind:N` sorts by rank number first (rank2/ before rank10/)."""
-    prefix, slash, rest = unit.partition("/")
-    rank = prefix[4:]
-    if slash and prefix.startswith("rank") and rank.isdigit() and len(rank) < 10:
-        return (int(rank), *_plain_unit_order(rest))
-    return (-1, *_plain_unit_order(unit))
-
-
-def _plain_unit_order(unit: str) -> tuple[str, int, str]:
-    kind, _, index = unit.partition(":")
-    return (kind, int(index), "") if index.isdigit() and len(index) < 10 else (kind, 1 << 40, index)

@@ -12,7 +12,7 @@ import click
 
 from sdcscan.cli.common import emit_json, jobs_option, reports_errors
 from sdcscan.cli.fleet import internal_errors_exit_3
-from sdcscan.report import printable
+from sdcscan.outcomes import printable
 
 MAX_SKIPPED_SHOWN = 20  # skipped inputs listed one per line; --json lists them all
 

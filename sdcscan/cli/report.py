@@ -38,12 +38,12 @@ def report_cmd(report_path: Path | None, journal: Path | None, out: Path | None,
     """
     from sdcscan.cli.rebuild import report_from_journal
     from sdcscan.files import check_output_target, write_json_atomic
+    from sdcscan.outcomes import printable
     from sdcscan.render.console import stderr_console
     from sdcscan.render.run import render_summary
     from sdcscan.report import (
         exit_code_disagreement,
         load_report,
-        printable,
         validate_report,
         verdict_exit_code,
     )

@@ -30,9 +30,8 @@ from sdcscan.fleet.compare import summarize
 from sdcscan.fleet.consensus import FLEET, GOLDEN, HOST, CohortConsensus, comparison_groups
 from sdcscan.fleet.findings import FleetFinding
 from sdcscan.fleet.model import Extractor, HostReport
-from sdcscan.outcomes import Verdict
+from sdcscan.outcomes import Verdict, unit_order
 from sdcscan.report import validate_report, verdict_exit_code
-from sdcscan.verdict import unit_order
 from sdcscan.wording import finding, replay_args
 
 __all__ = ["DISTRIBUTED_WORKLOADS", "RankInfo", "build_cluster_report", "rank_unit_id"]

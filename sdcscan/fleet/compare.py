@@ -46,8 +46,8 @@ from sdcscan.fleet.model import (
 )
 from sdcscan.fleet.perf import slow_findings
 from sdcscan.fleet.sentinel import fleet_findings, host_findings
+from sdcscan.outcomes import unit_order
 from sdcscan.timefmt import iso_utc
-from sdcscan.verdict import unit_order
 
 COMPARE_VERSION = 2  # 2: one vote per host, `undecided` per host, `superseded`, `collision`, basis
 FAILING_KINDS = frozenset({"divergent", "invariant", "slow"})  # these make `compare` exit 1

@@ -60,7 +60,7 @@ from sdcscan.fleet.inputs import expand_paths
 from sdcscan.fleet.model import HostReport, Skipped
 from sdcscan.fleet.reading import first_reasons, read_chunk, worker_count
 from sdcscan.fleet.sentinel import SentinelSection
-from sdcscan.report import printable
+from sdcscan.outcomes import printable
 
 FORMAT = "sdcscan-fleet-parquet"
 FORMAT_VERSION = 2  # 2: the sentinel tables (a version-1 dataset lacks its reports' kernel-log evidence)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sdcscan.fleet.model import Skipped
-from sdcscan.report import printable
+from sdcscan.outcomes import printable
 
 GLOB_CHARS = frozenset("*?[")
 REPORT_SUFFIXES = (".json", ".json.gz")  # compared with the lower-cased name

@@ -27,7 +27,7 @@ from sdcscan.errors import ReportError, UsageError
 from sdcscan.fleet.inputs import expand_paths, looks_like_report
 from sdcscan.fleet.model import Extractor, HostReport, Interner, Skipped
 from sdcscan.fleet.report_file import read_report
-from sdcscan.report import printable
+from sdcscan.outcomes import printable
 
 __all__ = ["expand_paths", "looks_like_report", "read_hosts", "read_report", "read_reports"]
 

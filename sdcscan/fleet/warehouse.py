@@ -87,8 +87,7 @@ from sdcscan.fleet.model import (
     UnitRecord,
 )
 from sdcscan.fleet.warehouse_sentinel import SENTINEL_RESULTS, SENTINEL_STEPS, sentinel_findings
-from sdcscan.report import printable
-from sdcscan.verdict import unit_order
+from sdcscan.outcomes import printable, unit_order
 
 DEFAULT_MEMORY_LIMIT = "1GB"  # DuckDB's own buffers; beyond this its aggregates spill to disk
 PROFILE_ENV = "SDCSCAN_WAREHOUSE_PROFILE"  # set: each step's time on stderr

@@ -19,10 +19,10 @@ from datetime import datetime, timezone
 from typing import Any, TypeGuard
 
 from sdcscan.errors import UsageError
+from sdcscan.outcomes import unit_order
 from sdcscan.outputs.history_db import reading
 from sdcscan.outputs.history_schema import has_column
 from sdcscan.timefmt import iso_utc, parse_iso_utc
-from sdcscan.verdict import unit_order
 
 DAY_S = 86400.0
 # Runs are recorded after they end, so `recorded_at >= ended_at` but for clock steps; a day of slack

@@ -20,10 +20,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from sdcscan.files import write_text_atomic
-from sdcscan.outcomes import VERDICTS
+from sdcscan.outcomes import VERDICTS, unit_order
 from sdcscan.outputs.sentinel_history import is_count, outlier_units, sources
 from sdcscan.timefmt import parse_iso_utc
-from sdcscan.verdict import unit_order
 
 Sample = tuple[dict[str, str], float]
 

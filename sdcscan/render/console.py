@@ -4,7 +4,7 @@ Text that comes from a file, a profile, a path or a host name is shown as typed:
 `cell(text)` (a rich Text, for a line or a table cell), never inside a markup string. rich then
 never reads `[bold]` or `[/x]` in it as markup (a `[/x]` with nothing to close raised MarkupError),
 and control characters and ANSI escape sequences are written as visible escapes
-(`sdcscan.report.printable`).
+(`sdcscan.outcomes.printable`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.text import Text
 
-from sdcscan.report import printable
+from sdcscan.outcomes import printable
 
 MIN_PIPE_WIDTH = 120  # logs and pipes: don't wrap sentences at rich's default 80 columns
 

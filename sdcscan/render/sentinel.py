@@ -11,8 +11,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from sdcscan.outcomes import unit_order
 from sdcscan.render.console import cell, stderr_console
-from sdcscan.verdict import unit_order
 
 MAX_ROWS = 32  # a 256-core host with events on many cores lists the busiest, then a count
 

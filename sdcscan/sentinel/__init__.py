@@ -4,5 +4,6 @@ Programs that crash far more often on one core than on its peers point at that c
 "Hardware Sentinel"). `events` parses the kernel's messages about segfaults, traps, machine checks
 and NVIDIA Xid errors; `sources` reads them for a time window from the journal, /dev/kmsg or dmesg,
 plus rasdaemon's database; `outliers` tallies them per unit and names the cores that stand out.
-Torch-free: it imports nothing from sdcscan but `errors`, `timefmt`, `files` and its own modules.
+Torch-free: it imports nothing from sdcscan but `errors`, `timefmt`, `files`, `outcomes` (the shared
+words: how units sort) and its own modules.
 """

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sdcscan.errors import UsageError
+from sdcscan.outcomes import unit_order
 from sdcscan.sentinel.events import KINDS, KernelEvent, normalise_pci
 from sdcscan.timefmt import iso_utc
-from sdcscan.verdict import unit_order
 
 Finding = dict[str, Any]  # {kind, unit, message, next}: the shape of a report's finding (sdcscan.wording)
 
