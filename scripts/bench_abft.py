@@ -41,10 +41,11 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+from sdcscan.calibration import measure as calibration
 from sdcscan.checks import vabft
 from sdcscan.checks.digest import RepeatDigest
 from sdcscan.profile import load_profile
-from sdcscan.workloads import SPECS, calibration
+from sdcscan.workloads import SPECS
 from sdcscan.workloads.base import check_block
 from sdcscan.workloads.gemm_fp import RepeatTally
 

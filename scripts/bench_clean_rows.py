@@ -48,8 +48,8 @@ def main() -> None:
     args = ap.parse_args()
     import torch
 
+    from sdcscan.calibration import measure as calibration
     from sdcscan.checks import vabft
-    from sdcscan.workloads import calibration
 
     torch.set_num_threads(1)
     dtype, (m, k, n) = calibration.DTYPES[args.dtype], args.shape

@@ -11,10 +11,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from sdcscan import __version__
+from sdcscan.calibration.peers import held_thresholds, out_of_line
 from sdcscan.errors import EXIT_TERMINATED
 from sdcscan.evidence import CaseResult, GoldenCheck, GoldenEntry, check_golden
 from sdcscan.outcomes import STATUS_ERROR, STATUS_MISMATCH, STATUS_OK
-from sdcscan.peer_calibration import held_thresholds, out_of_line
 from sdcscan.report import SCHEMA_VERSION
 from sdcscan.retest import CLASSIFICATIONS, Retest, unit_classification
 from sdcscan.verdict import Judgement, judge

@@ -19,6 +19,7 @@ from typing import Any
 from sdcscan import background as ripple
 from sdcscan import faults, interrupts, units
 from sdcscan.assemble import judge_and_build
+from sdcscan.calibration.peers import caches_to_forget
 from sdcscan.distributed.env import BARRIER_S, RankSetup
 from sdcscan.errors import ReportError, SdcscanError, UsageError
 from sdcscan.events import Event, EventSink, RunNote, RunStarted
@@ -28,7 +29,6 @@ from sdcscan.fleet.golden import GoldenIndex, index_golden, load_golden
 from sdcscan.journal import Journal
 from sdcscan.outputs import history
 from sdcscan.outputs.publish import Outputs, check_targets, history_path, publish, run_lock
-from sdcscan.peer_calibration import caches_to_forget
 from sdcscan.plan import week_seed
 from sdcscan.profile import Profile
 from sdcscan.runner import Runner, RunResult, warm_up_workers

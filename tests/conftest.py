@@ -65,8 +65,8 @@ def calibration_here(tmp_path: Path) -> str:
 
     import torch
 
+    from sdcscan.calibration import measure as calibrate
     from sdcscan.units import device_model
-    from sdcscan.workloads import calibration as calibrate
 
     table = calibrate.load_table()
     model = device_model(torch.device("cpu"))

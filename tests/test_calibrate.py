@@ -9,10 +9,10 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+from sdcscan.calibration import measure as calibrate
 from sdcscan.cli.abft import calibrate as calibrate_cmd
 from sdcscan.errors import UsageError
 from sdcscan.units import device_model
-from sdcscan.workloads import calibration as calibrate
 from sdcscan.workloads import load
 from sdcscan.workloads.base import Context
 

@@ -168,9 +168,10 @@ def test_every_parameter_declares_its_range_and_the_shipped_values_are_in_it(nam
 def test_the_catalogue_restates_the_workloads_limits_exactly():
     """The torch-free catalogue repeats limits the workload modules own; they must not drift apart."""
     import sdcscan.workloads as cat
+    from sdcscan.calibration import measure as calibration
     from sdcscan.checks import int8, vabft
     from sdcscan.checks.embbag import packing
-    from sdcscan.workloads import calibration, embbag_int8, gemm_int8, matmul_golden, train
+    from sdcscan.workloads import embbag_int8, gemm_int8, matmul_golden, train
 
     assert tuple(train._DTYPES) == cat.TRAIN_DTYPES
     assert tuple(matmul_golden.DTYPES) == cat.GOLDEN_DTYPES

@@ -12,13 +12,13 @@ from contextlib import contextmanager
 import pytest
 import torch
 
+from sdcscan.calibration import measure as calibrate
 from sdcscan.checks import vabft
 from sdcscan.checks.digest import RepeatDigest
 from sdcscan.faults import FaultSpec
 from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
 from sdcscan.units import device_model
 from sdcscan.workloads import SPECS, base, gemm_fp, load
-from sdcscan.workloads import calibration as calibrate
 from sdcscan.workloads.base import Context
 
 SHAPES = {

@@ -12,11 +12,12 @@ import torch
 
 from sdcscan import scan
 from sdcscan.assemble import judge_and_build
+from sdcscan.calibration import measure as calibration
+from sdcscan.calibration.peers import caches_to_forget, held_thresholds, out_of_line, reference
 from sdcscan.fleet.compare import summarize
 from sdcscan.outcomes import Case
-from sdcscan.peer_calibration import caches_to_forget, held_thresholds, out_of_line, reference
 from sdcscan.report import SCHEMA_PATH
-from sdcscan.workloads import calibration, load
+from sdcscan.workloads import load
 from sdcscan.workloads.base import Context
 from tests.helpers.fleet import extract
 from tests.helpers.fleet import report as fleet_report

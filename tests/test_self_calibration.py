@@ -10,9 +10,10 @@ import stat
 import pytest
 import torch
 
+from sdcscan.calibration import measure as calibration
 from sdcscan.faults import FaultSpec
 from sdcscan.outcomes import STATUS_ERROR, STATUS_MISMATCH, STATUS_OK, Case
-from sdcscan.workloads import calibration, load
+from sdcscan.workloads import load
 from sdcscan.workloads.base import Context
 from sdcscan.workloads.selftest import run_selftest
 

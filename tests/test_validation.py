@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
+from sdcscan.calibration.table import check_table_file
 from sdcscan.errors import ProfileError, UsageError
 from sdcscan.profile import check_overrides, load_profile, profile_from_data
 from sdcscan.workloads import SPECS
-from sdcscan.workloads.calibration_table import check_table_file
 from tests.helpers.cli import one_error_line
 
 SECRET = "s3cr3tHashValue"

@@ -51,10 +51,10 @@ def calibrate(
         sdcscan calibrate --device cpu -o calibration.json
         sdcscan run --calibration calibration.json
     """
+    from sdcscan.calibration import measure as lib
     from sdcscan.files import check_output_target
     from sdcscan.render.console import stderr_console
     from sdcscan.render.selftest import render_calibration
-    from sdcscan.workloads import calibration as lib
 
     if output is not None:
         check_output_target(output, option="--output")  # exit 2 before minutes of measuring

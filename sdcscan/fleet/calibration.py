@@ -1,7 +1,7 @@
 """gemm_fp calibrations compared across hosts: the peer check a single-unit host cannot do in its run.
 
 `sdcscan run` holds each unit's e_max against the other units of its cohort on the same host
-(`sdcscan/peer_calibration.py`). A host with one GPU has no such peer, and a cache a faulty unit wrote
+(`sdcscan/calibration/peers.py`). A host with one GPU has no such peer, and a cache a faulty unit wrote
 is shared by every unit of its host. Hosts of one cohort (same device model, torch, threads, ISA) measure
 bit-identical e_max on correct hardware, so across the fleet each host's value per (cohort, dtype,
 checker, K) — the one most of its units held — is compared with the other hosts': the value a strict
@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from sdcscan.calibration.peers import reference
 from sdcscan.fleet.findings import Collector
 from sdcscan.fleet.model import HostReport
-from sdcscan.peer_calibration import reference
 
 Key = tuple[str, str, str, int]  # (cohort, dtype, checker, K)
 

@@ -361,7 +361,7 @@ JOIN (SELECT DISTINCT report, {CASE_KEY} FROM unit_case_outcomes WHERE outcome =
   ON n.report = r.report AND {_on("n", "r")}
 GROUP BY r.report, r.comparison_group, r.case_index, r.digest"""
 # gemm_fp calibrations (`fleet.calibration`): per host and key, the e_max a strict majority of its
-# units held, else the smallest (`peer_calibration.reference`).
+# units held, else the smallest (`calibration.peers.reference`).
 HOST_CALIBRATIONS = """
 SELECT report, cohort, dtype, checker, k,
        CASE WHEN 2 * top_units > units THEN top_e_max ELSE low_e_max END AS e_max

@@ -29,10 +29,11 @@ from typing import Any, ClassVar
 
 import torch
 
+from sdcscan.calibration import measure as calibration
 from sdcscan.checks import vabft
 from sdcscan.checks.digest import RepeatDigest
 from sdcscan.outcomes import STATUS_ERROR, STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
-from sdcscan.workloads import SPECS, WorkloadSpec, calibration
+from sdcscan.workloads import SPECS, WorkloadSpec
 from sdcscan.workloads.base import Context, check_block, register
 from sdcscan.workloads.gemm_fp_selftest import SelftestMixin
 

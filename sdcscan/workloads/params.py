@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from sdcscan.calibration.table import check_table_file
 from sdcscan.errors import UsageError
-from sdcscan.workloads.calibration_table import check_table_file
 
 MAX_INT = 10**9  # no count or size is meaningfully larger; it also keeps YAML's unbounded ints out of torch
 MAX_NUMBER = 1e9

@@ -257,7 +257,7 @@ def peaks_dir() -> Path:
 def fingerprint(device: torch.device) -> dict[str, Any]:
     """What a plain op's rate depends on besides the op: the fields gemm_fp's calibration keys on
     (device model, torch, BLAS, ISA capability, threads), without its dtype and checker."""
-    from sdcscan.workloads.calibration import fingerprint as calibration_fingerprint
+    from sdcscan.calibration.measure import fingerprint as calibration_fingerprint
 
     found = calibration_fingerprint(device, "", "")
     return {k: v for k, v in found.items() if k not in ("dtype", "checker")}

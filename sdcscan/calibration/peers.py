@@ -1,7 +1,7 @@
 """gemm_fp's calibrations held against the unit's peers: a unit must not calibrate away its own faults.
 
 Each unit takes e_max from a file, the cache, the shipped table or its own fresh measurement
-(`workloads.calibration.resolve`). The measurement is deterministic: correct units of one cohort (same
+(`calibration.measure.resolve`). The measurement is deterministic: correct units of one cohort (same
 device model, same software, same threads) measure bit-identical numbers, and a cache or file gives them
 all the same value. So units of one cohort that hold different e_max for one (dtype, checker, K) show
 that some measurement saw errors, not rounding. The ceiling (`vabft.e_max_ceiling`) refuses gross

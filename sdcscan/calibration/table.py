@@ -1,6 +1,6 @@
 """The calibration table's format, checked without torch: the CLI parent refuses a bad `--calibration` at once.
 
-`sdcscan.workloads.calibration` measures and looks up e_max (it needs torch); a worker reads the table in
+`sdcscan.calibration.measure` measures and looks up e_max (it needs torch); a worker reads the table in
 its `prepare`, long after the run started. Checking the file here first turns a missing or foreign table
 into exit 2 before any worker starts, instead of every gemm_fp unit failing its set-up (exit 3).
 Messages name the file and what is wrong with it, never its content: `--calibration` may point anywhere.

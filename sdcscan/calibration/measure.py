@@ -28,11 +28,11 @@ from typing import Any
 
 import torch
 
+from sdcscan.calibration.table import MAX_TABLE_BYTES, SCHEMA, check_schema, check_table
 from sdcscan.checks import vabft
 from sdcscan.errors import ReportError, UsageError
 from sdcscan.files import calibration_cache_dir, make_state_dir, parse_json, read_json, write_json_atomic
 from sdcscan.timefmt import iso_utc
-from sdcscan.workloads.calibration_table import MAX_TABLE_BYTES, SCHEMA, check_schema, check_table
 
 DTYPES = {
     "float32": torch.float32,
@@ -253,7 +253,7 @@ def load_table(path: str = "") -> dict[str, Any]:
     except ReportError as err:
         raise UsageError(str(err)) from None  # a bad --calibration is a usage error (exit 2)
     # The schema only: `calibrate -o` merges into files whose other entries it need not use. A run checks
-    # every entry before its workers start (calibration_table.check_table_file).
+    # every entry before its workers start (calibration.table.check_table_file).
     return check_schema(data, label=f"calibration {label}")
 
 
