@@ -13,7 +13,7 @@ from typing import Any
 from sdcscan import __version__
 from sdcscan.calibration.peers import held_thresholds, out_of_line
 from sdcscan.errors import EXIT_TERMINATED
-from sdcscan.evidence import CaseResult, GoldenCheck, GoldenEntry, check_golden
+from sdcscan.evidence import CaseResult, GoldenCheck, GoldenEntry, Problem, check_golden
 from sdcscan.outcomes import STATUS_ERROR, STATUS_MISMATCH, STATUS_OK
 from sdcscan.report import SCHEMA_VERSION
 from sdcscan.retest import CLASSIFICATIONS, Retest, unit_classification
@@ -37,7 +37,7 @@ def judge_and_build(
     cohorts: dict[str, dict[str, Any]],
     units: list[dict[str, Any]],
     outcomes: list[dict[str, Any]],
-    problems: dict[str, str],
+    problems: Mapping[str, str | Problem],
     interrupted: str | None,
     golden: Mapping[str, GoldenEntry | None] | None = None,
     telemetry: dict[str, Any] | None = None,

@@ -47,6 +47,11 @@ class Blame:
     suspects: tuple[str, ...] = ()  # undecided: every unit of the dispute under suspicion
 
 
+# Evidence code of a Problem whose unit the host's own work kept from running (background mode): nothing
+# points at the unit, so what to do next differs. Words change; readers branch on the code.
+PROBLEM_NOT_SCREENED = "not_screened"
+
+
 @dataclass(frozen=True, slots=True)
 class Problem:
     """Why a unit could not be judged: the runner's reason, a case that raised, or a case that fails everywhere."""
@@ -55,6 +60,7 @@ class Problem:
     reason: str | None = None  # the runner's words (crashed, hung, late) or the exception summary
     raised: CaseResult | None = None  # the first case that raised
     case_fault: Retest | None = None  # a failing case that failed on a peer too
+    code: str | None = None  # PROBLEM_NOT_SCREENED, or None: the reason says it all
 
 
 @dataclass(frozen=True, slots=True)

@@ -94,6 +94,7 @@ class UnitState:
     delay_mark: float | None = None
     marked_at: float = 0.0
     retired: bool = False  # background: stopped at the budget's end while the host kept it from running
+    not_screened: bool = False  # background: `late` says the host's own work kept it from running
     world: dict[str, Any] = field(default_factory=dict)  # a distributed run: what this rank saw of the world
 
     @property
@@ -436,7 +437,7 @@ class Runner:
             if state.current
             else ("wait for an idle core" if state.ready else "start-up")
         )
-        state.retired, state.busy, state.current = True, False, None
+        state.retired, state.busy, state.current, state.not_screened = True, False, None, True
         state.late = (
             f"{background.NOT_SCREENED}: other work on this host kept its {doing} waiting for the CPU "
             f"for {starved:.0f} s when the budget ended (background mode yields to everything else)"

@@ -23,7 +23,7 @@ from sdcscan.calibration.peers import caches_to_forget
 from sdcscan.distributed.env import BARRIER_S, RankSetup
 from sdcscan.errors import ReportError, SdcscanError, UsageError
 from sdcscan.events import Event, EventSink, RunNote, RunStarted
-from sdcscan.evidence import GoldenEntry
+from sdcscan.evidence import PROBLEM_NOT_SCREENED, GoldenEntry, Problem
 from sdcscan.files import calibration_cache_dir
 from sdcscan.fleet.golden import GoldenIndex, index_golden, load_golden
 from sdcscan.journal import Journal
@@ -293,7 +293,7 @@ def _ago(seconds: float | None) -> str:
 def _not_screened(runner: Runner, started: float, pacing: ripple.Pacing) -> RunResult:
     """The result of a background run the host's load kept from starting: every unit unscreened."""
     for state in runner.states.values():
-        state.late = _pacing_note(pacing)
+        state.late, state.not_screened = _pacing_note(pacing), not pacing.screen
     return RunResult(runner.states, {}, [], started, time.time())
 
 
@@ -368,14 +368,15 @@ def _forget_calibrations(names: set[str]) -> None:
             (calibration_cache_dir() / name).unlink()
 
 
-def _problems(result: RunResult) -> dict[str, str]:
-    """unit -> why it cannot be judged: the runner stopped it, or it started too late to run a case."""
-    out = {}
+def _problems(result: RunResult) -> dict[str, str | Problem]:
+    """unit -> why it cannot be judged: the runner stopped it, or it started too late to run a case
+    (with the evidence code that says the host's own work kept it from running, where that is why)."""
+    out: dict[str, str | Problem] = {}
     for uid, s in result.states.items():
         if s.problem:
             out[uid] = s.problem
         elif s.late and not s.results:
-            out[uid] = s.late
+            out[uid] = Problem(uid, reason=s.late, code=PROBLEM_NOT_SCREENED if s.not_screened else None)
     return out
 
 

@@ -169,7 +169,7 @@ def judge(
     results: list[CaseResult],
     *,
     retests: Reruns | None = None,
-    problems: Mapping[str, str] | None = None,
+    problems: Mapping[str, str | Problem] | None = None,
     interrupted: bool = False,
     golden: Mapping[str, GoldenCheck] | None = None,
 ) -> Judgement:
@@ -179,7 +179,8 @@ def judge(
         cohorts: unit id -> cohort key, for every unit of the run.
         results: main-pass case results of all units.
         retests: (unit, case index) -> digests of re-runs of that case on that unit (None: not ok).
-        problems: unit id -> why it could not be judged (crashed, hung). A case that raised is one too.
+        problems: unit id -> why it could not be judged (crashed, hung), as the runner's words or as a
+            Problem that carries an evidence code too. A case that raised is one too.
         interrupted: the run was stopped by a signal before its budget ended.
         golden: unit id -> its comparison with a recorded golden (`sdcscan run --golden`).
     """
@@ -189,7 +190,7 @@ def judge(
     for d in disputes:
         j.settle(d)
     j.attribute_unsettled()
-    unjudged = {**_raised(results), **{u: Problem(u, reason=why) for u, why in (problems or {}).items()}}
+    unjudged = {**_raised(results), **{u: _problem(u, why) for u, why in (problems or {}).items()}}
     counts = Counter(r.unit for r in results)
     verdicts: dict[str, Verdict] = {}
     for unit in sorted(cohorts, key=unit_order):
@@ -219,6 +220,11 @@ def judge(
         dict(j.classified),
         dict(golden or {}),
     )
+
+
+def _problem(unit: str, why: str | Problem) -> Problem:
+    """The runner's reason as a Problem: its words alone, or a Problem that carries a code too."""
+    return why if isinstance(why, Problem) else Problem(unit, reason=why)
 
 
 def _raised(results: Iterable[CaseResult]) -> dict[str, Problem]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sdcscan.background import NOT_SCREENED
 from sdcscan.evidence import (
     BLAME_ATTRIBUTED,
     BLAME_DIVERGENT,
@@ -17,6 +16,7 @@ from sdcscan.evidence import (
     BLAME_INVARIANT,
     BLAME_NOT_REPRODUCIBLE,
     BLAME_UNDECIDED,
+    PROBLEM_NOT_SCREENED,
     Blame,
     GoldenGap,
     Notice,
@@ -74,7 +74,7 @@ def _finding(notice: Notice, run: Mapping[str, Any]) -> Finding:
     if isinstance(notice, Problem):
         unit = notice.unit
         next_step = f"check the journal and system log for {unit}; re-run with --units {unit}"
-        if _problem(notice).startswith(NOT_SCREENED):  # busy with other work: nothing points at the unit
+        if notice.code == PROBLEM_NOT_SCREENED:  # busy with other work: nothing points at the unit
             next_step = (
                 f"nothing points at {unit}: other work kept it busy; give the background run a longer "
                 "--budget, or screen it at a quiet time (sdcscan run --foreground)"

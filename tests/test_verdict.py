@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sdcscan.evidence import BLAME_UNDECIDED, CaseResult
+from sdcscan.evidence import BLAME_UNDECIDED, PROBLEM_NOT_SCREENED, CaseResult, Problem
 from sdcscan.retest import classify, unit_classification
 from sdcscan.verdict import find_disputes, judge, retest_plan
 from sdcscan.wording import findings, reason
@@ -298,3 +298,22 @@ def test_retest_plan_reruns_both_sides_of_a_tie_without_extra_peers():
     """In a tie both units are failing: each re-runs, and each is the other's peer."""
     jobs = retest_plan(TWO, [r("cpu:0", 0, "a"), r("cpu:1", 0, "b")], reruns=2, max_cases=3)
     assert sorted(jobs) == [("cpu:0", 0)] * 2 + [("cpu:1", 0)] * 2
+
+
+@pytest.mark.parametrize(
+    ("code", "words", "points_at_the_unit"),
+    [
+        (PROBLEM_NOT_SCREENED, "the host stayed busy for the whole budget", False),
+        (None, "not screened: a reason that merely begins with these words", True),
+        (None, "case 3 (train) hung: no result after 5 s; worker killed", True),
+    ],
+)
+def test_what_to_do_next_follows_the_problems_evidence_code_not_its_words(code, words, points_at_the_unit):
+    """A unit the host's own work kept from running is told apart by its code, whatever its reason says."""
+    cohorts = {"cpu:0": "c", "cpu:1": "c"}
+    results = [CaseResult("cpu:1", 0, "train", "ok", "d0")]
+    j = judge(cohorts, results, problems={"cpu:0": Problem("cpu:0", reason=words, code=code)})
+    assert j.unit_verdicts["cpu:0"] == "invalid"
+    (f,) = [f for f in findings(j, RUN) if f["unit"] == "cpu:0"]
+    assert words in f["message"]
+    assert f["next"].startswith("nothing points at cpu:0") != points_at_the_unit
