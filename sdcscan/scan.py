@@ -63,6 +63,11 @@ class ScanOptions:
     rank: RankSetup | None = None  # a distributed run: this process is one rank (one unit) of the world
 
     @property
+    def budget(self) -> float:
+        """The run's budget in seconds: --budget where given, else the profile's (the one precedence rule)."""
+        return self.budget_s if self.budget_s is not None else self.profile.budget_s
+
+    @property
     def out(self) -> Path | None:
         return self.outputs.report
 
@@ -182,7 +187,7 @@ def _golden_index(path: str | os.PathLike[str] | None) -> GoldenIndex | None:
 def run_and_judge(opts: ScanOptions, setup: Setup, on_event: EventSink) -> dict[str, Any]:
     """Run every unit until the budget ends (SIGINT or SIGTERM stops it early) and return the judged report."""
     profile, seed, started = opts.profile, setup.seed, opts.started
-    budget = opts.budget_s or profile.budget_s
+    budget = opts.budget
     run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(started)) + "-" + uuid.uuid4().hex[:8]
     jpath = journal_path(opts, run_id)
     journal = Journal(jpath)

@@ -246,9 +246,10 @@ def test_check_overrides_checks_the_file_and_the_merged_parameters(tmp_path):
 
 def _options(*args: str) -> Any:
     from sdcscan.cli.run import _options, run_cmd
+    from sdcscan.cli.run_args import RunArgs
 
     ctx = run_cmd.make_context("run", list(args))
-    return _options(ctx.params, time.time())
+    return _options(RunArgs(**ctx.params), time.time())
 
 
 @pytest.mark.parametrize("blank", ["", ",", " , ", " "])

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from sdcscan.cli.common import emit_json, report_options, reports_errors
 from sdcscan.cli.ops import output_options
+from sdcscan.cli.run_args import RunArgs, typed_args
 from sdcscan.cli.run_distributed import distributed_options
 from sdcscan.errors import EXIT_FAIL, EXIT_INVALID
+
+if TYPE_CHECKING:  # for the types only: `sdcscan --help` imports neither the run core nor rich
+    from sdcscan.render.console import Console
+    from sdcscan.scan import OutputError, ScanOptions
 
 
 @click.command("run")
@@ -68,7 +73,8 @@ from sdcscan.errors import EXIT_FAIL, EXIT_INVALID
 @output_options
 @distributed_options
 @reports_errors
-def run_cmd(**kw: Any) -> None:
+@typed_args
+def run_cmd(args: RunArgs) -> None:
     """Run the profile's workloads on every unit of this host for the time budget.
 
     Every logical CPU is a unit (one pinned worker, one thread); every GPU torch sees is
@@ -99,23 +105,23 @@ def run_cmd(**kw: Any) -> None:
     console = stderr_console()
     interrupts.install()  # from here on, Ctrl-C and SIGTERM end in 130/143 and a report
     try:
-        opts = _options(kw, started)  # refused options exit 2 before anything starts
-        if kw["distributed"]:
+        opts = _options(args, started)  # refused options exit 2 before anything starts
+        if args.distributed:
             from sdcscan.cli.run_distributed import run_distributed
 
-            run_distributed(kw, opts, console)
+            run_distributed(args, opts, console)
         with render.Progress(console) as progress:
             report = library.scan(opts, on_event=progress)
     except library.OutputError as err:
-        sys.exit(_output_failed(err, kw["as_json"], console))
+        sys.exit(_output_failed(err, args.as_json, console))
     except interrupts.Interrupted as stop:
         console.print("interrupted before any case ran\nexit: interrupted")
         sys.exit(stop.exit_code)
-    _show(report, kw["as_json"], console)
+    _show(report, args.as_json, console)
     sys.exit(_exit_code(report, console))
 
 
-def _exit_code(report: dict[str, Any], console: Any) -> int:
+def _exit_code(report: dict[str, Any], console: Console) -> int:
     """The report's exit code, unless a signal came while it was being judged and written."""
     from sdcscan import interrupts
 
@@ -129,7 +135,7 @@ def _exit_code(report: dict[str, Any], console: Any) -> int:
     return interrupts.exit_code(signum)
 
 
-def _output_failed(err: Any, as_json: bool, console: Any) -> int:
+def _output_failed(err: OutputError, as_json: bool, console: Console) -> int:
     """Judged, but an output could not be written: show the report, say what failed, and exit 1 if a
     unit was judged to miscompute (that must not be hidden by a full disk), else 3."""
     _show(err.report, as_json, console)
@@ -139,7 +145,7 @@ def _output_failed(err: Any, as_json: bool, console: Any) -> int:
     return code
 
 
-def _show(report: dict[str, Any], as_json: bool, console: Any) -> None:
+def _show(report: dict[str, Any], as_json: bool, console: Console) -> None:
     from sdcscan.render.run import render_summary
 
     render_summary(report, console)
@@ -147,7 +153,7 @@ def _show(report: dict[str, Any], as_json: bool, console: Any) -> None:
         emit_json(report)
 
 
-def _options(kw: dict[str, Any], started: float) -> Any:
+def _options(args: RunArgs, started: float) -> ScanOptions:
     """The scan's options from the command line, every one checked here, before any worker starts.
 
     A given but blank `--units` or `--workloads` is an error, not "all"; `--calibration` is read and
@@ -163,47 +169,45 @@ def _options(kw: dict[str, Any], started: float) -> Any:
     from sdcscan.scan import ScanOptions, background_mode
     from sdcscan.units import parse_units_spec
 
-    budget_s = parse_budget(kw["budget"]) if kw["budget"] is not None else None
-    max_unscreened = _max_unscreened(kw["max_unscreened"])
-    if not kw["distributed"]:
+    budget_s = parse_budget(args.budget) if args.budget is not None else None
+    max_unscreened = _max_unscreened(args.max_unscreened)
+    if not args.distributed:
         from sdcscan.cli.run_distributed import check_not_distributed
 
-        check_not_distributed(kw)
+        check_not_distributed(args)
     # A distributed run's injections name ranks (RANK:KIND), parsed with its other options.
-    injections = [] if kw["distributed"] else [parse_inject(s) for s in kw["inject"]]
-    if kw["units_spec"] is not None:
-        parse_units_spec(kw["units_spec"])
-    profile = load_profile(kw["profile"])
-    background_mode(
-        profile, kw["background"], distributed=kw["distributed"]
-    )  # refused before any rank starts
-    if kw["distributed"]:  # every distributed run checks the wire too, unless --workloads says otherwise
+    injections = [] if args.distributed else [parse_inject(s) for s in args.inject]
+    if args.units_spec is not None:
+        parse_units_spec(args.units_spec)
+    profile = load_profile(args.profile)
+    background_mode(profile, args.background, distributed=args.distributed)  # refused before any rank starts
+    if args.distributed:  # every distributed run checks the wire too, unless --workloads says otherwise
         from sdcscan.cluster.rank import DISTRIBUTED_WORKLOADS
 
         profile = profile.adding(DISTRIBUTED_WORKLOADS)
-    if kw["workloads"] is not None:
-        profile = profile.select([w.strip() for w in kw["workloads"].split(",") if w.strip()])
+    if args.workloads is not None:
+        profile = profile.select([w.strip() for w in args.workloads.split(",") if w.strip()])
     overrides: dict[str, dict[str, Any]] = {}
-    if kw["calibration"] is not None:
-        if not kw["calibration"]:
+    if args.calibration is not None:
+        if not args.calibration:
             raise UsageError("--calibration '' names no file (leave it out for the shipped table)")
-        overrides = {"gemm_fp": {"calibration": kw["calibration"]}}
+        overrides = {"gemm_fp": {"calibration": args.calibration}}
     check_overrides(profile, overrides, source="--calibration")
-    outputs = Outputs(kw["out"], kw["junit"], kw["prom"], kw["history"], record_history=not kw["no_history"])
+    outputs = Outputs(args.out, args.junit, args.prom, args.history, record_history=not args.no_history)
     return ScanOptions(
         profile=profile,
-        seed=kw["seed"],
+        seed=args.seed,
         budget_s=budget_s,
-        units=kw["units_spec"],
+        units=args.units_spec,
         injections=injections,
-        hostname=kw["hostname"],
+        hostname=args.hostname,
         outputs=outputs,
         argv=sys.argv[1:],
         param_overrides=overrides,
-        retest=kw["retest"],
-        golden=kw["golden_path"],
+        retest=args.retest,
+        golden=args.golden_path,
         started=started,
-        background=kw["background"],
+        background=args.background,
         max_unscreened_s=max_unscreened,
     )
 

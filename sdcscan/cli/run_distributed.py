@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
+
+from sdcscan.cli.run_args import RunArgs
+
+if TYPE_CHECKING:  # for the types only: `sdcscan --help` imports neither the run core nor rich
+    from sdcscan.cluster.rank import DistOptions
+    from sdcscan.render.console import Console
+    from sdcscan.scan import ScanOptions
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -57,7 +64,7 @@ def distributed_options(func: F) -> F:
     return func
 
 
-def check_not_distributed(kw: dict[str, Any]) -> None:
+def check_not_distributed(args: RunArgs) -> None:
     """Distributed-only options without --distributed are a usage error, not silently ignored."""
     from sdcscan.errors import UsageError
 
@@ -69,16 +76,16 @@ def check_not_distributed(kw: dict[str, Any]) -> None:
             ("--rdzv-endpoint", "rdzv_endpoint"),
             ("--rdzv-id", "rdzv_id"),
         )
-        if kw[key]
+        if getattr(args, key)
     ]
-    if kw["nnodes"] != 1:
+    if args.nnodes != 1:
         given.append("--nnodes")
     if given:
         verb = "means" if len(given) == 1 else "mean"
         raise UsageError(f"{', '.join(given)} only {verb} something with --distributed")
 
 
-def dist_options(kw: dict[str, Any]) -> Any:
+def dist_options(args: RunArgs) -> DistOptions:
     """--collective-timeout, --join-timeout and the rank injections, checked before any work."""
     from sdcscan.cluster.rank import DistOptions
     from sdcscan.distributed.env import parse_rank_injection
@@ -95,54 +102,54 @@ def dist_options(kw: dict[str, Any]) -> Any:
         return value
 
     return DistOptions(
-        timeout_s=seconds("--collective-timeout", kw["collective_timeout"], 1.0, 3600.0),
-        join_timeout_s=seconds("--join-timeout", kw["join_timeout"], 5.0, 86400.0),
-        injections=tuple(parse_rank_injection(s) for s in kw["inject"]),
+        timeout_s=seconds("--collective-timeout", args.collective_timeout, 1.0, 3600.0),
+        join_timeout_s=seconds("--join-timeout", args.join_timeout, 5.0, 86400.0),
+        injections=tuple(parse_rank_injection(s) for s in args.inject),
     )
 
 
-def run_distributed(kw: dict[str, Any], opts: Any, console: Any) -> NoReturn:
+def run_distributed(args: RunArgs, opts: ScanOptions, console: Console) -> NoReturn:
     """Run as a rank under torchrun (RANK in the environment), or launch this node's ranks."""
     from sdcscan.distributed.env import in_torchrun
 
-    dist = dist_options(kw)
+    dist = dist_options(args)
     if in_torchrun():
-        _as_torchrun_rank(kw, opts, dist, console)
-    _as_launcher(kw, opts, dist, console)
+        _as_torchrun_rank(args, opts, dist, console)
+    _as_launcher(args, opts, dist, console)
 
 
-def _as_torchrun_rank(kw: dict[str, Any], opts: Any, dist: Any, console: Any) -> NoReturn:
+def _as_torchrun_rank(args: RunArgs, opts: ScanOptions, dist: DistOptions, console: Console) -> NoReturn:
     """torchrun started this process as one rank: run it; rank 0 shows the cluster's summary."""
     from sdcscan.cluster.rank import cluster_report_path, rank_report_path, run_rank
     from sdcscan.distributed.env import from_environment
     from sdcscan.errors import UsageError
     from sdcscan.report import load_report
 
-    if kw["standalone"] or kw["rdzv_endpoint"] or kw["rdzv_id"] or kw["nproc_per_node"] or kw["nnodes"] != 1:
+    if args.standalone or args.rdzv_endpoint or args.rdzv_id or args.nproc_per_node or args.nnodes != 1:
         raise UsageError(
             "under torchrun, give the launch options to torchrun, not to sdcscan run --distributed"
         )
     env = from_environment()
     code = run_rank(opts, dist, env)
     if env.rank == 0:
-        _show(load_report(cluster_report_path(opts, env.run_id)), kw, console)
+        _show(load_report(cluster_report_path(opts, env.run_id)), args, console)
     else:
         console.print(f"rank {env.rank}: exit {code}; report {rank_report_path(opts, env)}")
     sys.exit(code)
 
 
-def _as_launcher(kw: dict[str, Any], opts: Any, dist: Any, console: Any) -> NoReturn:
+def _as_launcher(args: RunArgs, opts: ScanOptions, dist: DistOptions, console: Console) -> NoReturn:
     from sdcscan.cluster.launcher import LaunchOptions, launch
     from sdcscan.errors import UsageError
     from sdcscan.outputs.publish import check_targets, run_lock
     from sdcscan.report import load_report
 
     where = LaunchOptions(
-        nproc_per_node=kw["nproc_per_node"] or _default_ranks(),
-        standalone=kw["standalone"],
-        nnodes=kw["nnodes"],
-        rdzv_endpoint=kw["rdzv_endpoint"],
-        rdzv_id=kw["rdzv_id"],
+        nproc_per_node=args.nproc_per_node or _default_ranks(),
+        standalone=args.standalone,
+        nnodes=args.nnodes,
+        rdzv_endpoint=args.rdzv_endpoint,
+        rdzv_id=args.rdzv_id,
     )
     where.check()
     check_targets(opts.outputs)
@@ -154,13 +161,13 @@ def _as_launcher(kw: dict[str, Any], opts: Any, dist: Any, console: Any) -> NoRe
             console.print(note)
         console.print(
             f"distributed: {where.nproc_per_node} rank(s) on this node, {where.world_size} in the world; "
-            f"budget {opts.budget_s or opts.profile.budget_s:.0f} s"
+            f"budget {opts.budget:.0f} s"
         )
         result = launch(opts, dist, where)
     for line in result.lines:
         console.print(line)
     if result.cluster_report is not None:
-        _show(load_report(result.cluster_report), kw, console)
+        _show(load_report(result.cluster_report), args, console)
     else:
         console.print(f"exit {result.exit_code} (the cluster report is written on the node of rank 0)")
     sys.exit(result.exit_code)
@@ -172,10 +179,10 @@ def _default_ranks() -> int:
     return len(units.gpu_units()) or len(units.cpu_units())
 
 
-def _show(report: dict[str, Any], kw: dict[str, Any], console: Any) -> None:
+def _show(report: dict[str, Any], args: RunArgs, console: Console) -> None:
     from sdcscan.cli.common import emit_json
     from sdcscan.render.run import render_summary
 
     render_summary(report, console)
-    if kw["as_json"]:
+    if args.as_json:
         emit_json(report)

@@ -148,7 +148,7 @@ def _write_cluster_report(
     opts: ScanOptions, env: DistEnv, store: _Store, own: dict[str, Any], dist_opts: DistOptions
 ) -> int:
     """Rank 0: gather every rank's report (bounded wait), judge the cluster, write it at --out."""
-    budget = opts.budget_s or opts.profile.budget_s
+    budget = opts.budget
     if own["run"].get("interrupted_by"):
         wait_until = time.time() + INTERRUPTED_WAIT_S
     else:
