@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from sdcscan import background, interrupts
+from sdcscan import interrupts
+from sdcscan.background import host_pacing, priority
 from sdcscan.events import CaseFinished, CaseStarted, EventSink, PhaseChanged, UnitProblem, UnitReady
 from sdcscan.evidence import CaseResult
 from sdcscan.journal import Journal
@@ -410,7 +411,7 @@ class Runner:
     def _run_delay(self, state: UnitState) -> float | None:
         if not self.background or state.proc is None or state.proc.pid is None:
             return None
-        return background.run_delay_s(state.proc.pid)
+        return priority.run_delay_s(state.proc.pid)
 
     def _mark(self, state: UnitState) -> None:
         """Background mode: start counting the worker's starvation afresh (start-up, case, or between)."""
@@ -439,7 +440,7 @@ class Runner:
         )
         state.retired, state.busy, state.current, state.not_screened = True, False, None, True
         state.late = (
-            f"{background.NOT_SCREENED}: other work on this host kept its {doing} waiting for the CPU "
+            f"{host_pacing.NOT_SCREENED}: other work on this host kept its {doing} waiting for the CPU "
             f"for {starved:.0f} s when the budget ended (background mode yields to everything else)"
         )
         if state.proc is not None and state.proc.is_alive():

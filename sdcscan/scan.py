@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sdcscan import background as ripple
 from sdcscan import faults, interrupts, units
 from sdcscan.assemble import judge_and_build
+from sdcscan.background import host_pacing, priority
 from sdcscan.calibration.peers import caches_to_forget
 from sdcscan.distributed.env import BARRIER_S, RankSetup
 from sdcscan.errors import ReportError, SdcscanError, UsageError
@@ -59,7 +59,7 @@ class ScanOptions:
     golden: str | os.PathLike[str] | None = None  # judge digests against this golden file
     started: float = field(default_factory=time.time)  # the budget counts from here (the command's start)
     background: bool | None = None  # Ripple mode (None: the profile's)
-    max_unscreened_s: float = ripple.MAX_UNSCREENED_S  # background: screen whatever the load after this
+    max_unscreened_s: float = host_pacing.MAX_UNSCREENED_S  # background: screen whatever the load after this
     rank: RankSetup | None = None  # a distributed run: this process is one rank (one unit) of the world
 
     @property
@@ -107,7 +107,7 @@ def scan(opts: ScanOptions, on_event: EventSink | None = None) -> dict[str, Any]
     with interrupts.installed():
         setup = prepare(opts)
         if setup.background:  # before the fork server starts: it and every worker inherit this
-            setup.priority.update(ripple.lower_priority(idle_scheduler=False))
+            setup.priority.update(priority.lower_priority(idle_scheduler=False))
         # Only now, so that a refused option never starts a torch import: the fork server's import
         # then overlaps taking the lock, opening the journal and starting the telemetry.
         warm_up_workers()
@@ -252,12 +252,14 @@ def run_and_judge(opts: ScanOptions, setup: Setup, on_event: EventSink) -> dict[
     return finish(opts, setup, run_doc, result, sampler.summary())
 
 
-def _pace(opts: ScanOptions, setup: Setup, *, deadline: float, on_event: EventSink) -> ripple.Pacing | None:
+def _pace(
+    opts: ScanOptions, setup: Setup, *, deadline: float, on_event: EventSink
+) -> host_pacing.Pacing | None:
     """Background mode: wait until the host is quiet enough, or due for a screen (None: not background)."""
     if not setup.background:
         return None
     unscreened = _unscreened_s(opts)
-    pacing = ripple.wait_for_quiet_host(
+    pacing = host_pacing.wait_for_quiet_host(
         unscreened_s=unscreened, deadline=deadline, max_unscreened_s=opts.max_unscreened_s
     )
     if pacing.waited_s >= 1.0 or not pacing.screen:
@@ -281,11 +283,11 @@ def _unscreened_s(opts: ScanOptions) -> float | None:
     return None
 
 
-def _pacing_note(p: ripple.Pacing) -> str:
+def _pacing_note(p: host_pacing.Pacing) -> str:
     load = "unknown" if p.load_per_cpu is None else f"{p.load_per_cpu:.2f}"
     if not p.screen:
         return (
-            f"{ripple.NOT_SCREENED}: the host stayed busy for the whole budget (load {load} per CPU, "
+            f"{host_pacing.NOT_SCREENED}: the host stayed busy for the whole budget (load {load} per CPU, "
             f"above the {p.threshold:.2f} allowed {_ago(p.unscreened_s)} after the last screen)"
         )
     return f"background: waited {p.waited_s:.0f} s for the host to quiet down (load {load} per CPU)"
@@ -295,7 +297,7 @@ def _ago(seconds: float | None) -> str:
     return "never" if seconds is None else f"{seconds / 3600:.1f} h"
 
 
-def _not_screened(runner: Runner, started: float, pacing: ripple.Pacing) -> RunResult:
+def _not_screened(runner: Runner, started: float, pacing: host_pacing.Pacing) -> RunResult:
     """The result of a background run the host's load kept from starting: every unit unscreened."""
     for state in runner.states.values():
         state.late, state.not_screened = _pacing_note(pacing), not pacing.screen

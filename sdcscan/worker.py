@@ -20,7 +20,8 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
-from sdcscan import background, faults
+from sdcscan import faults
+from sdcscan.background import idle_gates, priority
 from sdcscan.distributed.env import RankSetup
 from sdcscan.outcomes import CONSENSUS
 from sdcscan.profile import Profile
@@ -56,7 +57,7 @@ def worker_main(cfg: WorkerConfig, conn: Any) -> None:
         signal.signal(signum, signal.SIG_IGN)
     _die_with_parent(cfg.run_pid)
     # Before torch starts a thread: Linux keeps the scheduling policy per thread, and new ones inherit it.
-    priority = background.lower_priority(idle_scheduler=True) if cfg.background else None
+    granted = priority.lower_priority(idle_scheduler=True) if cfg.background else None
     uid = cfg.unit.id
     try:
         try:
@@ -67,8 +68,8 @@ def worker_main(cfg: WorkerConfig, conn: Any) -> None:
             )
             return
         conn.send(("ready", uid, engine.notes, engine.cohort_fields, engine.software, engine.peaks))
-        if priority is not None:
-            engine.pacing["priority"] = priority
+        if granted is not None:
+            engine.pacing["priority"] = granted
             engine.send_pacing()
         while True:
             msg = conn.recv()
@@ -237,8 +238,8 @@ def _join_world(
 def _idle_gate(unit: Unit) -> Any:
     """The unit's pacing gate in background mode: its core's idle share, or its GPU's other processes."""
     if unit.kind == "cpu":
-        return background.CoreIdleGate(unit.index)
-    return background.gpu_gate(unit.pci) if unit.pci else None
+        return idle_gates.CoreIdleGate(unit.index)
+    return idle_gates.gpu_gate(unit.pci) if unit.pci else None
 
 
 def _measure_peaks(device: Any, workloads: dict[str, dict[str, Any]], notes: list[str]) -> dict[str, Any]:

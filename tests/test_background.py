@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from sdcscan import background
+from sdcscan.background import host_pacing, idle_gates, priority
 from sdcscan.watchdog import CaseInFlight, Watchdog
 from tests.helpers.cli import CPUS, TWO, needs_two_cpus
 
@@ -29,8 +29,8 @@ class FakeCore:
         self.core_s += seconds * min(1.0, self.others_share + own_share)
         self.own_s += seconds * own_share
 
-    def gate(self, **kw: Any) -> background.CoreIdleGate:
-        return background.CoreIdleGate(
+    def gate(self, **kw: Any) -> idle_gates.CoreIdleGate:
+        return idle_gates.CoreIdleGate(
             0,
             read_core_s=lambda: self.core_s,
             own_cpu_s=lambda: self.own_s,
@@ -65,7 +65,7 @@ def test_core_gate_holds_cases_while_other_work_uses_the_core_and_releases_when_
     gate._sleep = sleep
     assert gate.wait_until_idle(deadline=core.now + 60, stop=lambda: False)
     assert gate.waits == 1
-    assert 3.0 <= gate.waited_s <= 3.0 + 2 * background.YIELD_S
+    assert 3.0 <= gate.waited_s <= 3.0 + 2 * idle_gates.YIELD_S
 
 
 def test_core_gate_gives_up_at_the_deadline_or_when_told_to_stop() -> None:
@@ -85,14 +85,14 @@ def test_core_gate_does_not_judge_a_window_shorter_than_the_tick_noise() -> None
     core = FakeCore()
     gate = core.gate()
     core.others_share = 1.0
-    core.advance(background.SAMPLE_MIN_S / 2)
+    core.advance(idle_gates.SAMPLE_MIN_S / 2)
     assert gate.others_share() is None
     assert gate.wait_until_idle(deadline=core.now + 60, stop=lambda: False)
 
 
 def test_core_gate_without_readable_counters_never_holds_a_case() -> None:
     """No /proc/stat (a sandbox): pacing is off, SCHED_IDLE still yields the core."""
-    gate = background.CoreIdleGate(0, read_core_s=lambda: None)
+    gate = idle_gates.CoreIdleGate(0, read_core_s=lambda: None)
     assert gate.wait_until_idle(deadline=1e18, stop=lambda: False)
 
 
@@ -103,9 +103,9 @@ def test_core_busy_seconds_read_from_a_proc_stat_file(tmp_path) -> None:
         "cpu  9 9 9 9 9 9 9 9 0 0\ncpu0 100 0 50 999 999 10 20 30 0 0\ncpu1 1 1 1 1 1 1 1 1 0 0\n"
     )
     ticks = os.sysconf("SC_CLK_TCK")
-    assert background.core_busy_s(0, stat_path=str(stat)) == pytest.approx(210 / ticks)
-    assert background.core_busy_s(7, stat_path=str(stat)) is None
-    assert background.core_busy_s(0, stat_path=str(tmp_path / "missing")) is None
+    assert idle_gates.core_busy_s(0, stat_path=str(stat)) == pytest.approx(210 / ticks)
+    assert idle_gates.core_busy_s(7, stat_path=str(stat)) is None
+    assert idle_gates.core_busy_s(0, stat_path=str(tmp_path / "missing")) is None
 
 
 class FakeNvml:
@@ -130,31 +130,31 @@ def test_gpu_gate_steps_aside_while_another_process_holds_the_gpu() -> None:
         if clock[0] >= job_ends[0]:
             nvml.pids = [os.getpid()]
 
-    gate = background.GpuIdleGate("h", nvml, clock=lambda: clock[0], sleep=sleep)
+    gate = idle_gates.GpuIdleGate("h", nvml, clock=lambda: clock[0], sleep=sleep)
     assert gate.others() == [4242]
     assert gate.wait_until_idle(deadline=100.0, stop=lambda: False)
-    assert gate.waits == 1 and 2.0 <= gate.waited_s <= 2.0 + background.YIELD_S
+    assert gate.waits == 1 and 2.0 <= gate.waited_s <= 2.0 + idle_gates.YIELD_S
     nvml.pids, job_ends[0] = [4242], float("inf")
     assert not gate.wait_until_idle(deadline=clock[0] + 1.0, stop=lambda: False)
 
 
 def test_load_threshold_rises_with_time_unscreened_and_is_open_when_due() -> None:
     """Quiet bar right after a screen, rising to LOAD_ANY, and no bar once due or never screened."""
-    day = background.MAX_UNSCREENED_S
-    bars = [background.load_threshold(f * day) for f in (0.0, 0.25, 0.5, 0.99)]
-    assert bars == sorted(bars) and bars[0] == background.LOAD_QUIET and bars[-1] < background.LOAD_ANY
-    assert background.load_threshold(day) == float("inf")
-    assert background.load_threshold(None) == float("inf")
+    day = host_pacing.MAX_UNSCREENED_S
+    bars = [host_pacing.load_threshold(f * day) for f in (0.0, 0.25, 0.5, 0.99)]
+    assert bars == sorted(bars) and bars[0] == host_pacing.LOAD_QUIET and bars[-1] < host_pacing.LOAD_ANY
+    assert host_pacing.load_threshold(day) == float("inf")
+    assert host_pacing.load_threshold(None) == float("inf")
 
 
-def _pace(loads: list[float | None], unscreened: float | None, budget: float) -> background.Pacing:
+def _pace(loads: list[float | None], unscreened: float | None, budget: float) -> host_pacing.Pacing:
     clock = [0.0]
     seen = iter(loads)
 
     def sleep(seconds: float) -> None:
         clock[0] += seconds
 
-    return background.wait_for_quiet_host(
+    return host_pacing.wait_for_quiet_host(
         unscreened_s=unscreened,
         deadline=budget,
         read_load=lambda: next(seen, loads[-1]),
@@ -165,20 +165,20 @@ def _pace(loads: list[float | None], unscreened: float | None, budget: float) ->
 
 def test_host_pacing_screens_a_quiet_host_at_once_and_waits_out_a_busy_spell() -> None:
     """Quiet: at once. Busy for two looks, then quiet: after two waits. Busy throughout: not screened."""
-    assert _pace([0.1], 60.0, 600.0) == background.Pacing(
+    assert _pace([0.1], 60.0, 600.0) == host_pacing.Pacing(
         True, False, 60.0, 0.1, pytest.approx(0.25, abs=0.01), 0.0
     )
     waited = _pace([3.0, 3.0, 0.1], 60.0, 600.0)
-    assert waited.screen and waited.waited_s == 2 * background.HOST_CHECK_S
+    assert waited.screen and waited.waited_s == 2 * host_pacing.HOST_CHECK_S
     busy = _pace([3.0], 60.0, 100.0)
     assert (
-        not busy.screen and busy.load_per_cpu == 3.0 and busy.waited_s >= 100.0 - 2 * background.HOST_CHECK_S
+        not busy.screen and busy.load_per_cpu == 3.0 and busy.waited_s >= 100.0 - 2 * host_pacing.HOST_CHECK_S
     )
 
 
 def test_host_pacing_forces_a_screen_when_due_or_never_screened_and_ignores_an_unreadable_load() -> None:
     """Due or never screened: screen whatever the load; a load that cannot be read holds nothing back."""
-    assert _pace([9.0], background.MAX_UNSCREENED_S + 1, 100.0).forced
+    assert _pace([9.0], host_pacing.MAX_UNSCREENED_S + 1, 100.0).forced
     assert _pace([9.0], None, 100.0).forced
     unknown = _pace([None], 60.0, 100.0)
     assert unknown.screen and not unknown.forced
@@ -186,13 +186,13 @@ def test_host_pacing_forces_a_screen_when_due_or_never_screened_and_ignores_an_u
 
 def test_host_pacing_lets_a_long_wait_raise_the_bar_until_the_screen_is_due() -> None:
     """A host busy at load 0.9 per CPU is screened once the time since its last screen raises the bar."""
-    day = background.MAX_UNSCREENED_S
+    day = host_pacing.MAX_UNSCREENED_S
     p = _pace([0.9], 0.5 * day, day)
     assert p.screen and not p.forced and p.waited_s > 0 and p.threshold >= 0.9
 
 
 def _granted(queue: Any) -> None:
-    granted = background.lower_priority(idle_scheduler=True)
+    granted = priority.lower_priority(idle_scheduler=True)
     with open("/proc/self/oom_score_adj") as f:
         oom = int(f.read())
     queue.put((granted, os.sched_getscheduler(0), os.getpriority(os.PRIO_PROCESS, 0), oom))
@@ -209,15 +209,15 @@ def test_lower_priority_takes_the_idle_class_and_volunteers_for_the_oom_killer()
     child.join(timeout=30)
     assert granted["cpu"] in ("SCHED_IDLE", "nice 19")
     assert policy == os.SCHED_IDLE if granted["cpu"] == "SCHED_IDLE" else nice == 19
-    assert granted["oom_score_adj"] == oom == background.OOM_SCORE_ADJ
+    assert granted["oom_score_adj"] == oom == priority.OOM_SCORE_ADJ
 
 
 def test_run_delay_is_read_from_schedstat_and_none_for_a_missing_process(tmp_path) -> None:
     """schedstat's second field, in seconds; None for a process that is gone or a kernel that says nothing."""
     (tmp_path / "42").mkdir()
     (tmp_path / "42" / "schedstat").write_text("123 2500000000 7\n")
-    assert background.run_delay_s(42, proc=str(tmp_path)) == 2.5
-    assert background.run_delay_s(43, proc=str(tmp_path)) is None
+    assert priority.run_delay_s(42, proc=str(tmp_path)) == 2.5
+    assert priority.run_delay_s(43, proc=str(tmp_path)) is None
 
 
 def test_watchdog_does_not_count_time_spent_waiting_for_the_cpu() -> None:
@@ -269,10 +269,10 @@ def test_a_core_kept_busy_by_other_work_is_not_screened_and_never_called_hung(ru
         [(u["id"], u["verdict"], u["reason"], u["cases_run"]) for u in units.values()],
     )
     bad, good = units[f"cpu:{CPUS[-1]}"], units[f"cpu:{CPUS[0]}"]
-    assert bad["verdict"] == "invalid" and bad["reason"].startswith(background.NOT_SCREENED), bad["reason"]
+    assert bad["verdict"] == "invalid" and bad["reason"].startswith(host_pacing.NOT_SCREENED), bad["reason"]
     assert "hung" not in bad["reason"]
     assert good["verdict"] == "pass" and good["cases_run"] > 0, (good, r.stderr)
-    assert good["pacing"]["priority"]["oom_score_adj"] == background.OOM_SCORE_ADJ
+    assert good["pacing"]["priority"]["oom_score_adj"] == priority.OOM_SCORE_ADJ
     assert report["run"]["background"]["parent_priority"]["cpu"] in ("nice 19", None)
     assert report["run"]["duration_s"] < 4 + 10 + 30 + 3 + 15  # budget, overrun, re-runs, stop, start-up
     assert "nothing points at" in " ".join(r.stderr.split()), r.stderr
@@ -301,8 +301,8 @@ def test_a_host_that_stays_busy_is_not_screened_and_says_so(monkeypatch, tmp_pat
     from sdcscan.outputs.publish import Outputs
     from sdcscan.profile import load_profile
 
-    monkeypatch.setattr(background, "load_per_cpu", lambda: 5.0)
-    monkeypatch.setattr(background, "HOST_CHECK_S", 0.05)
+    monkeypatch.setattr(host_pacing, "load_per_cpu", lambda: 5.0)
+    monkeypatch.setattr(host_pacing, "HOST_CHECK_S", 0.05)
     monkeypatch.setattr(scan, "_unscreened_s", lambda opts: 3600.0)
     opts = scan.ScanOptions(
         profile=load_profile("ripple"),
@@ -316,10 +316,10 @@ def test_a_host_that_stays_busy_is_not_screened_and_says_so(monkeypatch, tmp_pat
     assert report["exit_code"] == 3
     (unit,) = report["units"]
     assert unit["verdict"] == "invalid" and unit["cases_run"] == 0
-    assert unit["reason"].startswith(background.NOT_SCREENED) and "load 5.00 per CPU" in unit["reason"]
+    assert unit["reason"].startswith(host_pacing.NOT_SCREENED) and "load 5.00 per CPU" in unit["reason"]
     pacing = report["run"]["background"]["pacing"]
     assert pacing["screen"] is False and pacing["unscreened_s"] == 3600.0
-    assert any(n.startswith(background.NOT_SCREENED) for n in notes)
+    assert any(n.startswith(host_pacing.NOT_SCREENED) for n in notes)
 
 
 @pytest.mark.slow

@@ -214,7 +214,7 @@ def _options(args: RunArgs, started: float) -> ScanOptions:
 
 def _max_unscreened(text: str | None) -> float:
     """--max-unscreened in seconds (default 24 h); it only means something with --background."""
-    from sdcscan.background import MAX_UNSCREENED_S
+    from sdcscan.background.host_pacing import MAX_UNSCREENED_S
     from sdcscan.errors import UsageError
     from sdcscan.timefmt import parse_duration
 

@@ -52,8 +52,8 @@ def sentinel_cmd(**kw: object) -> None:
         sdcscan sentinel --since 24h --json
         sdcscan sentinel --prom /var/lib/node_exporter/textfile_collector/sdcscan-sentinel.prom
     """
-    from sdcscan.kernel_scan import SentinelOptions, sentinel
     from sdcscan.render.sentinel import print_sentinel
+    from sdcscan.sentinel.command import SentinelOptions, sentinel
 
     opts = SentinelOptions(kw["since"], kw["prom"], kw["history"], not kw["no_history"], kw["hostname"])  # type: ignore[arg-type]
     scan, hostname = sentinel(opts)
