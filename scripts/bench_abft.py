@@ -10,7 +10,7 @@ Each record says where its shape comes from in `source`:
   reference  square fp32/fp64 GEMMs of 512³–2048³ that no paper reports an overhead at, kept as
              a scale across which the check's O(n²) cost falls against the O(n³) GEMM.
 
-gemm_fp (what sdcscan/workloads/gemm_fp.py `run` does per case): plain = `repeats` × `a @ b`; checked =
+gemm_fp (what sdcscan/workloads/gemm_fp/workload.py `run` does per case): plain = `repeats` × `a @ b`; checked =
 the same GEMMs plus the expectations once per operand pair, `vabft.verify` (row AND column check) and
 `RepeatDigest` over each block of repeats' outputs, and one read of the totals at the end. Profile
 records take the expectations as the workload does, from statistics of its operand pool taken once
@@ -47,7 +47,7 @@ from sdcscan.checks.digest import RepeatDigest
 from sdcscan.profile import load_profile
 from sdcscan.workloads import SPECS
 from sdcscan.workloads.base import check_block
-from sdcscan.workloads.gemm_fp import RepeatTally
+from sdcscan.workloads.gemm_fp.workload import RepeatTally
 
 PROFILE = "burnin"
 PAPER_FP = [("bfloat16", "float32", (128, 1024, 256))]  # V-ABFT's Ascend tile (seeds/004, §6.8)

@@ -2,7 +2,7 @@
 
     python scripts/bench_abft_int8.py [--json] [--threads N] [--samples N]
 
-gemm_int8, as sdcscan/workloads/gemm_int8.py runs a case (set-up left out of both sides): plain =
+gemm_int8, as sdcscan/workloads/gemm_int8/workload.py runs a case (set-up left out of both sides): plain =
 `repeats` × `torch._int_mm(A_u8, W.t())` into one buffer; checked = the same GEMMs with the encoded
 weight W_ext written block by block into one buffer, the activation digit rows of the column check
 multiplied with the last repeat, `int8.check_rows` (modular row, position-weighted row and the column
@@ -13,7 +13,7 @@ the one shape Li et al. (../shared/seeds/000_*, §VI-A1, overhead < 20% over 28 
 the text, one GEMM per case (the paper checks each GEMM), in the paper's mod-127 and in mod 2^32.
 Activations use the full u8 range (the workload restricts them to [0, 127] only where `_int_mm` saturates).
 
-embbag_int8, as sdcscan/workloads/embbag_int8.py runs a case: plain = the FBGEMM EmbeddingBag; checked =
+embbag_int8, as sdcscan/workloads/embbag_int8/workload.py runs a case: plain = the FBGEMM EmbeddingBag; checked =
 the same op plus the mode's check (exact: the row-sum checksum of every bag; realistic: the trigger over
 every bag, then the rigorous recompute of flagged bags) and the `Fingerprint` of every bag. Profile records:
 the profile's rows, dim, bags, pooling and bits, each bit width in both modes (the profile runs one mode;
@@ -46,7 +46,8 @@ from bench_abft import Split, cpu_description, measure, profile_params, record, 
 from sdcscan.checks import int8
 from sdcscan.checks.digest import Fingerprint
 from sdcscan.checks.embbag import exact, id_pool, packing, realistic, table_families
-from sdcscan.workloads import embbag_int8, gemm_int8
+from sdcscan.workloads.embbag_int8 import workload as embbag_int8
+from sdcscan.workloads.gemm_int8 import workload as gemm_int8
 
 A_MAX = 255
 PAPER_GEMM = [(1, 3200, 800)]  # [m, k, n]: Li et al.'s (m, n, k) = (1, 800, 3200)

@@ -37,7 +37,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from sdcscan.checks.embbag import exact, packing, realistic
 from sdcscan.checks.embbag import table_families as tables
-from sdcscan.workloads.embbag_int8 import exact_table
+from sdcscan.workloads.embbag_int8.workload import exact_table
 
 POOLING = (20, 100)
 INDEX_KINDS = ("uniform", "zipf")

@@ -1,7 +1,7 @@
 """Benchmark: per workload, the share of case time spent computing vs checking and bookkeeping, and cases/s.
 
 Runs each workload's cases in this process on one pinned thread, exactly as a worker does, and prints
-JSON. `peak` is the rate of the plain op(s) the workload runs at its own shapes (sdcscan.workloads.peaks,
+JSON. `peak` is the rate of the plain op(s) the workload runs at its own shapes (sdcscan.peaks,
 measured fresh here, never from the cache), `efficiency` the achieved rate over it.
 Usage: python scripts/bench_workloads.py [--profile quick] [--cases 20] [--cpu 0] [--workloads gemm_fp,train]
 Run it on an otherwise idle machine: two benchmarks at once on two cores measure each other.
@@ -33,11 +33,12 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
+    from sdcscan.peaks.plain_ops import case_peak
+    from sdcscan.peaks.rates import PeakSource, workload_peak
     from sdcscan.plan import Plan
     from sdcscan.profile import load_profile
     from sdcscan.workloads import load
     from sdcscan.workloads.base import Context
-    from sdcscan.workloads.peaks import PeakSource, case_peak, workload_peak
 
     profile = load_profile(args.profile)
     plan = Plan(profile, seed=1234)

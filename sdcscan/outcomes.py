@@ -13,20 +13,20 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from sdcscan.errors import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_PASS
 
 # Case statuses: what one case produced on one unit.
-STATUS_OK = "ok"
-STATUS_MISMATCH = "mismatch"  # an invariant fired: SDC suspected on this unit
-STATUS_ERROR = "error"  # the workload raised: the unit cannot be judged
+STATUS_OK: Final = "ok"
+STATUS_MISMATCH: Final = "mismatch"  # an invariant fired: SDC suspected on this unit
+STATUS_ERROR: Final = "error"  # the workload raised: the unit cannot be judged
 STATUSES = (STATUS_OK, STATUS_MISMATCH, STATUS_ERROR)
 
 # Kinds of evidence (DESIGN.md, "Three independent kinds of evidence"), plus a recorded golden.
-INVARIANT = "invariant"  # the case checks itself: golden value, ABFT identity, NaN/Inf
-CONSENSUS = "consensus"  # the digest is bit-identical across units of a cohort
-REPEAT = "repeat"  # the digest is bit-identical when the case is re-run on the same unit
+INVARIANT: Final = "invariant"  # the case checks itself: golden value, ABFT identity, NaN/Inf
+CONSENSUS: Final = "consensus"  # the digest is bit-identical across units of a cohort
+REPEAT: Final = "repeat"  # the digest is bit-identical when the case is re-run on the same unit
 GOLDEN = "golden"  # the digest equals the one recorded for this plan and cohort (`sdcscan golden`)
 EVIDENCE = (INVARIANT, CONSENSUS, REPEAT)  # what a workload can declare it supports
 

@@ -24,12 +24,12 @@ from typing import Any
 from sdcscan import interrupts
 from sdcscan.background import host_pacing, priority
 from sdcscan.events import CaseFinished, CaseStarted, EventSink, PhaseChanged, UnitProblem, UnitReady
-from sdcscan.evidence import CaseResult
 from sdcscan.journal import Journal
+from sdcscan.judgement.evidence import CaseResult
+from sdcscan.judgement.verdict import retest_plan
 from sdcscan.outcomes import STATUS_OK
 from sdcscan.rerun_schedule import MAX_RETEST_CASES, RerunSchedule, retest_window
 from sdcscan.units import Unit, cohort_key
-from sdcscan.verdict import retest_plan
 from sdcscan.watchdog import OVERRUN_S, CaseInFlight, Watchdog
 from sdcscan.worker import WorkerConfig, worker_main
 from sdcscan.workloads import SPECS
@@ -84,7 +84,7 @@ class UnitState:
     ready: bool = False
     busy: bool = False
     notes: list[str] = field(default_factory=list)
-    peaks: dict[str, Any] = field(default_factory=dict)  # workload -> its plain-op peak (workloads.peaks)
+    peaks: dict[str, Any] = field(default_factory=dict)  # workload -> its plain-op peak (sdcscan.peaks)
     current: CaseInFlight | None = None
     problem: str | None = None
     late: str | None = None  # why a unit that started after the deadline ran no case

@@ -2,7 +2,7 @@
 
 `scan(opts, on_event)` resolves and checks everything first (seed, units, outputs, golden: errors here
 come before any work), holds the host's run lock, runs one worker per unit with telemetry sampled
-beside them, judges every piece of evidence once (`sdcscan.verdict`), and writes the outputs the
+beside them, judges every piece of evidence once (`sdcscan.judgement.verdict`), and writes the outputs the
 options ask for. Progress reaches the caller only through `on_event`.
 """
 
@@ -14,23 +14,24 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from sdcscan import faults, interrupts, units
-from sdcscan.assemble import judge_and_build
 from sdcscan.background import host_pacing, priority
 from sdcscan.calibration.peers import caches_to_forget
 from sdcscan.distributed.env import BARRIER_S, RankSetup
 from sdcscan.errors import ReportError, SdcscanError, UsageError
 from sdcscan.events import Event, EventSink, RunNote, RunStarted
-from sdcscan.evidence import PROBLEM_NOT_SCREENED, GoldenEntry, Problem
 from sdcscan.files import calibration_cache_dir
 from sdcscan.fleet.golden import GoldenIndex, index_golden, load_golden
 from sdcscan.journal import Journal
+from sdcscan.judgement.assemble import UnitFacts, judge_and_build
+from sdcscan.judgement.evidence import PROBLEM_NOT_SCREENED, GoldenEntry, Problem
 from sdcscan.outputs import history
 from sdcscan.outputs.publish import Outputs, check_targets, history_path, publish, run_lock
 from sdcscan.plan import week_seed
 from sdcscan.profile import Profile
+from sdcscan.report.document import Distributed, Report, Run, Telemetry, UnitPacing
 from sdcscan.runner import Runner, RunResult, warm_up_workers
 from sdcscan.sentinel import scan as sentinel
 from sdcscan.telemetry.sampler import Sampler, telemetry_findings
@@ -87,12 +88,12 @@ class Setup:
 class OutputError(ReportError):
     """The run was judged but an output could not be written; `report` is the judged report."""
 
-    def __init__(self, message: str, report: dict[str, Any]) -> None:
+    def __init__(self, message: str, report: Report) -> None:
         super().__init__(message)
         self.report = report
 
 
-def scan(opts: ScanOptions, on_event: EventSink | None = None) -> dict[str, Any]:
+def scan(opts: ScanOptions, on_event: EventSink | None = None) -> Report:
     """Run the scan and return the judged report, with every output the options ask for written.
 
     Raises:
@@ -184,7 +185,7 @@ def _golden_index(path: str | os.PathLike[str] | None) -> GoldenIndex | None:
     return None if path is None else index_golden(load_golden(path))
 
 
-def run_and_judge(opts: ScanOptions, setup: Setup, on_event: EventSink) -> dict[str, Any]:
+def run_and_judge(opts: ScanOptions, setup: Setup, on_event: EventSink) -> Report:
     """Run every unit until the budget ends (SIGINT or SIGTERM stops it early) and return the judged report."""
     profile, seed, started = opts.profile, setup.seed, opts.started
     budget = opts.budget
@@ -305,28 +306,19 @@ def _not_screened(runner: Runner, started: float, pacing: host_pacing.Pacing) ->
 
 
 def finish(
-    opts: ScanOptions, setup: Setup, run_doc: dict[str, Any], result: RunResult, telemetry: dict[str, Any]
-) -> dict[str, Any]:
-    """Judge the results, with the golden's entries for this plan when there is one, and assemble the report."""
-    run_doc = {
-        **run_doc,
-        "ended_at": iso_utc(result.ended),
-        "duration_s": round(result.ended - result.started, 3),
-    }
+    opts: ScanOptions, setup: Setup, started: dict[str, Any], result: RunResult, telemetry: Telemetry
+) -> Report:
+    """Judge the results, with the golden's entries for this plan when there is one, and assemble the report.
+
+    `started` is the `run` object as the run began (id, profile, seed, budget, …); its end is added here.
+    """
+    ended = {"ended_at": iso_utc(result.ended), "duration_s": round(result.ended - result.started, 3)}
+    run_doc = cast(Run, {**started, **ended})
     if result.interrupted:
         run_doc["interrupted_by"] = result.interrupted
     if opts.rank is not None:
         run_doc["distributed"] = _rank_doc(opts.rank, result)
-    unit_docs = [
-        {
-            **u.to_dict(),
-            "cohort": result.states[u.id].cohort,
-            "notes": result.states[u.id].notes,
-            "peaks": result.states[u.id].peaks,
-            "pacing": result.states[u.id].pacing,
-        }
-        for u in setup.units
-    ]
+    unit_docs = [_unit_facts(u, result) for u in setup.units]
     _forget_calibrations(caches_to_forget({u["id"]: u["cohort"] for u in unit_docs}, result.outcomes))
     report = judge_and_build(
         run=run_doc,
@@ -345,24 +337,42 @@ def finish(
     return report
 
 
-def _rank_doc(rank: RankSetup, result: RunResult) -> dict[str, Any]:
+def _unit_facts(u: units.Unit, result: RunResult) -> UnitFacts:
+    state = result.states[u.id]
+    facts: UnitFacts = {
+        "id": u.id,
+        "kind": u.kind,
+        "model": u.model,
+        "cohort": state.cohort,
+        "notes": state.notes,
+        "peaks": state.peaks,
+        "pacing": cast(UnitPacing, state.pacing),  # as the worker sent it
+    }
+    if u.pci:
+        facts["pci"] = u.pci
+    return facts
+
+
+def _rank_doc(rank: RankSetup, result: RunResult) -> Distributed:
     """A rank report's `run.distributed`: where the rank sat and what its worker saw of the world."""
     seen = next((s.world for s in result.states.values() if s.world), {})
-    return {
-        **rank.env.to_dict(),
-        "hostname": rank.hostname,
-        "injections": [f.to_dict() for f in rank.faults],
-        "timeout_s": rank.timeout_s,
-        **{k: v for k, v in seen.items() if k not in ("rank", "world_size")},
-    }
+    return cast(
+        Distributed,
+        {  # the world's summary comes from the worker, as JSON
+            **rank.env.to_dict(),
+            "hostname": rank.hostname,
+            "injections": [f.to_dict() for f in rank.faults],
+            "timeout_s": rank.timeout_s,
+            **{k: v for k, v in seen.items() if k not in ("rank", "world_size")},
+        },
+    )
 
 
-def _add_kernel_evidence(
-    report: dict[str, Any], started: float, ended: float, unit_docs: list[dict[str, Any]]
-) -> None:
+def _add_kernel_evidence(report: Report, started: float, ended: float, unit_docs: list[UnitFacts]) -> None:
     """The kernel's own log of the run's window (segfaults per core, machine checks, Xids) beside the
     tests: its findings say what to screen, and never change the run's verdict or exit code."""
-    found = sentinel.scan_window_quietly(started, ended, unit_docs)
+    gpus = {u["pci"]: u["id"] for u in unit_docs if u.get("pci")}
+    found = sentinel.scan_window_quietly(started, ended, gpus)
     if found is not None:
         report["sentinel"] = found.section
         report["findings"] += found.findings

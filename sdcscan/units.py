@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from sdcscan.errors import UsageError
+from sdcscan.report.document import Host, UnitKind
 
 # Environment variables that change which kernels run, and so the bits (docs/abft.md §4.2).
 ISA_PINS = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA", "FBGEMM_ENABLE_INSTRUCTIONS")
@@ -28,7 +29,7 @@ class Unit:
     """One thing a verdict is about: `cpu:N` (a logical CPU, pinned) or `cuda:N` (a GPU)."""
 
     id: str
-    kind: str  # "cpu" | "cuda"
+    kind: UnitKind
     index: int
     model: str
     pci: str | None = None  # a GPU's PCI bus id, "0000:3b:00.0": how NVML and the kernel log name it
@@ -216,7 +217,7 @@ def machine_id(paths: tuple[str, ...] = MACHINE_ID_FILES) -> str | None:
     return None
 
 
-def host_inventory() -> dict[str, Any]:
+def host_inventory() -> Host:
     """Facts about the host for the report (no torch needed)."""
     try:
         mem_bytes = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

@@ -249,7 +249,7 @@ def _measure_peaks(device: Any, workloads: dict[str, dict[str, Any]], notes: lis
     unit's cases run regardless.
     """
     try:
-        from sdcscan.workloads.peaks import unit_peaks
+        from sdcscan.peaks.rates import unit_peaks
 
         peaks, found = unit_peaks(device, workloads)
     except Exception as err:

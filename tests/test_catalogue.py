@@ -108,7 +108,7 @@ def _workload(name: str, *, module: str | None = None, spec_: WorkloadSpec | Non
             return Outcome(status="ok", digest="0")
 
     Fake.name = name  # type: ignore[attr-defined]
-    Fake.__module__ = module or f"sdcscan.workloads.{name}"
+    Fake.__module__ = module or f"sdcscan.workloads.{name}.workload"
     return Fake
 
 
@@ -145,7 +145,7 @@ def test_has_selftest_needs_every_member_of_the_protocol():
 
 def test_no_workload_module_imports_a_command_module():
     """Workloads are library code: they may use sdcscan.checks and their own package, never sdcscan.cli."""
-    for path in sorted((ROOT / "sdcscan" / "workloads").glob("*.py")):
+    for path in sorted((ROOT / "sdcscan" / "workloads").rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         imported = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
         imported += [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
@@ -163,27 +163,6 @@ def test_every_parameter_declares_its_range_and_the_shipped_values_are_in_it(nam
         merged = {**s.defaults, **overrides}
         assert [(k, s.param_problem(k, v)) for k, v in merged.items() if s.param_problem(k, v)] == [], label
         assert s.rules_problem(merged) is None, label
-
-
-def test_the_catalogue_restates_the_workloads_limits_exactly():
-    """The torch-free catalogue repeats limits the workload modules own; they must not drift apart."""
-    import sdcscan.workloads as cat
-    from sdcscan.calibration import measure as calibration
-    from sdcscan.checks import int8, vabft
-    from sdcscan.checks.embbag import packing
-    from sdcscan.workloads import embbag_int8, gemm_int8, matmul_golden, train
-
-    assert tuple(train._DTYPES) == cat.TRAIN_DTYPES
-    assert tuple(matmul_golden.DTYPES) == cat.GOLDEN_DTYPES
-    assert (int8.SCHEMES, gemm_int8.PATHS) == (cat.INT8_SCHEMES, cat.INT8_PATHS)
-    assert (gemm_int8.MIN_K, int8.max_exact_k()) == (cat.INT8_MIN_K, cat.INT8_MAX_K)
-    assert int8.MAX_N_MOD2_32 == cat.INT8_MAX_N_MOD2_32
-    assert embbag_int8.MODES == cat.EMBBAG_MODES and cat.EMBBAG_MAX_POOLING == (2**16 - 1) // 3
-    assert packing.BITS == cat.EMBBAG_BITS
-    assert tuple(calibration.DTYPES) == cat.FP_DTYPES
-    assert tuple(calibration.DISTRIBUTIONS) == cat.FP_INPUTS
-    assert vabft.SIGMA_C == cat.FP_CALIBRATED_C
-    assert {c for checkers in calibration.CHECKERS.values() for c in checkers} == set(cat.FP_CHECKERS)
 
 
 @pytest.mark.parametrize(

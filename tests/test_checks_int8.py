@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from sdcscan.checks import int8
 from sdcscan.faults import corrupt_matrix_, flip_bit_, from_label
-from sdcscan.workloads.gemm_int8 import MIN_K
+from sdcscan.workloads.gemm_int8.workload import MIN_K
 
 
 def _product(a: torch.Tensor, w_ext: torch.Tensor) -> torch.Tensor:

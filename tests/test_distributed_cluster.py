@@ -13,9 +13,9 @@ import pytest
 from click.testing import CliRunner
 from rich.console import Console
 
-from sdcscan.assemble import judge_and_build
 from sdcscan.cli import cli
 from sdcscan.cluster.report import RankInfo, build_cluster_report, rank_unit_id
+from sdcscan.judgement.assemble import judge_and_build
 from sdcscan.outcomes import unit_order
 from sdcscan.render.run import render_summary
 from sdcscan.report import SCHEMA_PATH, validate_report

@@ -25,10 +25,10 @@ from sdcscan.doctor.checkup import Setup, checkup
 from sdcscan.doctor.children import ChildResult
 from sdcscan.doctor.steps import Step, exit_code
 from sdcscan.errors import EXIT_FAIL, EXIT_INVALID, EXIT_PASS
+from sdcscan.selftest.sweep import run_selftest
 from sdcscan.units import Unit
 from sdcscan.workloads import SPECS
 from sdcscan.workloads.base import REGISTRY
-from sdcscan.workloads.selftest import run_selftest
 from tests.helpers.selftest import FakeAbft as _Fake
 
 CPU0, CPU1 = Unit("cpu:0", "cpu", 0, "test CPU"), Unit("cpu:1", "cpu", 1, "test CPU")

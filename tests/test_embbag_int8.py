@@ -12,9 +12,10 @@ import torch
 from sdcscan.checks.embbag import packing, realistic
 from sdcscan.faults import FaultSpec
 from sdcscan.outcomes import Case
-from sdcscan.workloads import SPECS, embbag_int8, load
+from sdcscan.workloads import SPECS, load
 from sdcscan.workloads.base import Context, has_selftest
-from sdcscan.workloads.embbag_int8 import EmbbagInt8, exact_table, fit_rows
+from sdcscan.workloads.embbag_int8 import workload as embbag_int8
+from sdcscan.workloads.embbag_int8.workload import EmbbagInt8, exact_table, fit_rows
 
 VARIANTS = list(EmbbagInt8.selftest_variants)
 

@@ -16,7 +16,7 @@ from sdcscan.faults import FaultSpec
 from sdcscan.outcomes import Case, Outcome
 from sdcscan.workloads import SPECS
 from sdcscan.workloads.base import Context
-from sdcscan.workloads.embbag_int8 import MAX_RECORDED, EmbbagInt8
+from sdcscan.workloads.embbag_int8.workload import MAX_RECORDED, EmbbagInt8
 
 MODES = ["exact", "realistic"]
 

@@ -162,7 +162,7 @@ def test_bad_report_files_get_a_clear_error(tmp_path, content, reason):
 
 def test_enormous_report_is_refused_before_parsing(tmp_path, monkeypatch):
     """A file over the size limit is refused by its size, without reading it."""
-    import sdcscan.report as report_module
+    import sdcscan.report.validation as report_module
 
     monkeypatch.setattr(report_module, "MAX_REPORT_BYTES", 100)
     path = tmp_path / "r.json"

@@ -18,8 +18,9 @@ from sdcscan.checks.digest import RepeatDigest
 from sdcscan.faults import FaultSpec
 from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
 from sdcscan.units import device_model
-from sdcscan.workloads import SPECS, base, gemm_fp, load
+from sdcscan.workloads import SPECS, base, load
 from sdcscan.workloads.base import Context
+from sdcscan.workloads.gemm_fp import workload as gemm_fp
 
 SHAPES = {
     "float32": [256, 256, 64],

@@ -13,9 +13,10 @@ from sdcscan import faults
 from sdcscan.checks import int8
 from sdcscan.faults import FaultSpec
 from sdcscan.outcomes import Case
-from sdcscan.workloads import gemm_int8, load
+from sdcscan.workloads import load
 from sdcscan.workloads.base import Context, has_selftest
-from sdcscan.workloads.gemm_int8 import OUTPUT_MODELS, GemmInt8, _probe
+from sdcscan.workloads.gemm_int8 import workload as gemm_int8
+from sdcscan.workloads.gemm_int8.workload import OUTPUT_MODELS, GemmInt8, _probe
 
 CHECKS = {"abft_mod2_32", "abft_mod127", "abft_weighted_row", "abft_column"}
 

@@ -9,9 +9,9 @@ from typing import Any
 import jsonschema
 import pytest
 
-from sdcscan.assemble import judge_and_build
 from sdcscan.fleet.compare import Options, summarize
 from sdcscan.fleet.golden import GoldenError, check_report, index_golden, load_golden, record
+from sdcscan.judgement.assemble import judge_and_build
 from sdcscan.report import SCHEMA_PATH, case_records
 from tests.helpers.fleet import PLAN_SHA, extract, good, report, unit
 

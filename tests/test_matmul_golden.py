@@ -9,9 +9,10 @@ from sdcscan.errors import ProfileError
 from sdcscan.faults import FaultSpec
 from sdcscan.outcomes import Case, Outcome
 from sdcscan.profile import profile_from_data
-from sdcscan.workloads import SPECS, base, golden_kronecker_split
+from sdcscan.workloads import SPECS, base
 from sdcscan.workloads.base import Context
-from sdcscan.workloads.matmul_golden import (
+from sdcscan.workloads.matmul_golden.spec import golden_kronecker_split
+from sdcscan.workloads.matmul_golden.workload import (
     MAX_RECORDED,
     BadElements,
     MatmulGolden,

@@ -13,11 +13,13 @@ import torch
 from click.testing import CliRunner
 
 from sdcscan import worker
-from sdcscan.assemble import judge_and_build
 from sdcscan.errors import ReportError
+from sdcscan.judgement.assemble import judge_and_build
+from sdcscan.peaks import rates
+from sdcscan.peaks.plain_ops import PlainOp, case_peak, combined_rate, plain_ops
+from sdcscan.peaks.rates import PeakSource, workload_peak
 from sdcscan.report import SCHEMA_PATH, validate_report
-from sdcscan.workloads import SPECS, peaks
-from sdcscan.workloads.peaks import PeakSource, PlainOp, combined_rate, plain_ops, workload_peak
+from sdcscan.workloads import SPECS
 
 CPU = torch.device("cpu")
 OP = PlainOp("matmul", "float32", (8, 16, 8), 1.0)
@@ -27,7 +29,7 @@ TINY = {name: dict(spec.tiny) for name, spec in SPECS.items()}
 
 
 class _Counting:
-    """A stand-in for `peaks.measure` that returns a fixed rate and counts its calls."""
+    """A stand-in for `rates.measure` that returns a fixed rate and counts its calls."""
 
     def __init__(self, rate: float = 1e9) -> None:
         self.rate, self.calls = rate, 0
@@ -77,11 +79,11 @@ def test_timing_warms_up_then_takes_the_best_call_and_stops_on_a_slow_op():
     # warm-up 1/8, 1/8; timed 1/8, 1/16, 1/8: the budget (1/4) is spent after the third timed call
     ticks = iter([0.0, 0.125, 1.0, 1.125, 2.0, 2.125, 3.0, 3.0625, 4.0, 4.125, 5.0, 5.0625])
     calls = []
-    best = peaks.time_best(lambda: calls.append(1), CPU, clock=lambda: next(ticks))
+    best = rates.time_best(lambda: calls.append(1), CPU, clock=lambda: next(ticks))
     assert len(calls) == 2 + 3 and best == 0.0625
     slow = iter([0.0, 5.0, 6.0, 9.0])
     calls.clear()
-    assert peaks.time_best(lambda: calls.append(1), CPU, clock=lambda: next(slow)) == 3.0
+    assert rates.time_best(lambda: calls.append(1), CPU, clock=lambda: next(slow)) == 3.0
     assert len(calls) == 2  # one warm-up, one timed call: no op class takes much more than a second
 
 
@@ -96,22 +98,22 @@ def test_timing_warms_up_then_takes_the_best_call_and_stops_on_a_slow_op():
     ],
 )
 def test_each_op_class_is_measured_on_the_cpu(op):
-    assert peaks.measure(op, CPU) > 0
+    assert rates.measure(op, CPU) > 0
 
 
 # --- cache ---------------------------------------------------------------------------------------
 
 
 def test_the_fingerprint_holds_what_a_rate_depends_on():
-    fp = peaks.fingerprint(CPU)
+    fp = rates.fingerprint(CPU)
     assert {"device_model", "device_kind", "torch", "cpu_capability", "threads", "blas"} <= set(fp)
     assert "dtype" not in fp and "checker" not in fp
-    base = peaks._cache_file(Path("d"), fp, OP)
-    assert peaks._cache_file(Path("d"), {**fp, "threads": fp["threads"] + 1}, OP) != base
-    assert peaks._cache_file(Path("d"), fp, PlainOp("matmul", "float64", OP.shape, 1.0)) != base
-    assert peaks._cache_file(Path("d"), fp, PlainOp("matmul", "float32", (8, 16, 9), 1.0)) != base
+    base = rates._cache_file(Path("d"), fp, OP)
+    assert rates._cache_file(Path("d"), {**fp, "threads": fp["threads"] + 1}, OP) != base
+    assert rates._cache_file(Path("d"), fp, PlainOp("matmul", "float64", OP.shape, 1.0)) != base
+    assert rates._cache_file(Path("d"), fp, PlainOp("matmul", "float32", (8, 16, 9), 1.0)) != base
     assert (
-        peaks._cache_file(Path("d"), fp, PlainOp("matmul", "float32", OP.shape, 5.0)) == base
+        rates._cache_file(Path("d"), fp, PlainOp("matmul", "float32", OP.shape, 5.0)) == base
     )  # weight: not the op's
 
 
@@ -123,9 +125,9 @@ def test_a_measured_peak_is_cached_and_read_back_without_measuring(tmp_path):
     (path,) = tmp_path.iterdir()
     doc = json.loads(path.read_text())
     assert (
-        doc["schema"] == peaks.CACHE_SCHEMA
+        doc["schema"] == rates.CACHE_SCHEMA
         and doc["op"] == OP.key()
-        and doc["fingerprint"] == peaks.fingerprint(CPU)
+        and doc["fingerprint"] == rates.fingerprint(CPU)
     )
 
 
@@ -142,7 +144,7 @@ def test_each_op_is_measured_once_per_unit_however_many_workloads_share_it(tmp_p
     [
         "{not json",
         json.dumps({"schema": "other", "ops_per_s": 1.0}),
-        json.dumps({"schema": peaks.CACHE_SCHEMA, "fingerprint": {}, "op": OP.key(), "ops_per_s": 1.0}),
+        json.dumps({"schema": rates.CACHE_SCHEMA, "fingerprint": {}, "op": OP.key(), "ops_per_s": 1.0}),
         "FINGERPRINT_OK:-1",
         "FINGERPRINT_OK:true",
     ],
@@ -180,7 +182,7 @@ def test_a_workload_peak_is_plain_data_with_every_op_and_its_source(tmp_path):
 
 
 def test_a_peak_that_cannot_be_measured_is_null_with_a_note(tmp_path):
-    found, notes = peaks.unit_peaks(CPU, {"gemm_fp": {}}, PeakSource(CPU, tmp_path, _failing))
+    found, notes = rates.unit_peaks(CPU, {"gemm_fp": {}}, PeakSource(CPU, tmp_path, _failing))
     assert found["gemm_fp"]["peak_ops_per_s"] is None and "no kernel" in found["gemm_fp"]["error"]
     assert notes and "gemm_fp" in notes[0] and "efficiency is not reported" in notes[0]
 
@@ -199,7 +201,7 @@ def test_a_unit_whose_peak_measurement_raises_still_runs_its_cases(monkeypatch, 
 
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
     monkeypatch.setattr(worker, "configure_torch", lambda unit, threads: torch)  # no pinning of pytest
-    monkeypatch.setattr(peaks, "measure", _failing)
+    monkeypatch.setattr(rates, "measure", _failing)
     profile = load_profile("quick")
     cfg = worker.WorkerConfig(
         unit=Unit("cpu:0", "cpu", 0, "m"),
@@ -221,7 +223,7 @@ def test_a_unit_whose_whole_peak_step_fails_gets_a_note_and_no_peaks(monkeypatch
     def explode(device, workloads):
         raise MemoryError("out of memory")
 
-    monkeypatch.setattr(peaks, "unit_peaks", explode)
+    monkeypatch.setattr(rates, "unit_peaks", explode)
     notes: list[str] = []
     assert worker._measure_peaks(CPU, {"train": {}}, notes) == {}
     assert notes and "MemoryError" in notes[0]
@@ -302,7 +304,7 @@ def test_info_peaks_json_lists_every_workload_op_shape_rate_and_source(monkeypat
 
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
     monkeypatch.setattr(worker, "configure_torch", lambda unit, threads: torch)
-    monkeypatch.setattr(peaks, "measure", _Counting(5e9))
+    monkeypatch.setattr(rates, "measure", _Counting(5e9))
     monkeypatch.setattr(
         "sdcscan.units.discover_units", lambda: [Unit("cpu:0", "cpu", 0, "m"), Unit("cpu:1", "cpu", 1, "m")]
     )
@@ -331,6 +333,6 @@ def test_info_peaks_refuses_an_unknown_profile_before_measuring():
 
 def test_a_case_is_held_against_the_op_of_its_own_slot():
     found = {"peak_ops_per_s": 1.5, "error": None, "ops": [{"ops_per_s": 1.0}, {"ops_per_s": 2.0}]}
-    assert [peaks.case_peak("gemm_fp", found, i) for i in range(3)] == [1.0, 2.0, 1.0]
-    assert peaks.case_peak("train", found, 1) == 1.5  # every op in every case
-    assert peaks.case_peak("gemm_fp", {**found, "error": "x"}, 0) is None
+    assert [case_peak("gemm_fp", found, i) for i in range(3)] == [1.0, 2.0, 1.0]
+    assert case_peak("train", found, 1) == 1.5  # every op in every case
+    assert case_peak("gemm_fp", {**found, "error": "x"}, 0) is None

@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from sdcscan import scan
-from sdcscan.assemble import judge_and_build
 from sdcscan.calibration import measure as calibration
 from sdcscan.calibration.peers import caches_to_forget, held_thresholds, out_of_line, reference
 from sdcscan.fleet.compare import summarize
+from sdcscan.judgement.assemble import judge_and_build
 from sdcscan.outcomes import Case
 from sdcscan.report import SCHEMA_PATH
 from sdcscan.workloads import load

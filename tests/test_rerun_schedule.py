@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sdcscan.evidence import CaseResult
+from sdcscan.judgement.evidence import CaseResult
+from sdcscan.judgement.verdict import retest_plan
 from sdcscan.rerun_schedule import (
     MAX_RETEST_CASES,
     RETEST_MAX_S,
@@ -14,7 +15,6 @@ from sdcscan.rerun_schedule import (
     RerunSchedule,
     retest_window,
 )
-from sdcscan.verdict import retest_plan
 
 UNITS = {"cpu:0", "cpu:1"}
 # As verdict.retest_plan lists them: cpu:1 failed cases 4 and 9 (2 re-runs each), cpu:0 is the peer.

@@ -247,7 +247,7 @@ def test_bad_report_and_journal_files_are_clear_errors(tmp_path, content, needle
 
 def test_report_shows_a_saved_report_and_exits_with_its_code(tmp_path):
     """A report as `run` writes it round-trips through `sdcscan report` with its own exit code (1: fail)."""
-    from sdcscan.assemble import judge_and_build
+    from sdcscan.judgement.assemble import judge_and_build
 
     case = {"type": "case", "attempt": 0, "workload": "train", "digest": "d", "seconds": 0.1, "status": "ok"}
     units = [

@@ -13,9 +13,9 @@ import torch
 from sdcscan.calibration import measure as calibration
 from sdcscan.faults import FaultSpec
 from sdcscan.outcomes import STATUS_ERROR, STATUS_MISMATCH, STATUS_OK, Case
+from sdcscan.selftest.sweep import run_selftest
 from sdcscan.workloads import load
 from sdcscan.workloads.base import Context
-from sdcscan.workloads.selftest import run_selftest
 
 CPU = torch.device("cpu")
 SHAPE = (32, 128, 32)

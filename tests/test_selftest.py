@@ -9,9 +9,9 @@ import pytest
 from click.testing import CliRunner
 
 from sdcscan.cli.abft import selftest
+from sdcscan.selftest.sweep import selftest_workloads
 from sdcscan.workloads import SPECS
 from sdcscan.workloads.base import REGISTRY, has_selftest
-from sdcscan.workloads.selftest import selftest_workloads
 from tests.helpers.selftest import FakeAbft as _Fake
 
 SITE_KEYS = {"workload", "variant", "site", "bit", "trials", "detected"}

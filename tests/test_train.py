@@ -13,7 +13,7 @@ import torch
 from sdcscan.faults import FaultSpec
 from sdcscan.outcomes import STATUS_MISMATCH, Case
 from sdcscan.workloads.base import Context
-from sdcscan.workloads.train import Train
+from sdcscan.workloads.train.workload import Train
 from tests.helpers.cli import child_env
 
 PARAMS = {**Train.spec.defaults, "hidden": 32, "batch": 16, "steps": 12}
@@ -50,7 +50,7 @@ os.sched_setaffinity(0, {int(sys.argv[1])})
 torch.set_num_threads(1)
 from sdcscan.outcomes import Case
 from sdcscan.workloads.base import Context
-from sdcscan.workloads.train import Train
+from sdcscan.workloads.train.workload import Train
 params = json.loads(sys.argv[2])
 ctx = Context(unit="x", device=torch.device("cpu"), run_seed=1, params=params)
 w = Train(params); w.prepare(ctx); ctx.begin_case(None)

@@ -11,7 +11,7 @@ from sdcscan.outcomes import Case
 from sdcscan.profile import profile_from_data
 from sdcscan.workloads.base import Context
 from sdcscan.workloads.params import Choice
-from sdcscan.workloads.train import Train, case_generator
+from sdcscan.workloads.train.workload import Train, case_generator
 
 PARAMS = {**Train.spec.defaults, "hidden": 32, "batch": 16, "steps": 12, "autocast": "bfloat16"}
 FLIP = FaultSpec("bitflip", "weight", seed=3, element=5, bit=0)
@@ -126,6 +126,6 @@ def test_autocast_on_cuda_repeats_bit_for_bit_and_sees_a_weight_fault(autocast):
 
 def test_the_catalogue_offers_exactly_the_autocast_dtypes_the_workload_knows():
     """The catalogue restates train._AUTOCAST (it imports no torch); the two must not drift apart."""
-    from sdcscan.workloads import train
+    from sdcscan.workloads.train import workload as train
 
     assert Train.spec.params["autocast"] == Choice(tuple(train._AUTOCAST))

@@ -18,8 +18,9 @@ from sdcscan.distributed import collectives
 from sdcscan.distributed.env import WireFault
 from sdcscan.distributed.world import World
 from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case, Outcome
-from sdcscan.workloads import SPECS, collective, load
+from sdcscan.workloads import SPECS, load
 from sdcscan.workloads.base import Context
+from sdcscan.workloads.collective import workload as collective
 from tests.helpers.gloo_world import spawn_world
 
 SPEC = SPECS["collective"]

@@ -29,7 +29,7 @@ from sdcscan.faults import FaultSpec
 from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case
 from sdcscan.workloads import SPECS, load
 from sdcscan.workloads.base import Context
-from sdcscan.workloads.train_dp import (
+from sdcscan.workloads.train_dp.workload import (
     DTYPES,
     RankReport,
     TrainDp,

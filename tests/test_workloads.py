@@ -62,7 +62,7 @@ def test_workload_declares_its_contract(name):
     """Its module registers a class of that name whose spec is the catalogue entry, and the entry is complete."""
     cls = load(name)
     spec = SPECS[name]
-    assert cls.name == name and cls.spec is spec and cls.__module__ == f"sdcscan.workloads.{name}"
+    assert cls.name == name and cls.spec is spec and cls.__module__ == f"sdcscan.workloads.{name}.workload"
     assert spec.name == name and spec.description and spec.fault_sites and spec.evidence
     assert set(spec.evidence) <= set(EVIDENCE)
     assert set(spec.tiny) <= set(spec.defaults)

@@ -28,26 +28,21 @@ from typing import Any
 
 import torch
 
-from sdcscan.calibration.table import MAX_TABLE_BYTES, SCHEMA, check_schema, check_table
+from sdcscan.calibration.table import (
+    CHECKERS,
+    DISTRIBUTION_NAMES,
+    DTYPE_NAMES,
+    MAX_TABLE_BYTES,
+    SCHEMA,
+    check_schema,
+    check_table,
+)
 from sdcscan.checks import vabft
 from sdcscan.errors import ReportError, UsageError
 from sdcscan.files import calibration_cache_dir, make_state_dir, parse_json, read_json, write_json_atomic
 from sdcscan.timefmt import iso_utc
 
-DTYPES = {
-    "float32": torch.float32,
-    "float64": torch.float64,
-    "bfloat16": torch.bfloat16,
-    "float16": torch.float16,
-}
-# Checker precisions per GEMM dtype (docs/abft.md §3.2): fp32 in fp32 (cheap) or fp64; low precision in
-# fp32 from the exact low-precision operands.
-CHECKERS = {
-    "float32": ["float32", "float64"],
-    "float64": ["float64"],
-    "bfloat16": ["float32"],
-    "float16": ["float32"],
-}
+DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in DTYPE_NAMES}
 DEFAULT_K = (256, 1024, 4096)
 DEFAULT_ROWS = 10_000
 DEFAULT_MARGIN = 3.0
@@ -81,7 +76,7 @@ def _row_scales(shape: tuple[int, int], g: torch.Generator, dt: torch.dtype) -> 
 
 # (shape, generator, dtype) -> a matrix of GEMM operands; not telemetry's Sampler
 OperandSampler = Callable[[tuple[int, int], torch.Generator, torch.dtype], torch.Tensor]
-DISTRIBUTIONS: dict[str, OperandSampler] = {
+_SAMPLERS: dict[str, OperandSampler] = {
     "abs_normal": lambda s, g, dt: (
         torch.randn(s, generator=g, dtype=dt).abs() + 0.5
     ),  # the artifact's default
@@ -92,6 +87,7 @@ DISTRIBUTIONS: dict[str, OperandSampler] = {
     "llm_like": _llm_like,
     "row_scales": _row_scales,
 }
+DISTRIBUTIONS = {name: _SAMPLERS[name] for name in DISTRIBUTION_NAMES}  # table.py names them
 
 
 def sample(dist: str, shape: tuple[int, int], g: torch.Generator, dtype: torch.dtype) -> torch.Tensor:

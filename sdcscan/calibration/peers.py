@@ -22,6 +22,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sdcscan.report.document import Calibration
+
 WORKLOAD = "gemm_fp"
 
 
@@ -36,7 +38,7 @@ class Held:
     source: str  # file, cache, shipped or fresh
     cache: str  # the cache file's name, "" when none was read or written
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> Calibration:
         return {
             "dtype": self.dtype,
             "checker": self.checker,

@@ -19,6 +19,26 @@ from sdcscan.files import JSONFileError, read_bounded
 SCHEMA = "sdcscan-calibration/1"
 MAX_TABLE_BYTES = 16 << 20  # a table holds a few entries per device model; anything larger is not one
 _KEY_FIELDS = ("device_model", "dtype", "checker")  # what `calibration.lookup` matches on
+# The GEMM dtypes a table calibrates and, per dtype, its checker precisions (docs/abft.md §3.2): fp32 in
+# fp32 (cheap) or fp64; low precision in fp32 from the exact low-precision operands. A float16 checker is
+# never one: its checksums overflow. Torch-free here: gemm_fp's catalogue entry is checked against them.
+DTYPE_NAMES = ("float32", "float64", "bfloat16", "float16")
+CHECKERS = {
+    "float32": ["float32", "float64"],
+    "float64": ["float64"],
+    "bfloat16": ["float32"],
+    "float16": ["float32"],
+}
+# The operand distributions e_max is measured over (`measure.DISTRIBUTIONS` draws them, in this order)
+DISTRIBUTION_NAMES = (
+    "abs_normal",
+    "normal",
+    "shifted_normal",
+    "uniform",
+    "student_t3",
+    "llm_like",
+    "row_scales",
+)
 
 
 def check_table_file(path: str) -> dict[str, Any]:

@@ -38,19 +38,26 @@ from dataclasses import dataclass
 
 import torch
 
-SCHEMES = ("mod2_32", "mod127")
-DIGIT_BASE = 255
-N_DIGITS = 3
-DIGIT_MAX = 127  # balanced digits lie in [-127, 127]
-MAX_N_MOD2_32 = DIGIT_MAX * (1 + DIGIT_BASE + DIGIT_BASE**2) // 128  # |r| <= 128·n must fit 3 digits
-# Weighted checksum digits: at most 5, so that the int64 sum Σ_t 255^t·C[i, t] of int32 words stays below
-# 2^31·Σ_{t<5} 255^t < 2^63 and is exact, whatever the words hold.
-MAX_WEIGHTED_DIGITS = 5
+# The digits, schemes and size limits, torch-free in sdcscan.checks.limits (the workload catalogue
+# validates gemm_int8's parameters against them); named here too, as this module's API.
+from sdcscan.checks.limits import (
+    CHUNK_ROWS,
+    DIGIT_BASE,
+    DIGIT_MAX,
+    FP64_EXACT,
+    MAX_N_MOD2_32,
+    MAX_N_WEIGHTED,
+    N_DIGITS,
+    SCHEMES,
+    WORD,
+    digits_needed,
+    weighted_magnitude,
+)
+from sdcscan.checks.limits import INT32_MAX as INT32_MAX
+from sdcscan.checks.limits import MAX_WEIGHTED_DIGITS as MAX_WEIGHTED_DIGITS
+from sdcscan.checks.limits import max_exact_k as max_exact_k
+
 ROW_MULTIPLE = 8
-INT32_MAX = 2**31 - 1
-FP64_EXACT = 2**53  # every integer of smaller magnitude is a double, so such sums never round
-WORD = 2**31  # |an int32 word| <= WORD
-CHUNK_ROWS = FP64_EXACT // WORD  # 2^22: fewer int32 words than this sum exactly in fp64
 ACTIVATION_CHUNK = 128  # rows of u8 activations whose sum fits int16: 128·255 = 32,640
 # Base-128 digits of activation sums are u8 in [0, 127]: valid activations even on saturating kernels.
 ACTIVATION_DIGIT_BASE = 128
@@ -130,31 +137,6 @@ def checksum_rows(scheme: str) -> int:
     return N_DIGITS if scheme == "mod2_32" else 1
 
 
-def digits_needed(magnitude: int) -> int:
-    """Fewest balanced base-255 digits that hold every integer of |value| <= magnitude (at least 1)."""
-    count, largest = 1, DIGIT_MAX
-    while largest < magnitude:
-        count, largest = count + 1, largest * DIGIT_BASE + DIGIT_MAX
-    return count
-
-
-def weighted_magnitude(n: int) -> int:
-    """Largest |u| of the weighted column sums u = Σ_j (j + 1)·W[j, :] of an int8 weight with n rows."""
-    return 128 * n * (n + 1) // 2
-
-
-def _max_weighted_n() -> int:
-    n = 1
-    while digits_needed(weighted_magnitude(2 * n)) <= MAX_WEIGHTED_DIGITS:
-        n *= 2
-    while digits_needed(weighted_magnitude(n + 1)) <= MAX_WEIGHTED_DIGITS:
-        n += 1
-    return n
-
-
-MAX_N_WEIGHTED = _max_weighted_n()  # 91,778: past it the weighted checksum needs a sixth digit
-
-
 def layout(n: int, scheme: str) -> Layout:
     """The row layout of W_ext for a weight of n rows.
 
@@ -171,16 +153,6 @@ def layout(n: int, scheme: str) -> Layout:
 def extended_rows(n: int, scheme: str) -> int:
     """n_ext: data rows plus checksum rows, rounded up to a multiple of ROW_MULTIPLE."""
     return layout(n, scheme).n_ext
-
-
-def max_exact_k(a_max: int = 255, w_min: int = -128, w_max: int = 127) -> int:
-    """Largest k for which every dot product of k terms a·w (0 <= a <= a_max, w_min <= w <= w_max) fits int32.
-
-    u8 × s8 gives 65,793 (= 2^31 // 32,640); beyond it C itself wraps and mod127 no longer holds
-    (mod2_32 still does: wrapping is a ring homomorphism onto Z/2^32).
-    """
-    lo, hi = a_max * w_min, a_max * w_max  # extreme products, lo <= 0 <= hi
-    return min(2**31 // -lo if lo else INT32_MAX, INT32_MAX // hi if hi else INT32_MAX)
 
 
 def balanced_digits(r: torch.Tensor, count: int = N_DIGITS) -> torch.Tensor:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-SIGMA_C = 2.5  # c in the threshold: how many (bounded) standard deviations of rounding error to allow
+from sdcscan.checks.limits import SIGMA_C  # c in the threshold (torch-free there: the catalogue reads it)
 
 
 @dataclass(frozen=True, slots=True)

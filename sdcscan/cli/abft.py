@@ -118,7 +118,7 @@ def selftest(
 
     budget_s = parse_budget(budget) if budget is not None else None
     _configure_device(device)
-    from sdcscan.workloads.selftest import run_selftest
+    from sdcscan.selftest.sweep import run_selftest
 
     console = stderr_console()
     result = run_selftest(

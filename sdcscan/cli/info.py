@@ -126,7 +126,7 @@ def _peaks(found: list[Any], threads: int, profile_name: str) -> dict[str, Any]:
         from sdcscan.worker import configure_torch  # torch: imported only when peaks are asked for
 
         torch = configure_torch(unit, threads)
-        from sdcscan.workloads.peaks import host_peaks
+        from sdcscan.peaks.rates import host_peaks
 
         device = torch.device(unit.id if unit.kind == "cuda" else "cpu")
         params = {w.name: w.params_for(unit.kind) for w in profile.workloads}

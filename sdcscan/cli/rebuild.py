@@ -9,18 +9,19 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from sdcscan.assemble import judge_and_build
 from sdcscan.errors import ReportError
 from sdcscan.journal import read_journal
+from sdcscan.judgement.assemble import UnitFacts, judge_and_build
+from sdcscan.report.document import Report, Run
 from sdcscan.timefmt import iso_utc
 
 _RUN_KEYS = ("id", "profile", "seed", "budget_s", "started_at", "units", "hostname")
 _STATUSES = ("ok", "mismatch", "error")
 
 
-def report_from_journal(path: str | os.PathLike[str]) -> dict[str, Any]:
+def report_from_journal(path: str | os.PathLike[str]) -> Report:
     """The report (verdict `interrupted`) of the last run recorded in the journal at `path`.
 
     Raises:
@@ -50,14 +51,14 @@ def report_from_journal(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise ReportError(f"{p}: malformed journal record ({type(err).__name__}: {err})") from None
 
 
-def _build(run: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, Any]:
+def _build(run: dict[str, Any], records: list[dict[str, Any]]) -> Report:
     unit_recs = {r["unit"]: r for r in records if r.get("type") == "unit" and isinstance(r.get("unit"), str)}
     problems: dict[str, str] = {}
     for r in records:
         if r.get("type") == "problem" and isinstance(r.get("unit"), str):
             problems.setdefault(r["unit"], str(r.get("reason")))
     outcomes = [r for r in records if r.get("type") == "case" and _is_case(r)]
-    units = [
+    units: list[dict[str, Any]] = [
         {
             **u,
             "cohort": unit_recs.get(u["id"], {}).get("cohort") or "",
@@ -73,12 +74,12 @@ def _build(run: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, Any]
         duration_s=round(max(0.0, last_t - float(run.get("t", last_t))), 3),
         interrupted_by="journal",  # rebuilt: the run never wrote its own report
     )
-    return judge_and_build(
-        run=run_doc,
+    return judge_and_build(  # the run record's keys were checked above (_RUN_KEYS); its units are the run's
+        run=cast(Run, run_doc),
         host={**(run.get("host") or {}), "hostname": run["hostname"]},
         software=next((r["software"] for r in unit_recs.values() if isinstance(r.get("software"), dict)), {}),
         cohorts={r["cohort"]: r.get("cohort_fields") or {} for r in unit_recs.values() if r.get("cohort")},
-        units=units,
+        units=cast(list[UnitFacts], units),
         outcomes=outcomes,
         problems=problems,
         interrupted="journal",

@@ -16,6 +16,7 @@ from sdcscan.errors import EXIT_FAIL, EXIT_INVALID
 
 if TYPE_CHECKING:  # for the types only: `sdcscan --help` imports neither the run core nor rich
     from sdcscan.render.console import Console
+    from sdcscan.report.document import Report
     from sdcscan.scan import OutputError, ScanOptions
 
 
@@ -121,7 +122,7 @@ def run_cmd(args: RunArgs) -> None:
     sys.exit(_exit_code(report, console))
 
 
-def _exit_code(report: dict[str, Any], console: Console) -> int:
+def _exit_code(report: Report, console: Console) -> int:
     """The report's exit code, unless a signal came while it was being judged and written."""
     from sdcscan import interrupts
 
@@ -145,7 +146,7 @@ def _output_failed(err: OutputError, as_json: bool, console: Console) -> int:
     return code
 
 
-def _show(report: dict[str, Any], as_json: bool, console: Console) -> None:
+def _show(report: Report, as_json: bool, console: Console) -> None:
     from sdcscan.render.run import render_summary
 
     render_summary(report, console)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 import click
 
 from sdcscan.cli.run_args import RunArgs
+from sdcscan.report.document import Report
 
 if TYPE_CHECKING:  # for the types only: `sdcscan --help` imports neither the run core nor rich
     from sdcscan.cluster.rank import DistOptions
@@ -179,7 +180,7 @@ def _default_ranks() -> int:
     return len(units.gpu_units()) or len(units.cpu_units())
 
 
-def _show(report: dict[str, Any], args: RunArgs, console: Console) -> None:
+def _show(report: Report, args: RunArgs, console: Console) -> None:
     from sdcscan.cli.common import emit_json
     from sdcscan.render.run import render_summary
 

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from sdcscan import faults, units
 from sdcscan.cluster.report import RankInfo, build_cluster_report
@@ -36,6 +36,7 @@ from sdcscan.distributed.env import (
 from sdcscan.errors import RunError, UsageError
 from sdcscan.outputs import history
 from sdcscan.outputs.publish import Outputs, publish
+from sdcscan.report.document import Report, Run
 from sdcscan.scan import ScanOptions, scan
 from sdcscan.timefmt import iso_utc
 from sdcscan.watchdog import OVERRUN_S
@@ -145,7 +146,7 @@ def _rank_options(
 
 
 def _write_cluster_report(
-    opts: ScanOptions, env: DistEnv, store: _Store, own: dict[str, Any], dist_opts: DistOptions
+    opts: ScanOptions, env: DistEnv, store: _Store, own: Report, dist_opts: DistOptions
 ) -> int:
     """Rank 0: gather every rank's report (bounded wait), judge the cluster, write it at --out."""
     budget = opts.budget
@@ -154,7 +155,10 @@ def _write_cluster_report(
     else:
         latest_end = opts.started + budget + OVERRUN_S + dist_opts.timeout_s + BARRIER_S
         wait_until = max(latest_end, time.time()) + REPORT_WAIT_AFTER_S
-    reports = {0: own, **store.gather("report", range(1, env.world_size), until=wait_until)}
+    reports: dict[int, dict[str, Any]] = {  # as they came: build_cluster_report validates each
+        0: cast(dict[str, Any], own),
+        **store.gather("report", range(1, env.world_size), until=wait_until),
+    }
     infos = store.gather("info", range(env.world_size), until=time.time())
     missing = {
         r: f"rank {r} sent no report within {REPORT_WAIT_AFTER_S:.0f} s of the run's end: it died or stopped answering"
@@ -164,24 +168,26 @@ def _write_cluster_report(
     hosts = list(own["run"].get("distributed", {}).get("hosts", []))
     ranks = [_rank_info(r, infos.get(r), hosts, env.local_world_size) for r in range(env.world_size)]
     cluster = build_cluster_report(reports, ranks, missing=missing, run=_cluster_run(own, env))
-    cluster["run"]["distributed"].update(_world_figures(reports))
+    bandwidth, lockstep = _world_figures(reports)
+    cluster["run"]["distributed"].update({"bandwidth": bandwidth, "lockstep": lockstep})
     path = cluster_report_path(opts, env.run_id)
     publish(cluster, replace(opts.outputs, report=path, record_history=False, lock=False))
     return int(cluster["exit_code"])
 
 
-def _world_figures(reports: dict[int, dict[str, Any]]) -> dict[str, Any]:
+def _world_figures(
+    reports: dict[int, dict[str, Any]],
+) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
     """The cluster report's measurements: rank 0's bandwidth table (a collective's time is the world's),
     and every rank's time in the agreements and the digest exchange."""
     seen = {r: rep["run"].get("distributed", {}) for r, rep in sorted(reports.items())}
     keys = ("agreements", "agree_s", "exchanges", "exchange_s", "cases_compared", "cases_disagreeing")
-    return {
-        "bandwidth": seen.get(0, {}).get("bandwidth", []),
-        "lockstep": [
-            {"rank": r, "duration_s": reports[r]["run"].get("duration_s"), **{k: d.get(k) for k in keys}}
-            for r, d in seen.items()
-        ],
-    }
+    bandwidth = seen.get(0, {}).get("bandwidth", [])
+    lockstep = [
+        {"rank": r, "duration_s": reports[r]["run"].get("duration_s"), **{k: d.get(k) for k in keys}}
+        for r, d in seen.items()
+    ]
+    return bandwidth, lockstep
 
 
 def _rank_info(rank: int, info: dict[str, Any] | None, hosts: list[str], local_world: int) -> RankInfo:
@@ -195,10 +201,12 @@ def _rank_info(rank: int, info: dict[str, Any] | None, hosts: list[str], local_w
     return RankInfo(rank, host, local, unit_of_rank(local, local_world).id, None, None)
 
 
-def _cluster_run(own: dict[str, Any], env: DistEnv) -> dict[str, Any]:
+def _cluster_run(own: Report, env: DistEnv) -> Run:
     """The cluster report's `run`: rank 0's, with the world's id and the time the gathering ended."""
-    run = {k: v for k, v in own["run"].items() if k not in ("distributed", "journal")}
-    return {**run, "id": f"{env.run_id}-{run['id']}", "ended_at": iso_utc(time.time())}
+    run: Run = {**own["run"], "id": f"{env.run_id}-{own['run']['id']}", "ended_at": iso_utc(time.time())}
+    run.pop("distributed", None)
+    run.pop("journal", None)
+    return run
 
 
 class _Store:
@@ -217,7 +225,7 @@ class _Store:
             ) from None
         self.store = dist.PrefixStore(f"sdcscan/{env.run_id}/{env.restart}/", base)
 
-    def put(self, key: str, doc: dict[str, Any]) -> None:
+    def put(self, key: str, doc: object) -> None:
         self.store.set(key, json.dumps(doc, separators=(",", ":")))
 
     def gather(self, kind: str, ranks: range, *, until: float) -> dict[int, dict[str, Any]]:

@@ -21,18 +21,35 @@ The run's verdict follows the rules of a host's report: the worst unit verdict (
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+
+from typing_extensions import TypedDict
 
 from sdcscan.errors import ReportError
 from sdcscan.fleet.compare import summarize
 from sdcscan.fleet.consensus import FLEET, GOLDEN, HOST, CohortConsensus, comparison_groups
 from sdcscan.fleet.findings import FleetFinding
 from sdcscan.fleet.model import Extractor, HostReport
+from sdcscan.judgement.wording import finding, replay_args
 from sdcscan.outcomes import Verdict, unit_order
 from sdcscan.report import validate_report, verdict_exit_code
-from sdcscan.wording import finding, replay_args
+from sdcscan.report.document import (
+    Dispute,
+    Distributed,
+    Finding,
+    Host,
+    Metrics,
+    Mismatch,
+    RankEntry,
+    Report,
+    Retest,
+    RetestCase,
+    Run,
+    Telemetry,
+    Unit,
+    VerdictWord,
+)
 
 __all__ = ["DISTRIBUTED_WORKLOADS", "RankInfo", "build_cluster_report", "rank_unit_id"]
 
@@ -47,6 +64,13 @@ _BASIS_WORDS = {
     GOLDEN: "the golden",
     "own run": "its own run's consensus",
 }
+
+
+class Rejudged(TypedDict):
+    """A unit's verdict and reason as the cross-rank consensus leaves them."""
+
+    verdict: VerdictWord
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -89,13 +113,13 @@ def rank_unit_id(rank: int, unit: str) -> str:
 
 
 def build_cluster_report(
-    rank_reports: Mapping[int, dict[str, Any]],
+    rank_reports: Mapping[int, object],
     ranks: Sequence[RankInfo],
     *,
     missing: Mapping[int, str],
-    run: dict[str, Any],
+    run: Run,
     backend: str | None = None,
-) -> dict[str, Any]:
+) -> Report:
     """Merge the ranks' reports into the cluster report and judge the digests across ranks.
 
     Args:
@@ -117,8 +141,8 @@ def build_cluster_report(
     _check_world(rank_reports, ranks)
     usable, refused = _usable(rank_reports)
     renamed = {info.rank: _renamed(usable[info.rank], info) for info in ranks if info.rank in usable}
-    units: list[dict[str, Any]] = []
-    findings: list[dict[str, Any]] = []
+    units: list[Unit] = []
+    findings: list[Finding] = []
     for info in ranks:
         doc = renamed.get(info.rank)
         if doc is not None and doc["units"]:
@@ -134,16 +158,19 @@ def build_cluster_report(
     docs = [(info, renamed[info.rank]) for info in ranks if info.rank in renamed]
     host_reports = _host_reports(docs)
     consensus = [f for f in summarize(host_reports).findings if f.kind in ("divergent", "undecided")]
-    findings += _judge_consensus(consensus, {u["id"]: u for u in units}, docs)
+    rejudged, consensus_findings = _judge_consensus(consensus, {u["id"]: u for u in units}, docs)
+    units = [{**u, **rejudged[u["id"]]} if u["id"] in rejudged else u for u in units]
+    findings += consensus_findings
     mismatches = [m for _, d in docs for m in d.get("mismatches", [])]
     findings += _attribution_findings(mismatches)
     units.sort(key=lambda u: unit_order(u["id"]))
     first = docs[0][1] if docs else None
     run_doc = _run_doc(run, ranks, units, [d for _, d in docs], backend)
-    report: dict[str, Any] = {
+    verdict = _cluster_verdict(units, run_doc, [d for _, d in docs])
+    report: Report = {
         "schema_version": 1,
         "tool": first["tool"] if first else {"name": "sdcscan", "version": ""},
-        "verdict": _cluster_verdict(units, run_doc, [d for _, d in docs]).value,
+        "verdict": verdict.value,
         "exit_code": 0,  # set below from the verdict, as `sdcscan report` derives it
         "run": run_doc,
         "host": _host_doc(ranks, first),
@@ -160,10 +187,10 @@ def build_cluster_report(
     return report
 
 
-def _usable(reports: Mapping[int, Any]) -> tuple[dict[int, dict[str, Any]], dict[int, str]]:
+def _usable(reports: Mapping[int, object]) -> tuple[dict[int, Report], dict[int, str]]:
     """The rank reports `validate_report` accepts, and why each other one is refused: a report that
     reached rank 0 damaged leaves its rank unjudged, never the cluster without a report."""
-    usable: dict[int, dict[str, Any]] = {}
+    usable: dict[int, Report] = {}
     refused: dict[int, str] = {}
     for rank, report in reports.items():
         try:
@@ -173,7 +200,7 @@ def _usable(reports: Mapping[int, Any]) -> tuple[dict[int, dict[str, Any]], dict
     return usable, refused
 
 
-def _check_world(rank_reports: Mapping[int, dict[str, Any]], ranks: Sequence[RankInfo]) -> None:
+def _check_world(rank_reports: Mapping[int, object], ranks: Sequence[RankInfo]) -> None:
     numbers = [info.rank for info in ranks]
     if len(set(numbers)) != len(numbers):
         raise ValueError(f"ranks repeat: {sorted(numbers)}")
@@ -186,33 +213,22 @@ def _check_world(rank_reports: Mapping[int, dict[str, Any]], ranks: Sequence[Ran
 # Renaming: a rank report's units and every record that names them.
 
 
-def _renamed(report: dict[str, Any], info: RankInfo) -> dict[str, Any]:
+def _renamed(report: Report, info: RankInfo) -> Report:
     """A copy of a rank report whose unit ids are `rank{R}/{unit}`, with the rank's facts on each unit."""
     names = {u["id"]: rank_unit_id(info.rank, u["id"]) for u in report["units"]}
     text = _renamer(names)
 
-    def unit_of(record: dict[str, Any]) -> dict[str, Any]:
-        return {**record, "unit": names.get(record["unit"], record["unit"])} if "unit" in record else record
-
-    units = [
-        {
-            **u,
-            "id": names[u["id"]],
-            "reason": text(u["reason"]) if u.get("reason") else u.get("reason"),
-            **({"retest": _renamed_retest(u["retest"], names)} if isinstance(u.get("retest"), dict) else {}),
-            "rank": info.rank,
-            "host": info.host,
-            "local_rank": info.local_rank,
-            "device": info.device,
-        }
-        for u in report["units"]
-    ]
-    telemetry = report.get("telemetry") or {}
+    units = [_renamed_unit(u, names, text, info) for u in report["units"]]
+    telemetry: Telemetry = report.get("telemetry") or {}
     return {
         **report,
         "units": units,
-        "mismatches": [unit_of(m) for m in report.get("mismatches", [])],
-        "errors": [unit_of(e) for e in report.get("errors", []) if isinstance(e, dict)],
+        "mismatches": [{**m, "unit": names.get(m["unit"], m["unit"])} for m in report.get("mismatches", [])],
+        "errors": [
+            {**e, "unit": names.get(e["unit"], e["unit"])} if "unit" in e else e
+            for e in report.get("errors", [])
+            if isinstance(e, dict)  # not validated: no reader relies on it
+        ],
         "disputes": [
             {**d, "digests": {names.get(k, k): v for k, v in d["digests"].items()}}
             for d in report.get("disputes", [])
@@ -225,7 +241,23 @@ def _renamed(report: dict[str, Any], info: RankInfo) -> dict[str, Any]:
     }
 
 
-def _renamer(names: Mapping[str, str]) -> Any:
+def _renamed_unit(u: Unit, names: Mapping[str, str], text: Callable[[str], str], info: RankInfo) -> Unit:
+    renamed: Unit = {
+        **u,
+        "id": names[u["id"]],
+        "reason": text(u["reason"]) if u["reason"] else u["reason"],
+        "rank": info.rank,
+        "host": info.host,
+        "local_rank": info.local_rank,
+        "device": info.device,
+    }
+    retest = u.get("retest")
+    if isinstance(retest, dict):  # not validated: no reader relies on it
+        renamed["retest"] = _renamed_retest(retest, names)
+    return renamed
+
+
+def _renamer(names: Mapping[str, str]) -> Callable[[str], str]:
     """A function that renames every whole unit id of `names` in a text (`cpu:1`, not `cpu:10`)."""
     if not names:
         return lambda text: text
@@ -235,7 +267,7 @@ def _renamer(names: Mapping[str, str]) -> Any:
     return lambda text: pattern.sub(lambda m: names[m.group(1)], text)
 
 
-def _renamed_finding(f: dict[str, Any], names: Mapping[str, str], text: Any, host: str) -> dict[str, Any]:
+def _renamed_finding(f: Finding, names: Mapping[str, str], text: Callable[[str], str], host: str) -> Finding:
     """A rank's finding in the cluster: its unit renamed, host-level ones said of their host, and the
     next step (a command to run on that host, with the host's own unit names) said where to run it."""
     unit = names.get(f["unit"], f["unit"]) if f["unit"] is not None else None
@@ -249,11 +281,13 @@ def _renamed_finding(f: dict[str, Any], names: Mapping[str, str], text: Any, hos
     }
 
 
-def _renamed_retest(retest: dict[str, Any], names: Mapping[str, str]) -> dict[str, Any]:
+def _renamed_retest(retest: Retest, names: Mapping[str, str]) -> Retest:
+    """The re-test record with its peers renamed. Not validated (no reader relies on it), so anything
+    not of the written shape is kept as it came."""
     cases = retest.get("cases")
     if not isinstance(cases, list):
         return retest
-    renamed = [
+    renamed: list[RetestCase] = [
         {**c, "peers": [names.get(p, p) for p in c.get("peers", [])]} if isinstance(c, dict) else c
         for c in cases
     ]
@@ -264,12 +298,12 @@ def _renamed_retest(retest: dict[str, Any], names: Mapping[str, str]) -> dict[st
 # Ranks without a report.
 
 
-def _missing_unit(info: RankInfo, why: str) -> dict[str, Any]:
+def _missing_unit(info: RankInfo, why: str) -> Unit:
     """The unit of a rank that wrote no report: invalid, with the reason, having run nothing."""
     uid = info.unit_id
     return {
         "id": uid,
-        "kind": info.unit.split(":")[0],
+        "kind": "cuda" if info.unit.startswith("cuda:") else "cpu",
         "model": "",
         "cohort": f"unstarted:{uid}",
         "verdict": Verdict.INVALID.value,
@@ -288,7 +322,7 @@ def _missing_unit(info: RankInfo, why: str) -> dict[str, Any]:
     }
 
 
-def _missing_finding(info: RankInfo, why: str) -> dict[str, Any]:
+def _missing_finding(info: RankInfo, why: str) -> Finding:
     return finding(
         "rank_missing",
         info.unit_id,
@@ -302,13 +336,13 @@ def _missing_finding(info: RankInfo, why: str) -> dict[str, Any]:
 # Consensus across ranks, by compare's rule.
 
 
-def _host_reports(docs: Sequence[tuple[RankInfo, dict[str, Any]]]) -> list[HostReport]:
+def _host_reports(docs: Sequence[tuple[RankInfo, Report]]) -> list[HostReport]:
     """One in-memory report per host and plan holding all that host's rank units, as compare reads them.
 
     compare keeps only the newest report of a host and plan, so the ranks of one host must be one
     report: fed separately, all but one would be dropped as superseded.
     """
-    groups: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
+    groups: dict[tuple[str, str, int], list[Report]] = {}
     for info, doc in docs:
         plan = (info.host, doc["run"]["profile"]["sha256"], doc["run"]["seed"])
         groups.setdefault(plan, []).append(doc)
@@ -316,7 +350,7 @@ def _host_reports(docs: Sequence[tuple[RankInfo, dict[str, Any]]]) -> list[HostR
     reports = []
     for k, ((host, _, _), members) in enumerate(sorted(groups.items())):
         units = [u for d in members for u in d["units"]]
-        merged = {
+        merged: Report = {
             **members[0],
             "run": {**members[0]["run"], "id": f"{members[0]['run']['id']}#{k}"},  # dedupe keeps each
             "host": {"hostname": host},
@@ -333,15 +367,17 @@ def _host_reports(docs: Sequence[tuple[RankInfo, dict[str, Any]]]) -> list[HostR
 
 def _judge_consensus(
     found: Iterable[FleetFinding],
-    units: Mapping[str, dict[str, Any]],
-    docs: Sequence[tuple[RankInfo, dict[str, Any]]],
-) -> list[dict[str, Any]]:
-    """Apply compare's divergent and undecided findings to the units (in place); return report findings.
+    units: Mapping[str, Unit],
+    docs: Sequence[tuple[RankInfo, Report]],
+) -> tuple[dict[str, Rejudged], list[Finding]]:
+    """What compare's divergent and undecided findings make of the units: their new verdicts and
+    reasons (unit id -> the keys to replace), and the report's findings.
 
     A divergent unit fails, as a divergent unit of a host's run does, without hiding that it could
     not be judged (an invalid unit stays invalid). An undecided unit that passed becomes invalid.
     """
     run_of = {u["id"]: d["run"] for _, d in docs for u in d["units"]}
+    rejudged: dict[str, Rejudged] = {}
     out = []
     for f in found:
         ev = f.evidence
@@ -350,12 +386,11 @@ def _judge_consensus(
             case = f"case {ev.get('first_disputed_case')} ({ev.get('workload')})"
             against = _BASIS_WORDS.get(ev.get("basis", ""), "the cross-rank consensus")
             for uid in named:
-                unit = units[uid]
-                if unit["verdict"] in (Verdict.PASS, Verdict.INTERRUPTED):
-                    unit["verdict"] = Verdict.FAIL.value
-                    unit["reason"] = (
-                        f"digest of {case} disagreed with the ranks' consensus ({ev.get('basis')})"
-                    )
+                if _verdict_now(uid, units, rejudged) in (Verdict.PASS, Verdict.INTERRUPTED):
+                    rejudged[uid] = {
+                        "verdict": Verdict.FAIL.value,
+                        "reason": f"digest of {case} disagreed with the ranks' consensus ({ev.get('basis')})",
+                    }
             who = ", ".join(named)
             out.append(
                 finding(
@@ -370,12 +405,11 @@ def _judge_consensus(
         else:
             case = f"case {ev.get('first_undecided_case')} ({ev.get('workload')})"
             for uid in named:
-                unit = units[uid]
-                if unit["verdict"] == Verdict.PASS:
-                    unit["verdict"] = Verdict.INVALID.value
-                    unit["reason"] = (
-                        f"digest of {case} disagrees across ranks and the consensus cannot decide"
-                    )
+                if _verdict_now(uid, units, rejudged) == Verdict.PASS:
+                    rejudged[uid] = {
+                        "verdict": Verdict.INVALID.value,
+                        "reason": f"digest of {case} disagrees across ranks and the consensus cannot decide",
+                    }
             out.append(
                 finding(
                     "undecided",
@@ -386,10 +420,15 @@ def _judge_consensus(
                     "(sdcscan golden record REPORT… of known-good hosts of this plan)",
                 )
             )
-    return out
+    return rejudged, out
 
 
-def _replay(uid: str, units: Mapping[str, dict[str, Any]], run_of: Mapping[str, dict[str, Any]]) -> str:
+def _verdict_now(uid: str, units: Mapping[str, Unit], rejudged: Mapping[str, Rejudged]) -> str:
+    """A unit's verdict as judged so far: a finding before may have changed it."""
+    return rejudged[uid]["verdict"] if uid in rejudged else units[uid]["verdict"]
+
+
+def _replay(uid: str, units: Mapping[str, Unit], run_of: Mapping[str, Run]) -> str:
     """The command that reproduces a rank's plan on its unit, on its host."""
     unit = units[uid]
     own = uid.split("/", 1)[1]
@@ -399,10 +438,10 @@ def _replay(uid: str, units: Mapping[str, dict[str, Any]], run_of: Mapping[str, 
     )
 
 
-def _cross_rank_disputes(reports: Sequence[HostReport]) -> list[dict[str, Any]]:
+def _cross_rank_disputes(reports: Sequence[HostReport]) -> list[Dispute]:
     """Every case whose digests disagree across ranks, with compare's reference digest where it has one
     (`majority`: golden, agreed or the hosts' decision; None where it stays open or only a host decides)."""
-    out = []
+    out: list[Dispute] = []
     for (_, cohort), hosts in sorted(comparison_groups(reports).items()):
         cc = CohortConsensus(hosts, None)
         held: dict[int, dict[str, str]] = {}
@@ -433,14 +472,14 @@ def _cross_rank_disputes(reports: Sequence[HostReport]) -> list[dict[str, Any]]:
 # Attributions of the distributed workloads.
 
 
-def _attribution_findings(mismatches: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def _attribution_findings(mismatches: Sequence[Mismatch]) -> list[Finding]:
     """One finding per distinct attribution (the `where` of a distributed workload's mismatch).
 
     `where` is `LABEL: ATTRIBUTION`, the label saying which step (train_dp) or which collective, dtype
     and size (collective) showed it. A bad hop shows in many cases and on every rank it accuses, so
     findings are keyed by the attribution alone, naming its first case and every rank that reported it.
     """
-    seen: dict[str, list[dict[str, Any]]] = {}
+    seen: dict[str, list[Mismatch]] = {}
     for m in mismatches:
         if m["workload"] in DISTRIBUTED_WORKLOADS and m["where"]:
             seen.setdefault(_attribution(m["where"])[1], []).append(m)
@@ -475,17 +514,17 @@ def _attribution(where: str) -> tuple[str, str]:
 
 
 def _run_doc(
-    run: dict[str, Any],
+    run: Run,
     ranks: Sequence[RankInfo],
-    units: Sequence[dict[str, Any]],
-    reports: Sequence[dict[str, Any]],
+    units: Sequence[Unit],
+    reports: Sequence[Report],
     backend: str | None,
-) -> dict[str, Any]:
+) -> Run:
     """The given run plus `distributed` and, when a rank was stopped by a signal, `interrupted_by`."""
     verdict_of: dict[int, list[str]] = {}
     for u in units:
-        verdict_of.setdefault(u["rank"], []).append(u["verdict"])
-    records = [
+        verdict_of.setdefault(u["rank"], []).append(u["verdict"])  # every unit here has its rank
+    records: list[RankEntry] = [
         {
             "rank": info.rank,
             "host": info.host,
@@ -498,12 +537,16 @@ def _run_doc(
         for info in ranks
     ]
     given = run.get("distributed")
-    distributed = {**(given if isinstance(given, dict) else {}), "world_size": len(ranks), "ranks": records}
+    distributed: Distributed = (
+        {**given, "world_size": len(ranks), "ranks": records}
+        if isinstance(given, dict)
+        else {"world_size": len(ranks), "ranks": records}
+    )
     seen = [r["run"].get("distributed") for r in reports]  # a rank report's: where it sat, what it saw
     backend = backend or next((d["backend"] for d in seen if isinstance(d, dict) and d.get("backend")), None)
     if isinstance(backend, str):
         distributed["backend"] = backend
-    doc = {**run, "distributed": distributed}
+    doc: Run = {**run, "distributed": distributed}
     stopped = [r["run"].get("interrupted_by") for r in reports if _interrupted(r)]
     if not doc.get("interrupted_by") and stopped:
         # SIGTERM first: the cluster was told to stop, and `sdcscan report` then exits 143 as the rank did.
@@ -511,13 +554,11 @@ def _run_doc(
     return doc
 
 
-def _interrupted(report: dict[str, Any]) -> bool:
+def _interrupted(report: Report) -> bool:
     return bool(report["verdict"] == Verdict.INTERRUPTED or report["run"].get("interrupted_by"))
 
 
-def _cluster_verdict(
-    units: Sequence[dict[str, Any]], run: dict[str, Any], reports: Sequence[dict[str, Any]]
-) -> Verdict:
+def _cluster_verdict(units: Sequence[Unit], run: Run, reports: Sequence[Report]) -> Verdict:
     """A host report's rule: interrupted when the cluster or any rank was stopped, else the worst unit
     verdict (so a rank that could not be judged outweighs one that failed, as a unit does on a host)."""
     if run.get("interrupted_by") or any(_interrupted(r) for r in reports):
@@ -525,32 +566,37 @@ def _cluster_verdict(
     return Verdict.worst(u["verdict"] for u in units)
 
 
-def _host_doc(ranks: Sequence[RankInfo], first: dict[str, Any] | None) -> dict[str, Any]:
+def _host_doc(ranks: Sequence[RankInfo], first: Report | None) -> Host:
     """The first reporting rank's host facts, named for every host of the world.
 
     `hostname` joins the hosts (the schema wants one string); `hosts` lists them. A machine id would
     be one machine's, so it is dropped when the world spans several.
     """
     hosts = list(dict.fromkeys(info.host for info in ranks))
-    doc = dict(first["host"]) if first else {}
+    doc: Host = (
+        {**first["host"], "hostname": ",".join(hosts), "hosts": hosts}
+        if first
+        else {"hostname": ",".join(hosts), "hosts": hosts}
+    )
     if len(hosts) > 1:
         doc.pop("machine_id", None)
-    return {**doc, "hostname": ",".join(hosts), "hosts": hosts}
+    return doc
 
 
-def _telemetry(docs: Sequence[tuple[RankInfo, dict[str, Any]]]) -> dict[str, Any]:
+def _telemetry(docs: Sequence[tuple[RankInfo, Report]]) -> Telemetry:
     """Each unit's telemetry, and each host's (from its first rank: its ranks share the host's counters)."""
-    units: dict[str, Any] = {}
-    hosts: dict[str, Any] = {}
+    units: dict[str, Metrics | None] = {}
+    hosts: dict[str, Metrics | None] = {}
     for info, doc in docs:
-        units.update(doc["telemetry"]["units"])
-        hosts.setdefault(info.host, doc["telemetry"]["host"])
+        telemetry = doc.get("telemetry") or {}  # `_renamed` wrote both scopes
+        units.update(telemetry.get("units") or {})
+        hosts.setdefault(info.host, telemetry.get("host"))
     return {"units": units, "hosts": hosts}
 
 
-def _unique(findings: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+def _unique(findings: Iterable[Finding]) -> list[Finding]:
     """The findings in order, each (kind, unit, message) once: ranks of one host repeat host findings."""
-    seen: set[tuple[Any, ...]] = set()
+    seen: set[tuple[str, str | None, str]] = set()
     out = []
     for f in findings:
         key = (f["kind"], f["unit"], f["message"])

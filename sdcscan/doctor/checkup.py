@@ -25,6 +25,7 @@ from sdcscan.doctor.steps import STEP_NAMES, VERDICT_WORDS, Step, exit_code
 from sdcscan.errors import EXIT_INVALID, EXIT_PASS, ReportError, SdcscanError
 from sdcscan.profile import load_profile
 from sdcscan.report import load_report
+from sdcscan.report.document import Report
 from sdcscan.runner import end_bound_s
 from sdcscan.timefmt import iso_utc
 from sdcscan.units import Unit, discover_units
@@ -72,7 +73,7 @@ class _Doctor:
         kinds = sorted({u.kind for u in setup.units})
         self.allot = plan.Allotter.for_kinds(kinds, self.ends_at)
         self.steps: list[Step] = []
-        self.det_reports: list[dict[str, Any]] = []
+        self.det_reports: list[Report] = []
 
     def step(self, name: str) -> Step:
         step = Step(name)
@@ -164,13 +165,13 @@ class _Doctor:
                 "exit_code": result.exit_code,
                 "seconds": round(result.seconds, 1),
                 "bound_s": round(bound, 1),
-                "verdicts": {u["id"]: u["verdict"] for u in (report or {}).get("units", [])},
+                "verdicts": {u["id"]: u["verdict"] for u in (report["units"] if report else [])},
             }
         step.seconds = time.monotonic() - t0
 
     def _launch(
         self, step: Step, label: str, profile: str, inject: list[str]
-    ) -> tuple[dict[str, Any] | None, ChildResult, float] | None:
+    ) -> tuple[Report | None, ChildResult, float] | None:
         """One `sdcscan run` on the doctor's units: (its report or None, how it ended, its bound), or
         None when too little time is left for it (said on the step)."""
         seconds = self.allot.take(label, time.monotonic())
@@ -183,7 +184,7 @@ class _Doctor:
         result = self.child(label, argv, bound + RUN_SLACK_S)
         return _read_report(out), result, bound
 
-    def _clean_run(self, step: Step, label: str) -> dict[str, Any] | None:
+    def _clean_run(self, step: Step, label: str) -> Report | None:
         """A run of the doctor's plan without injections; its report, or None with the reason on the step."""
         launched = self._launch(step, label, plan.PROFILE, [])
         if launched is None:
@@ -278,7 +279,7 @@ def _selftest_details(result: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _read_report(path: Path) -> dict[str, Any] | None:
+def _read_report(path: Path) -> Report | None:
     if not path.exists():
         return None
     try:

@@ -20,6 +20,7 @@ from typing import Any
 from sdcscan.errors import EXIT_FAIL, EXIT_INVALID
 from sdcscan.outcomes import STATUS_OK
 from sdcscan.report import case_records
+from sdcscan.report.document import Report, Throughput, Unit
 
 # What each injection must produce on the struck unit: its verdict, the run's exit code, and a word of
 # the reason the runner writes (runner._watchdog: "... hung: ...", "worker process died ...").
@@ -71,13 +72,13 @@ class Judgement:
     details: dict[str, Any] = field(default_factory=dict)
 
 
-def determinism(reports: Sequence[dict[str, Any]], plan_workloads: Sequence[str]) -> Judgement:
+def determinism(reports: Sequence[Report], plan_workloads: Sequence[str]) -> Judgement:
     """Judge the same plan run twice: units' verdicts, then digests across runs and across a cohort."""
     out = Judgement()
     blamed: set[str] = set()
     for n, report in enumerate(reports, 1):
-        for unit in report["units"]:
-            _clean_verdict(out, n, unit, blamed)
+        for record in report["units"]:
+            _clean_verdict(out, n, record, blamed)
     differing: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
     compared: dict[tuple[str, str], int] = defaultdict(int)  # (unit, workload) -> cases compared
     for where, unit, workload, index, same in _digest_groups(reports, blamed):
@@ -100,11 +101,12 @@ def determinism(reports: Sequence[dict[str, Any]], plan_workloads: Sequence[str]
     return out
 
 
-def _clean_verdict(out: Judgement, run: int, unit: dict[str, Any], blamed: set[str]) -> None:
+def _clean_verdict(out: Judgement, run: int, unit: Unit, blamed: set[str]) -> None:
     """A clean run's unit: `fail` is a finding (unless every unit failed the case: software), `invalid`
     a reason not to trust this stack."""
     verdict, reason = unit["verdict"], unit.get("reason") or ""
-    classification = (unit.get("retest") or {}).get("classification")
+    retest = unit.get("retest")
+    classification = retest.get("classification") if isinstance(retest, dict) else None  # not validated
     if verdict == "fail" and classification != "case":
         blamed.add(unit["id"])
         out.findings.append(
@@ -119,7 +121,7 @@ def _clean_verdict(out: Judgement, run: int, unit: dict[str, Any], blamed: set[s
 
 
 def _digest_groups(
-    reports: Sequence[dict[str, Any]], blamed: set[str]
+    reports: Sequence[Report], blamed: set[str]
 ) -> list[tuple[str, str | None, str, int, bool]]:
     """(where, unit, workload, case, digests agree) for each case a unit, or a cohort, ran more than once.
 
@@ -164,7 +166,7 @@ class DrillRun:
 
     kind: str
     struck: tuple[str, ...]
-    report: dict[str, Any] | None
+    report: Report | None
     exit_code: int | None  # None: killed at the doctor's time limit
     seconds: float
     bound_s: float
@@ -204,12 +206,12 @@ def drill_reasons(run: DrillRun) -> list[str]:
     return reasons
 
 
-def speed(report: dict[str, Any]) -> dict[str, Any]:
+def speed(report: Report) -> dict[str, Any]:
     """Per kind and workload the median over its units of rate, peak, efficiency and compute share; per
     GPU the telemetry of the run beside its power limit."""
-    per_kind: dict[str, dict[str, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
+    per_kind: dict[str, dict[str, list[Throughput]]] = defaultdict(lambda: defaultdict(list))
     for unit in report["units"]:
-        for workload, t in unit["throughput"].items():
+        for workload, t in unit.get("throughput", {}).items():
             per_kind[unit["kind"]][workload].append(t)
     rows = [
         {
@@ -227,7 +229,7 @@ def speed(report: dict[str, Any]) -> dict[str, Any]:
     ]
     telemetry = (report.get("telemetry") or {}).get("units") or {}
     gpus = {
-        unit: {m: (metrics.get(m) or {}).get("value") for m in GPU_TELEMETRY}
+        unit: {m: ((metrics or {}).get(m) or {}).get("value") for m in GPU_TELEMETRY}
         for unit, metrics in sorted(telemetry.items())
         if unit.startswith("cuda:")
     }

@@ -29,9 +29,9 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from sdcscan.evidence import GoldenEntry
 from sdcscan.fleet.model import HostReport, PlanKey, UnitRecord
-from sdcscan.verdict import strict_majority
+from sdcscan.judgement.evidence import GoldenEntry
+from sdcscan.judgement.verdict import strict_majority
 
 Signature = tuple[tuple[int, ...], tuple["str | None", ...]]  # (case indices, digests)
 Counts = dict[int, dict[str, int]]  # case index -> digest -> votes

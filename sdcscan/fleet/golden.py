@@ -2,7 +2,7 @@
 
 `record` keeps only cases the fleet settles as `compare` would (one vote per host) and lists the rest as
 refused; `check_report`
-compares a report's units with the golden of the same plan and cohort (`sdcscan.verdict.check_golden`,
+compares a report's units with the golden of the same plan and cohort (`sdcscan.judgement.verdict.check_golden`,
 the comparison `sdcscan run --golden` weighs as evidence). No I/O except `load_golden`.
 """
 
@@ -14,7 +14,6 @@ from typing import Any
 
 from sdcscan import __version__
 from sdcscan.errors import ReportError, UsageError
-from sdcscan.evidence import GoldenCheck, GoldenEntry, check_golden
 from sdcscan.files import read_json
 from sdcscan.fleet.consensus import CohortConsensus, HostUnits, comparison_groups, why_undecided
 from sdcscan.fleet.model import (
@@ -26,6 +25,7 @@ from sdcscan.fleet.model import (
     newest_per_plan,
     separate_machines,
 )
+from sdcscan.judgement.evidence import GoldenCheck, GoldenEntry, check_golden
 
 GOLDEN_VERSION = 1
 MAX_GOLDEN_BYTES = 256 << 20

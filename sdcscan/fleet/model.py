@@ -11,21 +11,23 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TypeGuard, TypeVar, cast
 
 from sdcscan.errors import ReportError
 from sdcscan.fleet.sentinel import SentinelSection, read_section
 from sdcscan.report import shown, validate_report
+from sdcscan.report.document import Finding, Host, Mismatch, Unit
 from sdcscan.timefmt import parse_iso_utc
 
+_T = TypeVar("_T")
+_S = TypeVar("_S")
 PlanKey = tuple[str, int]  # (run.profile.sha256, run.seed): two units ran the same case i only within a plan
 
-# Report findings by which a unit's own run named it failing (`sdcscan.wording`): its digest lost a
+# Report findings by which a unit's own run named it failing (`sdcscan.judgement.wording`): its digest lost a
 # majority vote of its host, did not reproduce on re-run, or one of its own checks fired. An `undecided`
 # suspect is not among them: the run could not tell which of its units was wrong.
 CONVICTING_FINDINGS = frozenset({"divergent", "not_reproducible", "invariant"})
 RETEST_CLASSES = frozenset({"persistent", "transient", "case", "untested"})
-MAX_MACHINE_ID_CHARS = 64  # a short hash (`units.machine_id`); anything longer is not one
 MAX_CPU_MODEL_CHARS = 100  # `host.cpu_model` as kept: a model name, not a document
 
 
@@ -33,12 +35,12 @@ class Interner:
     """Return one shared object per distinct value (strings and tuples), like `sys.intern` for tuples."""
 
     def __init__(self) -> None:
-        self._seen: dict[Any, Any] = {}
+        self._seen: dict[object, object] = {}
 
-    def __call__(self, value: Any) -> Any:
-        return self._seen.setdefault(value, value)
+    def __call__(self, value: _T) -> _T:
+        return cast(_T, self._seen.setdefault(value, value))
 
-    def __contains__(self, value: Any) -> bool:
+    def __contains__(self, value: object) -> bool:
         return value in self._seen
 
 
@@ -137,7 +139,7 @@ class Extractor:
 
     intern: Interner = field(default_factory=Interner)
 
-    def extract(self, data: Any, *, source: str, sha256: str = "") -> HostReport:
+    def extract(self, data: object, *, source: str, sha256: str = "") -> HostReport:
         """Validate a parsed report and keep only what compare needs.
 
         Args:
@@ -173,11 +175,14 @@ class Extractor:
             sentinel=read_section(report.get("sentinel")),
         )
 
-    def _unit(self, unit: dict[str, Any], records: list[dict[str, Any]]) -> UnitRecord:
+    def _unit(self, unit: Unit, records: list[Mismatch]) -> UnitRecord:
         cols = unit["cases"]
-        indices, digests, workloads, statuses = (cols[c] for c in ("index", "digest", "workload", "status"))
+        indices, digests, workloads = cols["index"], cols["digest"], cols["workload"]
+        statuses: list[str] = list(cols["status"])
         if len(set(indices)) != len(indices):
-            indices, digests, workloads, statuses = _first_occurrences(indices, digests, workloads, statuses)
+            keep = _first_occurrences(indices)
+            indices, digests, workloads = _pick(indices, keep), _pick(digests, keep), _pick(workloads, keep)
+            statuses = _pick(statuses, keep)
         st = tuple(statuses)
         if "mismatch" in st or "error" in st:
             # Only clean outcomes vote: a mismatch is already an invariant finding, an error judged nothing.
@@ -198,11 +203,11 @@ class Extractor:
             efficiency=self._efficiency(unit),
         )
 
-    def _cpu_model(self, value: Any) -> str | None:
+    def _cpu_model(self, value: object) -> str | None:
         """host.cpu_model (not validated: nothing is judged by it), or None when not a non-empty string."""
         return self.intern(value[:MAX_CPU_MODEL_CHARS]) if isinstance(value, str) and value.strip() else None
 
-    def _calibration(self, held: Any) -> tuple[tuple[str, str, int, float], ...]:
+    def _calibration(self, held: object) -> tuple[tuple[str, str, int, float], ...]:
         """The e_max gemm_fp used, per (dtype, checker, K); entries of the wrong shape are left out (the
         field is optional and no verdict rests on it)."""
         if not isinstance(held, list):
@@ -217,14 +222,14 @@ class Extractor:
                 out.append((self.intern(dtype[:40]), self.intern(checker[:40]), k, value))
         return self.intern(tuple(sorted(out)))
 
-    def _shared(self, seq: list[Any]) -> tuple[Any, ...]:
+    def _shared(self, seq: list[_S]) -> tuple[_S, ...]:
         """The fleet's one copy of this sequence; its strings are shared too when it is new."""
         t = tuple(seq)
         if t in self.intern:  # the common case: a healthy unit, same outcome as many before it
             return self.intern(t)
         return self.intern(tuple(self.intern(x) for x in t))
 
-    def _throughput(self, unit: dict[str, Any]) -> tuple[tuple[str, float, str], ...]:
+    def _throughput(self, unit: Unit) -> tuple[tuple[str, float, str], ...]:
         """(workload, ops/s, ops unit) per workload; validate_report made each a finite number and a string."""
         out = [
             (self.intern(workload), float(rec["ops_per_s"]), self.intern(rec["ops_unit"]))
@@ -232,7 +237,7 @@ class Extractor:
         ]
         return tuple(sorted(out))
 
-    def _efficiency(self, unit: dict[str, Any]) -> tuple[tuple[str, float, str], ...]:
+    def _efficiency(self, unit: Unit) -> tuple[tuple[str, float, str], ...]:
         """(workload, efficiency, "") where the report gives one (validate_report: a number or null)."""
         out = []
         for workload, rec in unit.get("throughput", {}).items():
@@ -242,11 +247,11 @@ class Extractor:
         return tuple(sorted(out))
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _finite(value: Any) -> float | None:
+def _finite(value: object) -> float | None:
     """`value` as a finite float, or None: not a number, a bool, NaN, infinite or too large for a float."""
     if not isinstance(value, int | float) or isinstance(value, bool):
         return None
@@ -257,18 +262,22 @@ def _finite(value: Any) -> float | None:
     return as_float if math.isfinite(as_float) else None
 
 
-def _first_occurrences(*cols: list[Any]) -> tuple[list[Any], ...]:
-    """Keep the first record of each case index (a repeated index would vote twice)."""
+def _first_occurrences(indices: list[int]) -> list[int]:
+    """The positions of the first record of each case index (a repeated index would vote twice)."""
     seen: set[int] = set()
     keep = []
-    for i, idx in enumerate(cols[0]):
+    for i, idx in enumerate(indices):
         if idx not in seen:
             seen.add(idx)
             keep.append(i)
-    return tuple([c[i] for i in keep] for c in cols)
+    return keep
 
 
-def _own_blame(findings: list[dict[str, Any]]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+def _pick(column: list[_S], keep: list[int]) -> list[_S]:
+    return [column[i] for i in keep]
+
+
+def _own_blame(findings: list[Finding]) -> tuple[tuple[str, tuple[str, ...]], ...]:
     """(unit, kinds) of the report's own findings that name a unit failing (validate_report typed them)."""
     kinds: dict[str, set[str]] = {}
     for f in findings:
@@ -277,7 +286,7 @@ def _own_blame(findings: list[dict[str, Any]]) -> tuple[tuple[str, tuple[str, ..
     return tuple(sorted((u, tuple(sorted(k))) for u, k in kinds.items()))
 
 
-def _retest_class(retest: Any) -> str | None:
+def _retest_class(retest: object) -> str | None:
     """A unit's `retest.classification`, or None when absent or not a known word (it is not validated)."""
     if not isinstance(retest, dict):
         return None
@@ -285,39 +294,25 @@ def _retest_class(retest: Any) -> str | None:
     return value if isinstance(value, str) and value in RETEST_CLASSES else None
 
 
-def _machine_id(host: dict[str, Any]) -> str | None:
-    """`host.machine_id`: absent or null is None; anything but a short string is a malformed report.
-
-    Raises:
-        ReportError: not a string, empty, too long, or holding characters other than letters and digits.
-    """
-    value = host.get("machine_id")
-    if value is None:
-        return None
-    if not (
-        isinstance(value, str)
-        and 0 < len(value) <= MAX_MACHINE_ID_CHARS
-        and value.isascii()
-        and value.isalnum()
-    ):
-        raise ReportError("report: host.machine_id is not a short hash (letters and digits)")
-    return value
+def _machine_id(host: Host) -> str | None:
+    """`host.machine_id`: absent or null is None (validate_report refused anything but a short hash)."""
+    return host.get("machine_id")
 
 
-def _invariant_records(mismatches: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+def _invariant_records(mismatches: list[Mismatch]) -> dict[str, list[Mismatch]]:
     """The report's top-level invariant-failure records, by unit."""
-    by_unit: dict[str, list[dict[str, Any]]] = {}
+    by_unit: dict[str, list[Mismatch]] = {}
     for rec in mismatches:
         by_unit.setdefault(rec["unit"], []).append(rec)
     return by_unit
 
 
 def _invariant(
-    unit: dict[str, Any],
+    unit: Unit,
     statuses: tuple[str, ...],
     workloads: list[str],
     indices: list[int],
-    records: list[dict[str, Any]],
+    records: list[Mismatch],
 ) -> Invariant | None:
     """Summarise a unit's invariant failures, from its count, its case statuses and the mismatch records."""
     bad = [i for i, s in enumerate(statuses) if s == "mismatch"] if "mismatch" in statuses else []
@@ -330,7 +325,7 @@ def _invariant(
     return Invariant(count, min(cases) if cases else None, tuple(sorted(wls)), tuple(sorted(checks)))
 
 
-def parse_time(text: Any) -> float:
+def parse_time(text: object) -> float:
     """A report's `run.ended_at` -> POSIX seconds (`timefmt.parse_iso_utc`, with a report's error).
 
     Raises:

@@ -46,6 +46,7 @@ from sdcscan.outputs.history_db import row as _row
 from sdcscan.outputs.history_schema import DB_VERSION, READABLE_VERSIONS, has_column
 from sdcscan.outputs.run_lock import LOCK_MODE, LOCK_NAME, RunActiveError, run_lock
 from sdcscan.outputs.sentinel_history import last_scan, last_sentinel_scan, record_sentinel_scan
+from sdcscan.report.document import Report, Unit
 
 __all__ = [
     "BUSY_TIMEOUT_S", "DB_VERSION", "LOCK_MODE", "LOCK_NAME", "READABLE_VERSIONS", "RunActiveError",
@@ -85,7 +86,7 @@ def check_health(db_path: str | os.PathLike[str]) -> None:
             quick_check(db, Path(db_path))
 
 
-def record_run(db_path: str | os.PathLike[str], report: dict[str, Any], report_path: str | None) -> None:
+def record_run(db_path: str | os.PathLike[str], report: Report, report_path: str | None) -> None:
     """Record a run, its unit verdicts and what each unit screened; flag every failed unit not flagged yet.
 
     Recording the same run twice (same run id) changes nothing.
@@ -112,7 +113,7 @@ def record_run(db_path: str | os.PathLike[str], report: dict[str, Any], report_p
                 _flag(db, u, host, run["id"], now)
 
 
-def _flag(db: sqlite3.Connection, unit: dict[str, Any], host: str, run_id: str, now: str) -> None:
+def _flag(db: sqlite3.Connection, unit: Unit, host: str, run_id: str, now: str) -> None:
     updated = db.execute(
         "UPDATE flags SET failures = failures + 1, last_run_id = ? WHERE unit = ? AND cleared_at IS NULL",
         (run_id, unit["id"]),

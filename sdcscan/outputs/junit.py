@@ -11,15 +11,15 @@ import os
 import re
 import xml.etree.ElementTree as ET
 from collections import Counter
-from typing import Any
 
 from sdcscan.files import write_text_atomic
+from sdcscan.report.document import Mismatch, Report, Unit
 
 MAX_LISTED_MISMATCHES = 20  # per testcase body: enough to see the pattern, small enough for a CI page
 _XML_ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f]")
 
 
-def write_junit(report: dict[str, Any], path: str | os.PathLike[str]) -> None:
+def write_junit(report: Report, path: str | os.PathLike[str]) -> None:
     """Write the report as JUnit XML to `path`, atomically.
 
     Raises:
@@ -29,7 +29,7 @@ def write_junit(report: dict[str, Any], path: str | os.PathLike[str]) -> None:
     write_text_atomic(path, junit_xml(report))
 
 
-def junit_xml(report: dict[str, Any]) -> str:
+def junit_xml(report: Report) -> str:
     """The report as a JUnit XML document (a <testsuites> root)."""
     root = ET.Element("testsuites", name="sdcscan")
     totals: Counter[str] = Counter()
@@ -45,7 +45,7 @@ def junit_xml(report: dict[str, Any]) -> str:
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
 
 
-def _suite(report: dict[str, Any], unit: dict[str, Any]) -> ET.Element:
+def _suite(report: Report, unit: Unit) -> ET.Element:
     run, uid = report["run"], unit["id"]
     suite = ET.Element("testsuite", name=uid, hostname=report["host"]["hostname"])
     suite.set("timestamp", str(run.get("started_at", "")).removesuffix("Z"))
@@ -70,13 +70,13 @@ def _suite(report: dict[str, Any], unit: dict[str, Any]) -> ET.Element:
     return suite
 
 
-def _plan_workloads(report: dict[str, Any], unit: dict[str, Any]) -> list[str]:
+def _plan_workloads(report: Report, unit: Unit) -> list[str]:
     """The plan's workloads in plan order, then any the unit ran that the plan does not list."""
     planned = list(report["run"].get("workloads") or [])
     return planned + [w for w in sorted(set(unit["cases"]["workload"])) if w not in planned]
 
 
-def _testcase(report: dict[str, Any], unit: dict[str, Any], wl: str) -> tuple[ET.Element, str, float]:
+def _testcase(report: Report, unit: Unit, wl: str) -> tuple[ET.Element, str, float]:
     """One testcase and its outcome: "passed", "failures", "errors" or "skipped"."""
     cols, uid = unit["cases"], unit["id"]
     rows = [i for i, w in enumerate(cols["workload"]) if w == wl]
@@ -107,7 +107,7 @@ def _testcase(report: dict[str, Any], unit: dict[str, Any], wl: str) -> tuple[ET
     return case, "passed", seconds
 
 
-def _blamed_by_consensus(unit: dict[str, Any], wl: str, report: dict[str, Any]) -> bool:
+def _blamed_by_consensus(unit: Unit, wl: str, report: Report) -> bool:
     """A failed unit with no invariant evidence: blame the workloads of the disputes it lost, else all it ran."""
     uid, cols = unit["id"], unit["cases"]
     invariant = any(m["unit"] == uid for m in report.get("mismatches", []))
@@ -121,7 +121,7 @@ def _blamed_by_consensus(unit: dict[str, Any], wl: str, report: dict[str, Any]) 
     return wl in lost if lost else wl in cols["workload"]
 
 
-def _mismatch_text(unit: dict[str, Any], mism: list[dict[str, Any]]) -> str:
+def _mismatch_text(unit: Unit, mism: list[Mismatch]) -> str:
     lines = [f"unit {unit['id']} verdict {unit['verdict']}: {unit.get('reason') or ''}"]
     if unit.get("first_bad_case") is not None:
         lines.append(f"first bad case: {unit['first_bad_case']}")

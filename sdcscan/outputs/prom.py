@@ -17,11 +17,12 @@ import math
 import os
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from sdcscan.files import write_text_atomic
 from sdcscan.outcomes import VERDICTS, unit_order
 from sdcscan.outputs.sentinel_history import is_count, outlier_units, sources
+from sdcscan.report.document import Metrics, Report, Telemetry, Unit
 from sdcscan.timefmt import parse_iso_utc
 
 Sample = tuple[dict[str, str], float]
@@ -31,9 +32,7 @@ Family = tuple[str, str, list[Sample]]
 Coverage = Mapping[str, Mapping[str, Any]]  # unit -> {"cases", "seconds", "runs"} (history.coverage)
 
 
-def write_prom(
-    report: dict[str, Any], path: str | os.PathLike[str], *, coverage: Coverage | None = None
-) -> None:
+def write_prom(report: Report, path: str | os.PathLike[str], *, coverage: Coverage | None = None) -> None:
     """Write the report's metrics to `path` (name it `*.prom` for node_exporter), atomically.
 
     Args:
@@ -48,7 +47,7 @@ def write_prom(
     write_text_atomic(path, prom_text(report, coverage=coverage))
 
 
-def prom_text(report: dict[str, Any], *, coverage: Coverage | None = None) -> str:
+def prom_text(report: Report, *, coverage: Coverage | None = None) -> str:
     """The report as Prometheus text exposition format (version 0.0.4) with HELP and TYPE lines.
 
     Args:
@@ -84,7 +83,7 @@ def _exposition(families: list[Family]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _run_families(report: dict[str, Any]) -> list[Family]:
+def _run_families(report: Report) -> list[Family]:
     run = report["run"]
     info = {"run_id": run["id"], "profile": run["profile"]["name"], "seed": str(run["seed"]),
             "hostname": report["host"]["hostname"], "version": report["tool"]["version"]}  # fmt: skip
@@ -106,7 +105,7 @@ def _run_families(report: dict[str, Any]) -> list[Family]:
     ]  # fmt: skip
 
 
-def _unit_families(units: list[dict[str, Any]]) -> list[Family]:
+def _unit_families(units: list[Unit]) -> list[Family]:
     return [
         ("sdcscan_unit_verdict", "Verdict of each unit in the last run, one-hot: 1 for the verdict it had.",
          [s for u in units for s in _one_hot({"unit": u["id"], "kind": u["kind"]}, u["verdict"])]),
@@ -177,7 +176,7 @@ def _one_hot(labels: dict[str, str], verdict: str) -> list[Sample]:
     return [({**labels, "verdict": v}, 1 if v == verdict else 0) for v in VERDICTS]
 
 
-def _throughput(units: list[dict[str, Any]], key: str) -> list[Sample]:
+def _throughput(units: list[Unit], key: Literal["ops_per_s", "cases"]) -> list[Sample]:
     out: list[Sample] = []
     for u in units:
         for wl, t in sorted((u.get("throughput") or {}).items()):
@@ -188,20 +187,23 @@ def _throughput(units: list[dict[str, Any]], key: str) -> list[Sample]:
     return out
 
 
-def _findings(report: dict[str, Any]) -> list[Sample]:
+def _findings(report: Report) -> list[Sample]:
     counts: dict[str, int] = {}
     for f in report.get("findings", []):
         counts[f["kind"]] = counts.get(f["kind"], 0) + 1
     return [({"kind": k}, n) for k, n in sorted(counts.items())]
 
 
-def _counter_deltas(telemetry: dict[str, Any]) -> list[Sample]:
-    scopes = {"host": telemetry.get("host") or {}, **(telemetry.get("units") or {})}
+def _counter_deltas(telemetry: Telemetry) -> list[Sample]:
+    scopes: dict[str, Metrics | None] = {
+        "host": telemetry.get("host") or {},
+        **(telemetry.get("units") or {}),
+    }
     return [
-        ({"scope": scope, "metric": metric}, stats["delta"])
+        ({"scope": scope, "metric": metric}, delta)
         for scope, metrics in scopes.items()
         for metric, stats in sorted((metrics or {}).items())
-        if isinstance(stats, dict) and stats.get("delta") is not None
+        if isinstance(stats, dict) and (delta := stats.get("delta")) is not None
     ]
 
 

@@ -19,6 +19,7 @@ from typing import Any
 from sdcscan.errors import ReportError, RunError, SdcscanError
 from sdcscan.files import check_output_target
 from sdcscan.outputs import history
+from sdcscan.report.document import Report
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,7 @@ def run_lock(outputs: Outputs) -> Iterator[str | None]:
         yield note
 
 
-def publish(report: dict[str, Any], outputs: Outputs) -> None:
+def publish(report: Report, outputs: Outputs) -> None:
     """Write the report file, then JUnit, the history and Prometheus, as `outputs` asks.
 
     The history is recorded before the Prometheus file is written, so the file's 24 h coverage
@@ -126,7 +127,7 @@ def _attempt(problems: list[str], write: Callable[..., None], *args: Any) -> boo
     return True
 
 
-def _write_prom(report: dict[str, Any], path: str | os.PathLike[str], db: Path | None) -> None:
+def _write_prom(report: Report, path: str | os.PathLike[str], db: Path | None) -> None:
     """The Prometheus file, with the 24 h coverage of the history `db` this run was just recorded in.
 
     A history that cannot be read back leaves the coverage families out rather than the whole file.

@@ -22,6 +22,7 @@ from sdcscan.events import (
     UnitReady,
 )
 from sdcscan.render.console import cell
+from sdcscan.report.document import Report
 
 PLAIN_PROGRESS_EVERY_S = 15.0
 LIVE_REDRAW_S = 0.25
@@ -134,7 +135,7 @@ class Progress:
         return table
 
 
-def render_summary(report: dict[str, Any], console: Console) -> None:
+def render_summary(report: Report, console: Console) -> None:
     """The final table, the findings as sentences, and the last line `exit: <verdict>`.
 
     `report` is one `sdcscan.report.validate_report` accepted: every field read here has its type.
@@ -165,7 +166,7 @@ def render_summary(report: dict[str, Any], console: Console) -> None:
     console.print(Text("exit: ").append(cell(verdict, _STYLE.get(verdict, ""))))
 
 
-def _flipped_bits(report: dict[str, Any]) -> dict[str, str]:
+def _flipped_bits(report: Report) -> dict[str, str]:
     """Per unit, the first few mismatch records in words: where, expected, actual, XOR mask."""
     out: dict[str, list[str]] = defaultdict(list)
     for m in report.get("mismatches", []):

@@ -13,11 +13,12 @@ from rich.table import Table
 
 from sdcscan.outcomes import unit_order
 from sdcscan.render.console import cell, stderr_console
+from sdcscan.report.document import Finding, Sentinel
 
 MAX_ROWS = 32  # a 256-core host with events on many cores lists the busiest, then a count
 
 
-def print_sentinel(section: dict[str, Any], findings: list[dict[str, Any]], exit_word: str) -> None:
+def print_sentinel(section: Sentinel, findings: list[Finding], exit_word: str) -> None:
     """The scan's window and sources, a table of units with events, notes, findings, then `exit: …`."""
     console = stderr_console()
     sources = ", ".join(section["sources"]) or "none readable"

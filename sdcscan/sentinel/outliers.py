@@ -16,14 +16,12 @@ import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from sdcscan.errors import UsageError
 from sdcscan.outcomes import unit_order
+from sdcscan.report.document import Finding, Outlier
 from sdcscan.sentinel.events import KINDS, KernelEvent, normalise_pci
 from sdcscan.timefmt import iso_utc
-
-Finding = dict[str, Any]  # {kind, unit, message, next}: the shape of a report's finding (sdcscan.wording)
 
 CRASH_KINDS = frozenset({"segfault", "trap"})  # application crashes: the evidence the test counts
 DEFAULT_ALPHA = 1e-3  # family-wise: the chance that a healthy host shows any outlier core
@@ -71,7 +69,7 @@ class UnitTally:
     mce_banks: dict[int, int] = field(default_factory=dict)  # machine-check bank -> records
     binaries: int = 0  # distinct mappings the crashes were in (" in libc.so.6[...]"): shared libraries too
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """JSON-ready: times as UTC ISO-8601, Xid numbers and banks as string keys."""
         return {
             "unit": self.unit,
@@ -98,7 +96,7 @@ class CoreOutlier:
     events: int  # crash events on it (a program may crash many times)
     examples: tuple[str, ...]  # a few program names, the most frequent first
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> Outlier:
         """JSON-ready."""
         return {
             "unit": self.unit,

@@ -11,8 +11,8 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
+from sdcscan.report.document import Finding, Sentinel
 from sdcscan.sentinel.outliers import KIND_OUTLIER, core_outliers, findings, host_counts, range_notes, tally
 from sdcscan.sentinel.sources import LogRead, read_kernel_log
 from sdcscan.timefmt import iso_utc
@@ -24,8 +24,8 @@ FIRST_WINDOW_S = 7 * 86400.0  # the first scan of a host looks back a week (the 
 class SentinelScan:
     """A scan's report section, its findings, and whether any kernel log could be read at all."""
 
-    section: dict[str, Any]
-    findings: list[dict[str, Any]]
+    section: Sentinel
+    findings: list[Finding]
 
     @property
     def read_anything(self) -> bool:
@@ -35,7 +35,7 @@ class SentinelScan:
     @property
     def outliers(self) -> list[str]:
         """The cores far more programs crashed on than their peers make likely."""
-        return [f["unit"] for f in self.findings if f["kind"] == KIND_OUTLIER]
+        return [f["unit"] for f in self.findings if f["kind"] == KIND_OUTLIER and f["unit"] is not None]
 
 
 def scan_window(
@@ -61,7 +61,7 @@ def scan_window(
     tallies = tally(log.events, gpu_units=gpu_units or {})
     outliers = core_outliers(log.events, cpus=host_cpus)
     counts = host_counts(log.events)
-    section = {
+    section: Sentinel = {
         "since": iso_utc(log.since),
         "until": iso_utc(log.until),
         "sources": list(log.sources),
@@ -88,12 +88,12 @@ def default_since(last_until: str | None, *, now: float | None = None) -> float:
     return now - FIRST_WINDOW_S
 
 
-def scan_window_quietly(started: float, ended: float, unit_docs: list[dict[str, Any]]) -> SentinelScan | None:
+def scan_window_quietly(started: float, ended: float, gpus: Mapping[str, str]) -> SentinelScan | None:
     """The kernel-log evidence of a run's own window, for its report; None if it could not be had.
 
-    Never raises: the run's verdict rests on its tests, and this is extra evidence beside them.
+    `gpus`: PCI bus id -> `cuda:N`. Never raises: the run's verdict rests on its tests, and this is
+    extra evidence beside them.
     """
-    gpus = {u["pci"]: u["id"] for u in unit_docs if u.get("pci")}
     try:
         return scan_window(started, max(started, ended), gpu_units=gpus)
     except Exception:  # a reader bug must not cost a judged run its report

@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from sdcscan.report.document import Finding, Metrics, MetricStats, Telemetry
 from sdcscan.telemetry.nvml import NvmlSource
 from sdcscan.telemetry.sources import (
     CORRECTED,
@@ -75,8 +76,8 @@ class _Acc:
         self.count += 1
         self.last = v
 
-    def to_dict(self, after_seen: bool) -> dict[str, Any]:
-        out: dict[str, Any] = {"before": self.before, "after": self.last if after_seen else None}
+    def to_dict(self, after_seen: bool) -> MetricStats:
+        out: MetricStats = {"before": self.before, "after": self.last if after_seen else None}
         out["value"] = round(self.value, 3) if isinstance(self.value, float) else self.value
         out["reduce"] = self.how
         if self.how == "last":
@@ -185,12 +186,12 @@ class Sampler:
             for metric, value in metrics.items():
                 accs.setdefault(metric, _Acc(REDUCE.get(metric, "last"))).add(value)
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> Telemetry:
         """The report's telemetry object: per scope ("host" or a unit id) and metric, before/after/value."""
         # Never wait forever on a sampler thread stuck in a source: read what is there.
         locked = self._lock.acquire(timeout=5.0)
         try:
-            scopes = {
+            scopes: dict[str, Metrics | None] = {
                 scope: {m: acc.to_dict(self._after) for m, acc in sorted(accs.items())}
                 for scope, accs in self._accs.items()
             }
@@ -209,21 +210,21 @@ class Sampler:
                 self._lock.release()
 
 
-def telemetry_findings(summary: dict[str, Any]) -> list[dict[str, Any]]:
+def telemetry_findings(summary: Telemetry) -> list[Finding]:
     """Findings from a telemetry summary: uncorrectable errors that rose during the run, corrected errors.
 
     Returns:
         Finding dicts {kind, unit, message, next}. kind `uncorrectable_errors` is hardware evidence
         a person must act on; `corrected_errors` is reported for information.
     """
-    scopes = [(None, summary.get("host") or {})]
+    scopes: list[tuple[str | None, Metrics]] = [(None, summary.get("host") or {})]
     scopes += [(unit, metrics or {}) for unit, metrics in (summary.get("units") or {}).items()]
-    findings = []
+    findings: list[Finding] = []
     for unit, metrics in scopes:
         where = unit or "this host"
         for metric, stats in sorted(metrics.items()):
             delta = (stats or {}).get("delta")
-            if not delta or delta <= 0:
+            if stats is None or not delta or delta <= 0:
                 continue
             label = _LABELS.get(metric, metric)
             if metric in UNCORRECTABLE:
@@ -253,9 +254,7 @@ _NEXT_CE = (
 )
 
 
-def _finding(
-    kind: str, unit: str | None, where: str, label: str, stats: dict[str, Any], nxt: str
-) -> dict[str, Any]:
+def _finding(kind: str, unit: str | None, where: str, label: str, stats: MetricStats, nxt: str) -> Finding:
     change = f"{stats['before']:g} -> {stats['after']:g}"
     message = f"{label} on {where} rose by {stats['delta']:g} during the run ({change})."
     return {"kind": kind, "unit": unit, "message": message, "next": nxt}

@@ -3,7 +3,8 @@
 A workload builds its inputs deterministically from the case seed, computes, checks itself and
 returns an Outcome. It never reads the clock, prints, sleeps or seeds global RNG state: the runner
 owns time, and `Context.phase` times compute versus checking on the workload's behalf. What a workload
-is (description, evidence, parameters) lives in the torch-free catalogue, `sdcscan.workloads.SPECS`.
+is (description, evidence, parameters) lives in the torch-free catalogue, `sdcscan.workloads.SPECS`,
+assembled from each workload's `sdcscan/workloads/<name>/spec.py`.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import torch
 
 from sdcscan import faults
 from sdcscan.outcomes import Case, Outcome
-from sdcscan.workloads import SPECS, WorkloadSpec
+from sdcscan.workloads import SPECS
+from sdcscan.workloads.workload_spec import WorkloadSpec
 
 
 class Context:
@@ -123,7 +125,7 @@ class Context:
 class Workload(Protocol):
     """One registered kind of test; `load(name)` returns its class."""
 
-    name: ClassVar[str]  # stable id, lower_snake; never renamed once merged; the module's name
+    name: ClassVar[str]  # stable id, lower_snake; never renamed once merged; its package's name
     spec: ClassVar[WorkloadSpec]  # its catalogue entry, SPECS[name]
 
     def __init__(self, params: Mapping[str, Any]) -> None:
@@ -138,7 +140,7 @@ class Workload(Protocol):
 
 @runtime_checkable
 class SelftestWorkload(Workload, Protocol):
-    """An ABFT workload that `sdcscan selftest` sweeps (see sdcscan/workloads/selftest.py).
+    """An ABFT workload that `sdcscan selftest` sweeps (see sdcscan/selftest/sweep.py).
 
     Implementing every member is what makes a workload one: `has_selftest` checks for all of them.
     """
@@ -185,7 +187,7 @@ def register(cls: type[W]) -> type[W]:
 
     Raises:
         ValueError: at import, for a name with no catalogue entry, a `spec` that is not its entry, a
-            module other than sdcscan/workloads/<name>.py (`load` imports by name), or a second
+            module other than sdcscan/workloads/<name>/workload.py (`load` imports by name), or a second
             registration of the name.
     """
     name = cls.name
@@ -193,8 +195,8 @@ def register(cls: type[W]) -> type[W]:
         raise ValueError(f"workload {name!r} has no entry in sdcscan.workloads.SPECS")
     if cls.spec is not SPECS[name]:
         raise ValueError(f"workload {name!r}: its spec must be SPECS[{name!r}]")
-    if cls.__module__ != f"sdcscan.workloads.{name}":
-        raise ValueError(f"workload {name!r} must be defined in sdcscan/workloads/{name}.py")
+    if cls.__module__ != f"sdcscan.workloads.{name}.workload":
+        raise ValueError(f"workload {name!r} must be defined in sdcscan/workloads/{name}/workload.py")
     if name in REGISTRY:
         raise ValueError(f"workload {name!r} registered twice")
     REGISTRY[name] = cls

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from sdcscan.outcomes import INVARIANT, STATUS_MISMATCH, STATUS_OK, Case, Outcome
-from sdcscan.workloads import Quality, WorkloadSpec
 from sdcscan.workloads.base import Context
+from sdcscan.workloads.workload_spec import Quality, WorkloadSpec
 
 
 class FakeAbft:

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 
 import torch
 
+from sdcscan.checks.limits import BITS  # torch-free there: the catalogue reads it
+
 UNIT = 2**-7  # exact mode: every value is an integer multiple of this
 UNIT_INV = 2**7
-BITS = (8, 4)
 
 
 @dataclass(frozen=True)

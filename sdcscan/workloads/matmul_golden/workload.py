@@ -27,16 +27,12 @@ import torch
 
 from sdcscan.checks.digest import RepeatDigest
 from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
-from sdcscan.workloads import SPECS, WorkloadSpec, golden_kronecker_split
 from sdcscan.workloads.base import Context, check_block, register
+from sdcscan.workloads.matmul_golden.spec import DTYPES as DTYPE_NAMES
+from sdcscan.workloads.matmul_golden.spec import REFERENCES, SPEC, golden_kronecker_split
+from sdcscan.workloads.workload_spec import WorkloadSpec
 
-DTYPES = {
-    "float32": torch.float32,
-    "float64": torch.float64,
-    "bfloat16": torch.bfloat16,
-    "float16": torch.float16,
-}
-REFERENCES = ("direct", "kronecker")
+DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in DTYPE_NAMES}
 _WORDS = {2: torch.int16, 4: torch.int32, 8: torch.int64}
 MAX_RECORDED = 8  # mismatching elements recorded per case; the count is always complete
 Split = tuple[tuple[int, int], ...]  # ((m1, m2), (k1, k2), (n1, n2)) of a Kronecker pool
@@ -45,7 +41,7 @@ Split = tuple[tuple[int, int], ...]  # ((m1, m2), (k1, k2), (n1, n2)) of a Krone
 @register
 class MatmulGolden:
     name: ClassVar[str] = "matmul_golden"
-    spec: ClassVar[WorkloadSpec] = SPECS[name]
+    spec: ClassVar[WorkloadSpec] = SPEC
 
     def __init__(self, params: Mapping[str, Any]) -> None:
         self.p = p = {**self.spec.defaults, **params}

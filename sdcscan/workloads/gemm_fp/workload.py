@@ -33,9 +33,10 @@ from sdcscan.calibration import measure as calibration
 from sdcscan.checks import vabft
 from sdcscan.checks.digest import RepeatDigest
 from sdcscan.outcomes import STATUS_ERROR, STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
-from sdcscan.workloads import SPECS, WorkloadSpec
 from sdcscan.workloads.base import Context, check_block, register
-from sdcscan.workloads.gemm_fp_selftest import SelftestMixin
+from sdcscan.workloads.gemm_fp.selftest_spec import SelftestMixin
+from sdcscan.workloads.gemm_fp.spec import SPEC
+from sdcscan.workloads.workload_spec import WorkloadSpec
 
 DTYPES = calibration.DTYPES
 MAX_RECORDED = 8  # mismatching rows recorded per case; the count is always complete
@@ -45,7 +46,7 @@ POOL_SEED = 0x6E3F  # the operand pool's seed is the run seed xor this xor the d
 @register
 class GemmFp(SelftestMixin):
     name: ClassVar[str] = "gemm_fp"
-    spec: ClassVar[WorkloadSpec] = SPECS[name]
+    spec: ClassVar[WorkloadSpec] = SPEC
     negative_sites: ClassVar[tuple[str, ...]] = ("operand_a",)  # consistent error: a row check cannot see it
 
     def __init__(self, params: Mapping[str, Any], *, reuse_product: bool = False) -> None:

@@ -21,11 +21,14 @@ from torch import nn
 
 from sdcscan.checks.digest import Digest
 from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
-from sdcscan.workloads import SPECS, WorkloadSpec
 from sdcscan.workloads.base import Context, register
+from sdcscan.workloads.train.spec import AUTOCAST, DTYPES, SPEC
+from sdcscan.workloads.workload_spec import WorkloadSpec
 
-_DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
-_AUTOCAST = {"none": None, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in DTYPES}
+_AUTOCAST: dict[str, torch.dtype | None] = {
+    name: None if name == "none" else getattr(torch, name) for name in AUTOCAST
+}
 
 
 def build_model(inputs: int, hidden: int, classes: int) -> nn.Sequential:
@@ -43,7 +46,7 @@ def build_model(inputs: int, hidden: int, classes: int) -> nn.Sequential:
 @register
 class Train:
     name: ClassVar[str] = "train"
-    spec: ClassVar[WorkloadSpec] = SPECS[name]
+    spec: ClassVar[WorkloadSpec] = SPEC
 
     def __init__(self, params: Mapping[str, Any]) -> None:
         self.p = {**self.spec.defaults, **params}

@@ -1,15 +1,14 @@
 """The judge's evidence in sentences: each unit's reason and the report's findings, with what to do next.
 
-`sdcscan.verdict` weighs evidence and records it as data (`Blame`, `Problem`, `Undecided`, ...); this
+`sdcscan.judgement.verdict` weighs evidence and records it as data (`Blame`, `Problem`, `Undecided`, ...); this
 module is the one place that turns those records into English. Pure and torch-free.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
-from sdcscan.evidence import (
+from sdcscan.judgement.evidence import (
     BLAME_ATTRIBUTED,
     BLAME_DIVERGENT,
     BLAME_GOLDEN,
@@ -24,10 +23,9 @@ from sdcscan.evidence import (
     RetestSummary,
     Undecided,
 )
-from sdcscan.retest import PERSISTENT, TRANSIENT, UNTESTED, Retest
-from sdcscan.verdict import Judgement
-
-Finding = dict[str, Any]  # {kind, unit, message, next}: the report's finding record
+from sdcscan.judgement.retest import PERSISTENT, TRANSIENT, UNTESTED, Retest
+from sdcscan.judgement.verdict import Judgement
+from sdcscan.report.document import Finding, Run
 
 
 def finding(kind: str, unit: str | None, message: str, next_step: str | None = None) -> Finding:
@@ -51,7 +49,7 @@ def reason(record: Blame | Problem | None) -> str | None:
     }[record.kind]
 
 
-def findings(judgement: Judgement, run: Mapping[str, Any]) -> list[Finding]:
+def findings(judgement: Judgement, run: Run) -> list[Finding]:
     """The judgement's findings, in the order the evidence was found.
 
     Args:
@@ -60,12 +58,12 @@ def findings(judgement: Judgement, run: Mapping[str, Any]) -> list[Finding]:
     return [_finding(n, run) for n in judgement.notices]
 
 
-def replay_args(run: Mapping[str, Any]) -> str:
+def replay_args(run: Run) -> str:
     """The command-line fragment that replays a run's plan: `--profile NAME --seed N`."""
     return f"--profile {run.get('profile', {}).get('name', 'PROFILE')} --seed {run.get('seed')}"
 
 
-def _finding(notice: Notice, run: Mapping[str, Any]) -> Finding:
+def _finding(notice: Notice, run: Run) -> Finding:
     replay = replay_args(run)
     if notice is None:
         return finding("invalid", None, "No unit was selected, so nothing was judged.")
@@ -99,7 +97,7 @@ def _finding(notice: Notice, run: Mapping[str, Any]) -> Finding:
     return _golden_gap(notice, run)
 
 
-def _blame_finding(b: Blame, run: Mapping[str, Any]) -> Finding:
+def _blame_finding(b: Blame, run: Run) -> Finding:
     unit, where = b.unit, f"case {b.index} ({b.workload})"
     next_fail = f"sdcscan run {replay_args(run)} --units {unit} --budget 15m (reproduce; then take {unit} out of service)"
     if b.kind == BLAME_INVARIANT:
@@ -127,7 +125,7 @@ def _blame_finding(b: Blame, run: Mapping[str, Any]) -> Finding:
     raise ValueError(f"blame of kind {b.kind!r} makes no finding of its own")
 
 
-def _golden_gap(gap: GoldenGap, run: Mapping[str, Any]) -> Finding:
+def _golden_gap(gap: GoldenGap, run: Run) -> Finding:
     """The golden cannot judge these units: no failure, but absence of evidence is said out loud."""
     sha = str(run.get("profile", {}).get("sha256", ""))[:12]
     ids = sorted(gap.units)

@@ -1,5 +1,5 @@
 """Evidence -> unit and run verdicts. Pure: no I/O, no clock, no torch, and no English: the judge
-records structured evidence (`sdcscan.evidence`), and `sdcscan.wording` turns them into sentences.
+records structured evidence (`sdcscan.judgement.evidence`), and `sdcscan.judgement.wording` turns them into sentences.
 
 Evidence (DESIGN.md): an invariant firing on a unit fails it. Digests of the same case are compared
 inside a cohort: with a strict majority the minority is divergent; without one (two units, or a
@@ -10,7 +10,7 @@ the dispute is undecided and all the units involved are suspects.
 Repeat evidence: every failing (unit, case) is re-run on the unit and once on a peer of its cohort,
 and classified `transient` (does not fail again on the unit), `persistent` (fails again on the unit,
 not on the peer) or `case` (fails on the peer too: a software or determinism problem, so the unit is
-not blamed for it). The classification table is `sdcscan.retest.classify`; `retest_plan` says what to re-run.
+not blamed for it). The classification table is `sdcscan.judgement.retest.classify`; `retest_plan` says what to re-run.
 
 Golden evidence (`sdcscan run --golden`): a unit whose digest differs from the recorded golden of its
 plan and cohort fails; it never hides a worse verdict (a unit that could not be judged stays invalid).
@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from sdcscan.evidence import (
+from sdcscan.judgement.evidence import (
     BLAME_ATTRIBUTED,
     BLAME_DIVERGENT,
     BLAME_GOLDEN,
@@ -39,6 +39,15 @@ from sdcscan.evidence import (
     RetestSummary,
     Undecided,
 )
+from sdcscan.judgement.retest import (
+    CASE,
+    PERSISTENT,
+    TRANSIENT,
+    UNTESTED,
+    Retest,
+    classify,
+    unit_classification,
+)
 from sdcscan.outcomes import (
     CONSENSUS,
     INVARIANT,
@@ -48,7 +57,7 @@ from sdcscan.outcomes import (
     Verdict,
     unit_order,
 )
-from sdcscan.retest import CASE, PERSISTENT, TRANSIENT, UNTESTED, Retest, classify, unit_classification
+from sdcscan.report.document import RetestEvidence
 from sdcscan.workloads import SPECS
 
 T = TypeVar("T")
@@ -258,7 +267,7 @@ class _Judge:
         unit: str,
         index: int,
         workload: str,
-        evidence: str,
+        evidence: RetestEvidence,
         bad: Callable[[str | None], bool],
         peers: Iterable[str],
     ) -> Retest:

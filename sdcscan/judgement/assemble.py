@@ -8,20 +8,61 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
+
+from typing_extensions import NotRequired, TypedDict
 
 from sdcscan import __version__
 from sdcscan.calibration.peers import held_thresholds, out_of_line
 from sdcscan.errors import EXIT_TERMINATED
-from sdcscan.evidence import CaseResult, GoldenCheck, GoldenEntry, Problem, check_golden
+from sdcscan.judgement.evidence import CaseResult, GoldenCheck, GoldenEntry, Problem, check_golden
+from sdcscan.judgement.retest import CLASSIFICATIONS, Retest, unit_classification
+from sdcscan.judgement.verdict import Dispute as CohortDispute
+from sdcscan.judgement.verdict import Judgement, judge
+from sdcscan.judgement.wording import finding, findings, reason
 from sdcscan.outcomes import STATUS_ERROR, STATUS_MISMATCH, STATUS_OK
-from sdcscan.report import SCHEMA_VERSION
-from sdcscan.retest import CLASSIFICATIONS, Retest, unit_classification
-from sdcscan.verdict import Judgement, judge
-from sdcscan.wording import finding, findings, reason
+from sdcscan.report.document import (
+    SCHEMA_VERSION,
+    Calibration,
+    CaseError,
+    Dispute,
+    Finding,
+    Host,
+    Mismatch,
+    Report,
+    Run,
+    StatusWord,
+    Telemetry,
+    Throughput,
+    Unit,
+    UnitKind,
+    UnitPacing,
+)
+from sdcscan.report.document import (
+    Retest as RetestDoc,
+)
 
 MAX_MISMATCHES_PER_UNIT = 50  # enough to see a pattern; the per-case status column has the full count
 MAX_RETEST_RECORDS = 20
+# A case record as the runner journals it ({unit, index, attempt, workload, status, digest, seconds,
+# ops, ops_unit, phases, mismatches, error, injected}): read back from the journal, so not typed further.
+Outcome = dict[str, Any]
+
+
+class UnitFacts(TypedDict):
+    """A unit as the run knows it before judging: what it is, its cohort, what it noted and measured."""
+
+    id: str
+    kind: UnitKind
+    model: str
+    cohort: str
+    pci: NotRequired[str]  # a GPU's PCI bus id: how the kernel log names it
+    notes: NotRequired[list[str]]
+    peaks: NotRequired[dict[str, object]]  # workload -> its plain-op peak (peaks.rates.workload_peak)
+    pacing: NotRequired[UnitPacing | None]
+    calibration: NotRequired[list[Calibration]]
+
+
 PHASES = (
     "compute",
     "check",
@@ -31,18 +72,18 @@ PHASES = (
 
 def judge_and_build(
     *,
-    run: dict[str, Any],
-    host: dict[str, Any],
-    software: dict[str, Any],
-    cohorts: dict[str, dict[str, Any]],
-    units: list[dict[str, Any]],
-    outcomes: list[dict[str, Any]],
+    run: Run,
+    host: Host,
+    software: dict[str, object],
+    cohorts: dict[str, dict[str, object]],
+    units: list[UnitFacts],
+    outcomes: list[Outcome],
     problems: Mapping[str, str | Problem],
     interrupted: str | None,
     golden: Mapping[str, GoldenEntry | None] | None = None,
-    telemetry: dict[str, Any] | None = None,
-    telemetry_findings: list[dict[str, Any]] | None = None,
-) -> dict[str, Any]:
+    telemetry: Telemetry | None = None,
+    telemetry_findings: list[Finding] | None = None,
+) -> Report:
     """Judge journal-style outcomes and assemble the report; shared by `run` and `report --from-journal`.
 
     Args:
@@ -100,7 +141,7 @@ def _golden_checks(
     return {u: check_golden(u, c, golden.get(c), cases[u]) for u, c in cohort_of.items()}
 
 
-def _case_result(o: dict[str, Any]) -> CaseResult:
+def _case_result(o: Outcome) -> CaseResult:
     return CaseResult(
         o["unit"],
         o["index"],
@@ -114,15 +155,15 @@ def _case_result(o: dict[str, Any]) -> CaseResult:
 
 def build_report(
     *,
-    run: dict[str, Any],
-    host: dict[str, Any],
-    software: dict[str, Any],
-    cohorts: dict[str, dict[str, Any]],
-    units: list[dict[str, Any]],
-    outcomes: list[dict[str, Any]],
+    run: Run,
+    host: Host,
+    software: dict[str, object],
+    cohorts: dict[str, dict[str, object]],
+    units: list[UnitFacts],
+    outcomes: list[Outcome],
     judgement: Judgement,
     exit_code: int | None = None,
-) -> dict[str, Any]:
+) -> Report:
     """Assemble the report.
 
     Args:
@@ -131,17 +172,17 @@ def build_report(
         outcomes: journal-style case records ({unit, index, attempt, workload, status, digest, seconds, ops,
             ops_unit, mismatches, error, injected}) of the main pass and re-runs.
     """
-    main = defaultdict(list)
+    main: defaultdict[str, list[Outcome]] = defaultdict(list)
     for o in outcomes:
         if o.get("attempt", 0) == 0:
             main[o["unit"]].append(o)
-    mismatches: list[dict[str, Any]] = []
+    mismatches: list[Mismatch] = []
     unit_docs = []
     for u in units:
         uid = u["id"]
         cases = sorted(main[uid], key=lambda o: o["index"])
-        unit_mm = [
-            {"unit": uid, "index": o["index"], "workload": o["workload"], **m}
+        unit_mm = [  # the checks' records (check, where, expected, actual, mask), journaled as they came
+            cast(Mismatch, {"unit": uid, "index": o["index"], "workload": o["workload"], **m})
             for o in cases
             for m in o.get("mismatches") or []
         ]
@@ -161,17 +202,23 @@ def build_report(
         "units": unit_docs,
         "mismatches": mismatches,
         "disputes": [_dispute_doc(d) for d in judgement.disputes],
-        "errors": [
-            {"unit": o["unit"], "index": o["index"], "workload": o["workload"], "error": o.get("error")}
-            for o in outcomes
-            if o.get("status") == STATUS_ERROR
-        ][:100],
+        "errors": _errors(outcomes),
         "telemetry": {},
         "findings": findings(judgement, run) + notes,
     }
 
 
-def _unit_doc(u: dict[str, Any], cases: list[dict[str, Any]], judgement: Judgement) -> dict[str, Any]:
+def _errors(outcomes: list[Outcome]) -> list[CaseError]:
+    """The first 100 cases whose workload raised."""
+    errors: list[CaseError] = [
+        {"unit": o["unit"], "index": o["index"], "workload": o["workload"], "error": o.get("error")}
+        for o in outcomes
+        if o.get("status") == STATUS_ERROR
+    ]
+    return errors[:100]
+
+
+def _unit_doc(u: UnitFacts, cases: list[Outcome], judgement: Judgement) -> Unit:
     uid = u["id"]
     ops: defaultdict[str, float] = defaultdict(float)
     secs: defaultdict[str, float] = defaultdict(float)
@@ -190,12 +237,12 @@ def _unit_doc(u: dict[str, Any], cases: list[dict[str, Any]], judgement: Judgeme
     golden = judgement.golden.get(uid)
     wrong = {d.index for d in golden.disagreements} if golden else set()
     # A case whose digest differs from the golden is a mismatch of this unit, like an invariant firing.
-    statuses = [
+    statuses: list[StatusWord] = [
         STATUS_MISMATCH if o["index"] in wrong and o["status"] == STATUS_OK else o["status"] for o in cases
     ]
     bad = [o["index"] for o, s in zip(cases, statuses, strict=True) if s == STATUS_MISMATCH]
     verdict = judgement.unit_verdicts.get(uid)
-    return {
+    doc: Unit = {
         "id": uid,
         "kind": u["kind"],
         "model": u["model"],
@@ -215,7 +262,6 @@ def _unit_doc(u: dict[str, Any], cases: list[dict[str, Any]], judgement: Judgeme
         "notes": list(u.get("notes", [])) + _golden_notes(golden),
         "calibration": u.get("calibration", []),  # gemm_fp's e_max per (dtype, checker, K), for peers
         "retest": _retest_doc(judgement.retests.get(uid, [])),
-        **({"pacing": u["pacing"]} if u.get("pacing") else {}),  # background mode only
         "cases": {
             "index": [o["index"] for o in cases],
             "workload": [o["workload"] for o in cases],
@@ -224,14 +270,18 @@ def _unit_doc(u: dict[str, Any], cases: list[dict[str, Any]], judgement: Judgeme
             "seconds": [round(o.get("seconds") or 0.0, 3) for o in cases],
         },
     }
+    pacing = u.get("pacing")
+    if pacing:  # background mode only
+        doc["pacing"] = pacing
+    return doc
 
 
 def _throughput_doc(
-    ops: float, seconds: float, cases: int, ops_unit: str, phases: Mapping[str, float], peak: Any
-) -> dict[str, Any]:
+    ops: float, seconds: float, cases: int, ops_unit: str, phases: Mapping[str, float], peak: object
+) -> Throughput:
     """One workload's rate on a unit, its plain-op peak and efficiency, and where its case time went.
 
-    `peak` is the unit's measurement (workloads.peaks.workload_peak) or None; efficiency is achieved
+    `peak` is the unit's measurement (peaks.rates.workload_peak) or None; efficiency is achieved
     over peak, null when the peak is unknown. Shares are of the summed case seconds.
     """
     achieved = ops / seconds if seconds > 0 else 0.0
@@ -249,7 +299,7 @@ def _throughput_doc(
     }
 
 
-def _dispute_doc(d: Any) -> dict[str, Any]:
+def _dispute_doc(d: CohortDispute) -> Dispute:
     return {
         "index": d.index,
         "workload": d.workload,
@@ -259,9 +309,9 @@ def _dispute_doc(d: Any) -> dict[str, Any]:
     }
 
 
-def _retest_doc(records: list[Retest]) -> dict[str, Any]:
+def _retest_doc(records: list[Retest]) -> RetestDoc:
     """How the unit's failing cases behaved on re-run: summary, counts per classification, first records."""
-    counts = {c: sum(r.classification == c for r in records) for c in CLASSIFICATIONS}
+    counts: dict[str, int] = {c: sum(r.classification == c for r in records) for c in CLASSIFICATIONS}
     return {
         "classification": unit_classification(records),
         "counts": counts,
@@ -270,7 +320,7 @@ def _retest_doc(records: list[Retest]) -> dict[str, Any]:
     }
 
 
-def _golden_mismatches(judgement: Judgement) -> list[dict[str, Any]]:
+def _golden_mismatches(judgement: Judgement) -> list[Mismatch]:
     """A `golden` mismatch record per case whose digest differs from the golden, units in order."""
     return [
         {

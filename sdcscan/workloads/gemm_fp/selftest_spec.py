@@ -1,7 +1,8 @@
 """Self-test declarations of `gemm_fp`: variants, the bits swept per fault site, and detection floors.
 
 Kept apart from the workload so the workload module stays about the check; `sdcscan selftest` reads these
-(the `SelftestWorkload` protocol in sdcscan/workloads/base.py; the sweep in sdcscan/workloads/selftest.py).
+(the `SelftestWorkload` protocol in sdcscan/workloads/base.py; the sweep in sdcscan/selftest/sweep.py).
+Torch-free, like spec.py beside it.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The evidence the judge records, as data: what made a unit fail, why it could not be judged, what
-re-runs showed and how it compares with a golden. `sdcscan.verdict` writes these records and
-`sdcscan.wording` turns them into sentences. Pure, torch-free.
+re-runs showed and how it compares with a golden. `sdcscan.judgement.verdict` writes these records and
+`sdcscan.judgement.wording` turns them into sentences. Pure, torch-free.
 """
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from sdcscan.judgement.retest import Retest
 from sdcscan.outcomes import Verdict
-from sdcscan.retest import Retest
 
 
 @dataclass(frozen=True, slots=True)

@@ -60,16 +60,12 @@ from sdcscan.distributed.exact_data import bitwise_equal, block, contribution, e
 from sdcscan.distributed.triage import Node, Triage, reductive_triage
 from sdcscan.distributed.world import gather_from_all
 from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
-from sdcscan.workloads import SPECS, WorkloadSpec
 from sdcscan.workloads.base import Context, register
+from sdcscan.workloads.collective.spec import DTYPES as DTYPE_NAMES
+from sdcscan.workloads.collective.spec import MAX_BLOCK, SPEC
+from sdcscan.workloads.workload_spec import WorkloadSpec
 
-DTYPES: dict[str, torch.dtype] = {
-    "bfloat16": torch.bfloat16,
-    "float16": torch.float16,
-    "float32": torch.float32,
-    "int32": torch.int32,
-}
-MAX_BLOCK = 2**27  # elements per block: 512 MiB of float32, and its exact data takes ~5 GB of host memory
+DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in DTYPE_NAMES}
 CACHE_BYTES = 2**31  # built inputs and expected results kept per rank, least recently used dropped first
 COPIES = (ALL_GATHER, BROADCAST, SEND_RECV)  # the collectives whose blocks have a source to blame
 
@@ -135,7 +131,7 @@ class Collective:
     """all_gather, all_reduce, reduce_scatter, broadcast and a send/recv ring, checked bit for bit."""
 
     name: ClassVar[str] = "collective"
-    spec: ClassVar[WorkloadSpec] = SPECS[name]
+    spec: ClassVar[WorkloadSpec] = SPEC
 
     def __init__(self, params: Mapping[str, Any]) -> None:
         self.p = {**self.spec.defaults, **params}

@@ -1,4 +1,5 @@
-"""The report: a versioned JSON document other tools read. Keys here are a contract; bump SCHEMA_VERSION on change.
+"""Reading a report: the validator compiled from the declaration (`sdcscan.report.document`), and
+what readers derive from a validated report (its exit code, its case records).
 
 Per-case records are stored column-wise per unit (`units[].cases` holds parallel lists `index`,
 `workload`, `digest`, `status`, `seconds`) so a 10,000 s burn-in on a 128-core host stays compact.
@@ -7,7 +8,7 @@ Reports are written atomically by `sdcscan.files.write_json_atomic` and read by
 
 Reports come from other hosts and other hands, so every reader (the summary of `sdcscan report`,
 `compare` and goldens, `export` to JUnit and Prometheus, the history) gets its report through
-`validate_report`, which checks the type of every field those readers use: a refusal names the
+`validate_report`, which checks every declared field but those marked UNCHECKED: a refusal names the
 file and the key path (`r.json: units[2].cases.seconds[5]: not a number`) and never echoes more
 than a few dozen characters of what the file holds. `sdcscan report` exits with the code the
 report's verdict implies (`verdict_exit_code`), never with the `exit_code` a file claims.
@@ -20,41 +21,70 @@ import math
 import os
 import re
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
+
+from typing_extensions import TypedDict
 
 from sdcscan.errors import EXIT_TERMINATED, ReportError
 from sdcscan.files import read_json
-from sdcscan.outcomes import STATUSES, VERDICTS, Verdict, printable
+from sdcscan.outcomes import Verdict, printable
+from sdcscan.report.document import INT64_MAX, SCHEMA_VERSION, Cases, Range, Report, StatusWord
+from sdcscan.report.fields import Declared, declared, fields_of
 
 __all__ = [
-    "CASE_COLUMNS", "MAX_DEPTH", "MAX_REPORT_BYTES", "SCHEMA_PATH", "SCHEMA_VERSION", "VERDICTS", "case_records", "exit_code_disagreement", "load_report",
-    "shown", "validate_report", "verdict_exit_code",
+    "CASE_COLUMNS",
+    "MAX_DEPTH",
+    "MAX_REPORT_BYTES",
+    "CaseRecord",
+    "case_records",
+    "exit_code_disagreement",
+    "load_report",
+    "shown",
+    "validate_report",
+    "verdict_exit_code",
 ]  # fmt: skip
 
-SCHEMA_VERSION = 1
-SCHEMA_PATH = Path(__file__).with_name("report.schema.json")
 MAX_REPORT_BYTES = 1 << 30  # refuse to parse anything larger: it is not one of ours
 MAX_DEPTH = 20  # a report nests 6 levels; deeper documents would exhaust the recursion of json.dump
 SHOWN_CHARS = 40  # the most of a file's content an error message quotes
 
 CASE_COLUMNS = ("index", "workload", "digest", "status", "seconds")
 
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # what the history database (SQLite) can store
+INT64_MIN = -(2**63)  # what the history database (SQLite) can store, with document.INT64_MAX
 NUMBER_LIMIT = 10**300  # an integer in a number field must still convert to a float
 
 
-def case_records(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """The per-case records of every unit as row dicts: {unit, index, workload, digest, status, seconds}."""
-    rows = []
+class CaseRecord(TypedDict):
+    """One case of one unit, as a row (the report stores them column-wise)."""
+
+    unit: str
+    index: int
+    workload: str
+    digest: str | None
+    status: StatusWord
+    seconds: float
+
+
+def case_records(report: Report) -> list[CaseRecord]:
+    """The per-case records of every unit as rows."""
+    rows: list[CaseRecord] = []
     for unit in report["units"]:
         cols = unit["cases"]
         for i in range(len(cols["index"])):
-            rows.append({"unit": unit["id"], **{c: cols[c][i] for c in CASE_COLUMNS}})
+            rows.append(
+                CaseRecord(
+                    unit=unit["id"],
+                    index=cols["index"][i],
+                    workload=cols["workload"][i],
+                    digest=cols["digest"][i],
+                    status=cols["status"][i],
+                    seconds=cols["seconds"][i],
+                )
+            )
     return rows
 
 
-def load_report(path: str | os.PathLike[str]) -> dict[str, Any]:
+def load_report(path: str | os.PathLike[str]) -> Report:
     """Read and validate a report.
 
     Raises:
@@ -65,7 +95,7 @@ def load_report(path: str | os.PathLike[str]) -> dict[str, Any]:
     return validate_report(data, label=printable(str(path)))
 
 
-def validate_report(data: Any, *, label: str = "report") -> dict[str, Any]:
+def validate_report(data: object, *, label: str = "report") -> Report:
     """Check every field a reader of reports relies on; return the report unchanged.
 
     Readers may then index what is checked here without guarding: the summary table, findings and
@@ -88,16 +118,16 @@ def validate_report(data: Any, *, label: str = "report") -> dict[str, Any]:
             f"{label}: schema_version {shown(version)} is not supported (this sdcscan reads {SCHEMA_VERSION})"
         )
     try:
-        _REPORT(data)
+        _check_report(data)
     except _Bad as bad:
         where = _key_path(bad.path)
         raise ReportError(f"{label}: {where + ': ' if where else ''}{bad.problem}") from None
     if _too_deep(data):
         raise ReportError(f"{label}: nested more than {MAX_DEPTH} levels deep: not a report")
-    return data
+    return cast(Report, data)
 
 
-def verdict_exit_code(report: dict[str, Any]) -> int:
+def verdict_exit_code(report: Report) -> int:
     """The exit code a validated report's verdict implies (`Verdict.exit_code`).
 
     A run stopped by SIGTERM exited 143, not 130, and its report says so in `run.interrupted_by`.
@@ -110,7 +140,7 @@ def verdict_exit_code(report: dict[str, Any]) -> int:
     return verdict.exit_code
 
 
-def exit_code_disagreement(report: dict[str, Any]) -> str | None:
+def exit_code_disagreement(report: Report) -> str | None:
     """A sentence when a validated report's stored `exit_code` is not the one its verdict implies, else None."""
     stored, expected = report.get("exit_code"), verdict_exit_code(report)
     if stored is None or stored == expected:
@@ -206,12 +236,43 @@ def _number(value: Any) -> None:
         raise _Bad("not a finite number")
 
 
-def _one_of(words: tuple[str, ...]) -> Check:
+def _one_of(words: tuple[object, ...]) -> Check:
+    kinds = {type(w) for w in words}  # 1 is not True, "1" is not 1
+
     def one_of(value: Any) -> None:
-        if not isinstance(value, str) or value not in words:
-            raise _Bad(f"not one of {', '.join(words)}")
+        if type(value) not in kinds or value not in words:
+            raise _Bad(f"not one of {', '.join(map(str, words))}")
 
     return one_of
+
+
+def _matching(pattern: str) -> Check:
+    regex = re.compile(pattern)
+
+    def matching(value: Any) -> None:
+        _string(value)
+        if not regex.fullmatch(value):
+            raise _Bad(f"{shown(value)} is not of the form {pattern}")
+
+    return matching
+
+
+def _boolean(value: Any) -> None:
+    if not isinstance(value, bool):
+        raise _Bad("not true or false")
+
+
+def _bounded_number(bounds: Range) -> Check:
+    def bounded(value: Any) -> None:
+        _number(value)
+        if bounds.low is not None and value < bounds.low:
+            raise _Bad(f"less than {bounds.low}")
+        if bounds.high is not None and value > bounds.high:
+            raise _Bad(f"more than {bounds.high}")
+        if bounds.above is not None and value <= bounds.above:
+            raise _Bad(f"not more than {bounds.above}")
+
+    return bounded
 
 
 def _list_of(item: Check) -> Check:
@@ -281,103 +342,99 @@ def _types(values: list[Any]) -> set[type]:
     return set(map(type, values))  # bool is its own type: never taken for an int here
 
 
-_COLUMN_CHECKS: dict[str, Check] = {
-    "index": _column(
-        _integer(0, INT64_MAX), lambda v: _types(v) <= {int} and (not v or 0 <= min(v) <= max(v) <= INT64_MAX)
-    ),
-    "workload": _column(_string, lambda v: _types(v) <= {str}),
-    "digest": _column(_nullable(_string), lambda v: _types(v) <= {str, type(None)}),
-    "status": _column(_one_of(STATUSES), lambda v: _types(v) <= {str} and set(v) <= set(STATUSES)),
-    "seconds": _column(_number, lambda v: _types(v) <= {float} and all(map(math.isfinite, v))),
-}
-_cases_object = _object(_COLUMN_CHECKS)
+# ---------------------------------------------------------------------------------------------------
+# The checks compiled from the declaration (sdcscan.report.document), once, at first use.
 
 
-def _cases(value: Any) -> None:
-    """The per-case columns: typed, and all of one length (the i-th entries form one record)."""
-    _cases_object(value)
-    if len({len(value[c]) for c in CASE_COLUMNS}) != 1:
+def _compile(d: Declared) -> Check:
+    """The check of one declared value."""
+    if d.unchecked:
+        return _anything
+    if d.nullable:
+        return _nullable(_compile(d.without_null()))
+    if d.is_object:
+        return _object_check(cast(type, d.base))
+    if d.origin is list:
+        item = declared(d.args[0])
+        clean = _clean_column(item)
+        return _list_of(_compile(item)) if clean is None else _column(_compile(item), clean)
+    if d.origin is dict:
+        return _map_of(_compile(declared(d.args[1])))
+    if d.origin is Literal:
+        return _one_of(d.args)
+    if d.base is str:
+        return _string if d.pattern is None else _matching(d.pattern)
+    if d.base is bool:
+        return _boolean
+    if d.base is int:
+        low, high = _int_bounds(d.range)
+        return _integer(low, high)
+    if d.base is float:
+        return _number if d.range is None else _bounded_number(d.range)
+    if d.base is object:
+        return _anything
+    raise TypeError(f"the report's declaration uses a type the validator does not know: {d.base!r}")
+
+
+def _object_check(cls: type) -> Check:
+    fields = fields_of(cls)
+    required = {f.name: _compile(f.declared) for f in fields if f.required}
+    optional = {f.name: _compile(f.declared) for f in fields if not f.required and not f.declared.unchecked}
+    check = _object(required, optional)
+    rule = _RULES.get(cls)
+    if rule is None:
+        return check
+
+    def with_rule(value: Any) -> None:
+        check(value)
+        rule(value)
+
+    return with_rule
+
+
+def _same_lengths(cases: Any) -> None:
+    """The i-th entries of the case columns form one record."""
+    if len({len(cases[c]) for c in CASE_COLUMNS}) != 1:
         raise _Bad("case columns of different lengths")
 
 
-_THROUGHPUT = _object(
-    {"ops_per_s": _number, "ops_unit": _string, "cases": _number},
-    {
-        "seconds": _number,
-        "peak_ops_per_s": _nullable(_number),
-        "efficiency": _nullable(_number),
-        "shares": _map_of(_number),
-    },
-)
-_UNIT = _object(
-    {
-        "id": _string,
-        "kind": _string,
-        "cohort": _string,
-        "verdict": _one_of(VERDICTS),
-        "reason": _nullable(_string),
-        "cases_run": _integer(0),
-        "workloads": _list_of(_string),
-        "mismatches": _integer(0),
-        "cases": _cases,
-    },
-    {
-        "model": _string,
-        "throughput": _map_of(_THROUGHPUT),
-        "first_bad_case": _nullable(_integer()),
-        "notes": _list_of(_string),
-    },
-)
-_MISMATCH = _object(
-    {k: _string for k in ("unit", "workload", "check", "where", "expected", "actual")}
-    | {"index": _integer()},
-    {"mask": _nullable(_string)},
-)
-_DISPUTE = _object(
-    {"workload": _string, "digests": _map_of(_nullable(_string))},
-    {"index": _integer(), "cohort": _string, "majority": _nullable(_string)},
-)
-_FINDING = _object(
-    {"kind": _string, "unit": _nullable(_string), "message": _string}, {"next": _nullable(_string)}
-)
-# Telemetry: scope (host, or a unit) -> metric -> stats; Prometheus exports each counter's `delta`.
-_METRICS = _nullable(_map_of(_nullable(_object({}, {"delta": _nullable(_number)}))))
-_TELEMETRY = _object({}, {"host": _METRICS, "units": _nullable(_map_of(_METRICS))})
-_RUN = _object(
-    {
-        "id": _string,
-        "profile": _object({"name": _string, "sha256": _string}, {"path": _nullable(_string)}),
-        "seed": _integer(0, INT64_MAX),
-        "budget_s": _number,
-        "duration_s": _number,
-    },
-    {
-        "started_at": _nullable(_string),
-        "ended_at": _nullable(_string),
-        "argv": _list_of(_string),
-        "workloads": _list_of(_string),
-        "journal": _nullable(_string),
-        "interrupted_by": _nullable(_string),
-    },
-)
-_REPORT = _object(
-    {
-        "tool": _object({"version": _string}, {"name": _string}),
-        "verdict": _one_of(VERDICTS),
-        "run": _RUN,
-        "host": _object({"hostname": _string}),
-        "units": _list_of(_UNIT),
-        "findings": _list_of(_FINDING),
-    },
-    {
-        "exit_code": _integer(),
-        "mismatches": _list_of(_MISMATCH),
-        "disputes": _list_of(_DISPUTE),
-        "telemetry": _TELEMETRY,
-        "software": _anything,
-        "cohorts": _anything,
-    },
-)
+_RULES: dict[type, Check] = {Cases: _same_lengths}  # rules across the keys of one object
+
+
+def _int_bounds(bounds: Range | None) -> tuple[int, int]:
+    low = INT64_MIN if bounds is None or bounds.low is None else int(bounds.low)
+    high = INT64_MAX if bounds is None or bounds.high is None else int(bounds.high)
+    return low, high
+
+
+def _clean_column(item: Declared) -> Callable[[list[Any]], bool] | None:
+    """A whole-list test for a list of scalars, at C speed (the usual case of the case columns); None
+    for lists of other things. A list it does not pass is then checked item by item for the message."""
+    if item.is_object or item.origin in (list, dict) or item.unchecked or item.pattern:
+        return None
+    if item.nullable and item.without_null().base is str:
+        return lambda v: _types(v) <= {str, type(None)}
+    if item.origin is Literal:
+        words = set(item.args)
+        return lambda v: _types(v) <= {str} and set(v) <= words
+    if item.base is str:
+        return lambda v: _types(v) <= {str}
+    if item.base is int:
+        low, high = _int_bounds(item.range)
+        return lambda v: _types(v) <= {int} and (not v or low <= min(v) <= max(v) <= high)
+    if item.base is float:
+        floor = -math.inf if item.range is None or item.range.low is None else item.range.low
+        return lambda v: _types(v) <= {float} and all(map(math.isfinite, v)) and (not v or min(v) >= floor)
+    return None
+
+
+_REPORT_CHECK: list[Check] = []  # compiled on first use: importing the package stays cheap
+
+
+def _check_report(data: Any) -> None:
+    if not _REPORT_CHECK:
+        _REPORT_CHECK.append(_object_check(Report))
+    _REPORT_CHECK[0](data)
 
 
 def _too_deep(report: dict[str, Any]) -> bool:

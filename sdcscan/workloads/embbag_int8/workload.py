@@ -32,10 +32,10 @@ import torch
 from sdcscan.checks.digest import Fingerprint
 from sdcscan.checks.embbag import exact, id_pool, packing, realistic, table_families
 from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
-from sdcscan.workloads import SPECS, WorkloadSpec
 from sdcscan.workloads.base import Context, register
+from sdcscan.workloads.embbag_int8.spec import FOUR_BIT_DIM_MULTIPLE, MAX_POOLING, MODES, SPEC
+from sdcscan.workloads.workload_spec import WorkloadSpec
 
-MODES = ("exact", "realistic")
 MAX_RECORDED = 8
 BUILD_CHUNK_ROWS = 1 << 16  # realistic tables are quantized in chunks: no full fp32 copy in memory
 MEMORY_SHARE = 4  # a CPU worker's tables and pools may use 1 / (MEMORY_SHARE · cpus) of MemAvailable
@@ -57,7 +57,7 @@ _REALISTIC_TABLE_FLOORS = {8: dict.fromkeys(range(4, 8), 0.99), 4: dict.fromkeys
 @register
 class EmbbagInt8:
     name: ClassVar[str] = "embbag_int8"
-    spec: ClassVar[WorkloadSpec] = SPECS[name]
+    spec: ClassVar[WorkloadSpec] = SPEC
     negative_sites: ClassVar[tuple[str, ...]] = ("indices",)  # lookup and checksum both use the hashed id
     blind_spots: ClassVar[tuple[str, ...]] = (
         "realistic mode: a change within the rigorous rounding bound of the element it hits (low q bits of "
@@ -80,12 +80,12 @@ class EmbbagInt8:
             raise ValueError(f"embbag_int8: mode must be one of {', '.join(MODES)}")
         if not p["bits"] or any(b not in packing.BITS for b in p["bits"]):
             raise ValueError(f"embbag_int8: bits must be a non-empty list of {packing.BITS}")
-        if not 0 <= lo <= hi or hi * 3 >= 2**16 or p["dim"] % 4 or p["rows"] < 1 or p["bags"] < 1:
+        if not 0 <= lo <= hi or hi > MAX_POOLING or p["dim"] % 4 or p["rows"] < 1 or p["bags"] < 1:
             raise ValueError(
                 "embbag_int8: need 0 <= pooling[0] <= pooling[1] < 21845, dim % 4 == 0, rows, bags > 0"
             )
-        if 4 in p["bits"] and p["dim"] % 8:
-            raise ValueError("embbag_int8: 4-bit tables need dim % 8 == 0")
+        if 4 in p["bits"] and p["dim"] % FOUR_BIT_DIM_MULTIPLE:
+            raise ValueError(f"embbag_int8: 4-bit tables need dim % {FOUR_BIT_DIM_MULTIPLE} == 0")
         if not isinstance(p["repeats"], int) or isinstance(p["repeats"], bool) or p["repeats"] < 1:
             raise ValueError(f"embbag_int8: repeats must be an integer >= 1 (got {p['repeats']!r})")
         self.tables: dict[int, torch.Tensor] = {}  # bits -> packed table, built by prepare

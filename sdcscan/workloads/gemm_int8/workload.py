@@ -30,17 +30,13 @@ import torch
 from sdcscan.checks import int8
 from sdcscan.checks.digest import Fingerprint
 from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
-from sdcscan.workloads import SPECS, WorkloadSpec
 from sdcscan.workloads.base import Context, register
+from sdcscan.workloads.gemm_int8.spec import MIN_K, PATHS, SPEC
+from sdcscan.workloads.workload_spec import WorkloadSpec
 
 MAX_RECORDED = 8  # findings recorded per case, shared among the checks that fired; counts are complete
 # Outputs checked together: few eager ops per case (measured best of 0.25–16 MiB at the burnin shapes).
 CHECK_BLOCK_BYTES = 4 << 20
-PATHS = ("auto", "unsigned", "signed")  # signed = the CUDA route (int8 only), runnable on CPU for tests
-# torch 2.13's CPU `_int_mm` with a uint8 A and k = 1 returns uninitialised memory (seen on an AMD EPYC
-# with AVX-512 VNNI; k >= 2 verified exact there for m 1..33, n 8..24): a one-term dot product is no
-# test of anything, so such shapes are refused rather than worked around.
-MIN_K = 2
 # Operands come from per-worker pools built once in `prepare` (issue 10: drawing a fresh weight and
 # encoding it took twice the GEMMs' own time): WEIGHTS_PER_SHAPE encoded weights per shape, one picked
 # per case, and one activation buffer that each repeat of a case reads at its own offset (so a GPU case
@@ -85,7 +81,7 @@ class _Found:
 @register
 class GemmInt8:
     name: ClassVar[str] = "gemm_int8"
-    spec: ClassVar[WorkloadSpec] = SPECS[name]
+    spec: ClassVar[WorkloadSpec] = SPEC
     negative_sites: ClassVar[tuple[str, ...]] = ("operand",)  # A before the GEMM: product stays consistent
     blind_spots: ClassVar[tuple[str, ...]] = (
         "six or more coordinated errors that cancel in all three checks, e.g. (+d, -2d, +d) at three "

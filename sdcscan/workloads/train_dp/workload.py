@@ -39,10 +39,12 @@ from sdcscan.distributed.attribution import (
 )
 from sdcscan.distributed.world import gather_from_all
 from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
-from sdcscan.workloads import SPECS, WorkloadSpec
 from sdcscan.workloads.base import Context, register
+from sdcscan.workloads.train_dp.spec import DTYPES as DTYPE_NAMES
+from sdcscan.workloads.train_dp.spec import SPEC
+from sdcscan.workloads.workload_spec import WorkloadSpec
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in DTYPE_NAMES}
 CLASSES = 10  # labels of the teacher task; the input and hidden width is the `width` parameter
 OPTIMIZER_STATE = ("step", "exp_avg", "exp_avg_sq")  # AdamW's per-parameter state, hashed in this order
 _INT_VIEW = {torch.float32: torch.int32, torch.bfloat16: torch.int16}  # same-sized ints, for bit flips
@@ -193,7 +195,7 @@ def _case_digest(verdict: HashVerdict, state_hash: str, judged: int, steps_run: 
 @register
 class TrainDp:
     name: ClassVar[str] = "train_dp"
-    spec: ClassVar[WorkloadSpec] = SPECS[name]
+    spec: ClassVar[WorkloadSpec] = SPEC
 
     def __init__(self, params: Mapping[str, Any]) -> None:
         self.p = {**self.spec.defaults, **params}

@@ -4,17 +4,23 @@
 `persistent`: it fails again on the unit and not on the peer (the error follows the unit).
 `case`: it fails on the peer too (a software or determinism problem: the unit is not blamed).
 `untested`: no re-run could be done (re-runs off, the per-unit cap, the time window, or the unit stopped).
-The sentences about them are written by `sdcscan.wording`.
+The sentences about them are written by `sdcscan.judgement.wording`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Final
 
-TRANSIENT, PERSISTENT, CASE, UNTESTED = "transient", "persistent", "case", "untested"
+from sdcscan.report.document import RetestCase, RetestClass, RetestEvidence
+
+TRANSIENT: Final = "transient"
+PERSISTENT: Final = "persistent"
+CASE: Final = "case"
+UNTESTED: Final = "untested"
 # Most telling first: a unit's summary is the first of these among its cases.
-CLASSIFICATIONS = (PERSISTENT, TRANSIENT, CASE, UNTESTED)
+CLASSIFICATIONS: tuple[RetestClass, ...] = (PERSISTENT, TRANSIENT, CASE, UNTESTED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,14 +30,14 @@ class Retest:
     unit: str
     index: int
     workload: str
-    evidence: str  # invariant | consensus: what made the case fail in the first place
-    classification: str  # transient | persistent | case | untested
+    evidence: RetestEvidence  # what made the case fail in the first place
+    classification: RetestClass
     reruns: int  # re-runs on the unit
     reproduced: int  # ... of which failed again
     peers: tuple[str, ...] = ()  # peer units that re-ran the case
     peer_failures: int = 0  # ... re-runs there that failed too
 
-    def to_dict(self) -> dict[str, object]:
+    def to_dict(self) -> RetestCase:
         return {
             "index": self.index,
             "workload": self.workload,
@@ -44,7 +50,7 @@ class Retest:
         }
 
 
-def classify(reruns_bad: Sequence[bool], peers_bad: Sequence[bool]) -> str:
+def classify(reruns_bad: Sequence[bool], peers_bad: Sequence[bool]) -> RetestClass:
     """Classify one failing case of one unit from its re-runs.
 
     Args:
@@ -63,7 +69,7 @@ def classify(reruns_bad: Sequence[bool], peers_bad: Sequence[bool]) -> str:
     return PERSISTENT if any(reruns_bad) else TRANSIENT
 
 
-def unit_classification(records: Sequence[Retest]) -> str | None:
+def unit_classification(records: Sequence[Retest]) -> RetestClass | None:
     """A unit's summary: the most telling classification among its failing cases, None without any."""
     present = {r.classification for r in records}
     return next((c for c in CLASSIFICATIONS if c in present), None)

@@ -1,0 +1,67 @@
+"""`gemm_fp`'s catalogue entry (torch-free; the torch code is workload.py, its self-test's
+declarations selftest_spec.py).
+
+Its dtypes, checkers and input distributions are the calibration table's (sdcscan.calibration.table),
+and c is the V-ABFT check's (sdcscan.checks.limits): e_max is measured at that c, and a smaller c flags
+clean rows."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from sdcscan.calibration.table import CHECKERS as CALIBRATED_CHECKERS
+from sdcscan.calibration.table import DISTRIBUTION_NAMES as INPUTS
+from sdcscan.calibration.table import DTYPE_NAMES as DTYPES
+from sdcscan.checks.limits import SIGMA_C
+from sdcscan.outcomes import CONSENSUS, INVARIANT, REPEAT
+from sdcscan.workloads.params import CalibrationPath, Choice, Int, ListOf, Number, Shape, one_per_dtype
+from sdcscan.workloads.workload_spec import Quality, WorkloadSpec
+
+# Checksum precisions any dtype is calibrated with (float32, float64)
+CHECKERS = tuple(dict.fromkeys(c for checkers in CALIBRATED_CHECKERS.values() for c in checkers))
+_DIGITS = {"bfloat16": 8, "float16": 11, "float32": 24, "float64": 53}  # significand bits
+
+
+def _rules(p: Mapping[str, Any]) -> tuple[str, str] | None:
+    found = one_per_dtype(p, ("shapes", "repeats", "checkers"))
+    if found:
+        return found
+    for i, (dtype, checker) in enumerate(zip(p["dtypes"], p["checkers"], strict=True)):
+        if _DIGITS[checker] < _DIGITS[dtype]:  # checksums coarser than the data they check
+            return "checkers", f"item [{i}] must be at least as precise as its dtype {dtype} (got {checker})"
+    return None
+
+
+SPEC = WorkloadSpec(
+    name="gemm_fp",
+    description=(
+        "fp32/fp64/bf16/fp16 matmuls checked per row with V-ABFT thresholds; errors located to an element"
+    ),
+    evidence=(INVARIANT, CONSENSUS, REPEAT),
+    quality=Quality.BETA,
+    defaults={
+        "dtypes": ["float32", "float64", "bfloat16", "float16"],
+        # (m, k, n) per dtype: about 0.1-0.5 s per case on one AVX2 core (bf16/fp16 have no fast kernel there)
+        "shapes": [[1024, 1024, 1024], [512, 1024, 512], [128, 1024, 256], [128, 1024, 256]],
+        "repeats": [4, 4, 2, 2],
+        "checkers": ["float32", "float64", "float32", "float32"],  # precision of the checksums per dtype
+        "inputs": "abs_normal",  # calibration.DISTRIBUTIONS name; |N(0,1)|+0.5 (docs/abft.md §3.2)
+        "c": SIGMA_C,
+        "calibration": "",  # path of a calibration table; "" = the one shipped with sdcscan
+    },
+    fault_sites=("output", "operand_b_encoded", "operand_a"),
+    # 2: repeats digested by device-side fingerprints; 3: operands permuted from a per-worker pool
+    data_version=3,
+    tiny={"shapes": [[16, 64, 16]] * 4, "repeats": [1, 1, 1, 1]},
+    params={
+        "dtypes": ListOf(Choice(DTYPES)),
+        "shapes": ListOf(Shape()),
+        "repeats": ListOf(Int(1)),  # 0 repeats compute no product to check
+        "checkers": ListOf(Choice(CHECKERS)),
+        "inputs": Choice(INPUTS),
+        "c": Number(SIGMA_C),
+        "calibration": CalibrationPath(),
+    },
+    rules=(_rules,),
+)

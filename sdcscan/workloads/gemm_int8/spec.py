@@ -1,0 +1,73 @@
+"""`gemm_int8`'s catalogue entry, its paths and shape limits (torch-free; the torch code is
+workload.py; the checks' own limits are sdcscan.checks.limits)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from sdcscan.checks.limits import CHUNK_ROWS, MAX_N_MOD2_32, SCHEMES, max_exact_k
+from sdcscan.checks.limits import MAX_N_WEIGHTED as MAX_N
+from sdcscan.outcomes import CONSENSUS, INVARIANT
+from sdcscan.workloads.params import Choice, Int, ListOf, Number, Shape
+from sdcscan.workloads.workload_spec import Quality, WorkloadSpec
+
+PATHS = ("auto", "unsigned", "signed")  # signed = the CUDA route (int8 only), runnable on CPU for tests
+# torch 2.13's CPU `_int_mm` with a uint8 A and k = 1 returns uninitialised memory (seen on an AMD EPYC
+# with AVX-512 VNNI; k >= 2 verified exact there for m 1..33, n 8..24): a one-term dot product is no
+# test of anything, so such shapes are refused rather than worked around.
+MIN_K = 2
+MAX_K = max_exact_k()  # beyond it a u8·s8 dot product overflows int32
+# MAX_N (the checks' MAX_N_WEIGHTED): the position-weighted checksum rows must fit their digits
+MAX_M = CHUNK_ROWS - 1  # one repeat's rows at least are summed together, exactly, in fp64
+
+
+def _rules(p: Mapping[str, Any]) -> tuple[str, str] | None:
+    for i, (m, _, n) in enumerate(p["shapes"]):
+        if n > MAX_N or m > MAX_M:
+            return "shapes", f"item [{i}] needs n <= {MAX_N} and m <= {MAX_M} (got m={m}, n={n})"
+    if p["scheme"] == "mod2_32":
+        for i, (_, _, n) in enumerate(p["shapes"]):
+            if n > MAX_N_MOD2_32:
+                return (
+                    "shapes",
+                    f"item [{i}] n must be at most {MAX_N_MOD2_32} with scheme mod2_32 (got {n})",
+                )
+    return None
+
+
+SPEC = WorkloadSpec(
+    name="gemm_int8",
+    description=(
+        "u8×s8→s32 GEMMs (torch._int_mm) with exact ABFT row (mod 2^32 or 127), column and "
+        "position-weighted row checksums"
+    ),
+    evidence=(INVARIANT, CONSENSUS),
+    quality=Quality.BETA,
+    defaults={
+        "scheme": "mod2_32",
+        # (m, k, n): DLRM MLP layers, batch rows m from 1 (inference) to 128
+        "shapes": [
+            [1, 3200, 800],
+            [16, 512, 1024],
+            [32, 2048, 1024],
+            [64, 512, 512],
+            [64, 1024, 1024],
+            [128, 1024, 512],
+        ],
+        "ops_per_case": 2.0e8,  # GEMMs repeat (fresh activations) until 2mnk·repeats reaches this
+        "path": "auto",
+    },
+    fault_sites=("output", "encoded", "operand"),
+    # 2: operands from per-worker pools (issue 10), no longer drawn whole per case; 3: one pool view
+    # per repeat, outputs digested by fingerprints
+    data_version=3,
+    tiny={"shapes": [[1, 64, 40], [20, 32, 24]], "ops_per_case": 1.0e5},
+    params={
+        "scheme": Choice(SCHEMES),
+        "shapes": ListOf(Shape(k=Int(MIN_K, MAX_K))),
+        "ops_per_case": Number(0.0, low_open=True, high=1e16),  # a GPU case: ~5e14 (an H100's second)
+        "path": Choice(PATHS),
+    },
+    rules=(_rules,),
+)

@@ -1,0 +1,93 @@
+"""`matmul_golden`'s catalogue entry, its dtypes and references, and the exactness limits
+(torch-free; the torch code is workload.py)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from sdcscan.outcomes import CONSENSUS, INVARIANT, REPEAT
+from sdcscan.workloads.params import Choice, Int, ListOf, one_per_dtype
+from sdcscan.workloads.workload_spec import Quality, WorkloadSpec
+
+DTYPES = ("float32", "float64", "bfloat16", "float16")
+REFERENCES = ("direct", "kronecker")
+EXACT_LIMIT = 2**24  # k * max_abs^2 below it keeps every fp32 partial sum exact
+# The `kronecker` pool: the larger of its two small int64 products may cost this many
+# multiply-adds (about 0.1 s on one core); 8192 x 8192 x 8192 needs 128^3, about 2 million.
+KRONECKER_MAX_OPS = 2**30
+
+
+def golden_kronecker_split(m: int, k: int, n: int) -> tuple[tuple[int, int], ...]:
+    """How the `kronecker` reference factors its shape: ((m1, m2), (k1, k2), (n1, n2)).
+
+    Each dimension d is d1·d2 with d1 its largest divisor at most √d, so the pool's A = A1 ⊗ A2 (A1 is
+    (m1, k1), A2 (m2, k2)) and B = B1 ⊗ B2 have the exact product (A1·B1) ⊗ (A2·B2), which costs
+    m1·k1·n1 + m2·k2·n2 multiply-adds instead of m·k·n. Torch-free: the catalogue's rule uses it too.
+
+    Raises:
+        ValueError: the larger small product would cost more than KRONECKER_MAX_OPS (a dimension
+            that is prime, or nearly so, leaves its whole length in one factor).
+    """
+    split = tuple(_near_root_split(d) for d in (m, k, n))
+    (m1, m2), (k1, k2), (n1, n2) = split
+    if max(m1 * k1 * n1, m2 * k2 * n2) > KRONECKER_MAX_OPS:
+        raise ValueError(
+            f"the kronecker reference needs m, k and n with divisors near their square roots; {m} x {k} x "
+            f"{n} leaves a {m2} x {k2} x {n2} product, more than 2^30 multiply-adds (use sizes such as "
+            "powers of two, or reference: direct)"
+        )
+    return split
+
+
+def _near_root_split(d: int) -> tuple[int, int]:
+    small = next(f for f in range(math.isqrt(d), 0, -1) if d % f == 0)
+    return small, d // small
+
+
+def _rules(p: Mapping[str, Any]) -> tuple[str, str] | None:
+    if p["k"] * p["max_abs"] ** 2 >= EXACT_LIMIT:
+        k, top = p["k"], p["max_abs"]
+        return "k", f"k * max_abs^2 must be below 2^24 for exact fp32 partial sums (got {k} * {top}^2)"
+    if p["reference"] == "kronecker":
+        try:
+            golden_kronecker_split(p["m"], p["k"], p["n"])
+        except ValueError as err:
+            return "reference", str(err)
+    return one_per_dtype(p, ("repeats",))
+
+
+SPEC = WorkloadSpec(
+    name="matmul_golden",
+    description=(
+        "integer-valued matmuls in fp32/fp64/bf16/fp16 compared bit-exactly with an int64 reference"
+    ),
+    evidence=(INVARIANT, CONSENSUS, REPEAT),
+    quality=Quality.PROD,
+    defaults={
+        "m": 256,
+        "k": 1024,
+        "n": 256,
+        "max_abs": 8,
+        "dtypes": ["float32", "float64", "bfloat16", "float16"],
+        "repeats": [48, 16, 1, 1],  # per dtype, to give each case about 0.1-0.5 s of compute on one core
+        # direct: random pool operands, their product by an int64 matmul on the CPU (m·k·n
+        # multiply-adds: minutes at 8192^3); kronecker: Kronecker-structured ones whose exact
+        # product is two small matmuls (GPU-sized shapes; golden_kronecker_split)
+        "reference": "direct",
+    },
+    fault_sites=("output",),
+    data_version=2,  # 2: repeats digested by device-side fingerprints (issue 10)
+    tiny={"m": 16, "k": 64, "n": 16, "repeats": [2, 2, 1, 1]},
+    params={
+        "m": Int(1),
+        "k": Int(1),
+        "n": Int(1),
+        "max_abs": Int(1),  # operands in [-max_abs, max_abs]; 0 would make them all zero
+        "dtypes": ListOf(Choice(DTYPES)),  # cases cycle through them: empty divides by 0
+        "repeats": ListOf(Int(1)),  # per dtype; 0 repeats compute nothing to compare
+        "reference": Choice(REFERENCES),
+    },
+    rules=(_rules,),
+)
