@@ -19,7 +19,7 @@ from typing import Any, cast
 from sdcscan import faults, interrupts, units
 from sdcscan.background import host_pacing, priority
 from sdcscan.calibration.peers import caches_to_forget
-from sdcscan.distributed.env import BARRIER_S, RankSetup
+from sdcscan.collectives.env import BARRIER_S, RankSetup
 from sdcscan.errors import ReportError, SdcscanError, UsageError
 from sdcscan.events import Event, EventSink, RunNote, RunStarted
 from sdcscan.files import calibration_cache_dir
@@ -33,7 +33,7 @@ from sdcscan.plan import week_seed
 from sdcscan.profile import Profile
 from sdcscan.report.document import Distributed, Report, Run, Telemetry, UnitPacing
 from sdcscan.runner import Runner, RunResult, warm_up_workers
-from sdcscan.sentinel import scan as sentinel
+from sdcscan.sentinel import window as sentinel
 from sdcscan.telemetry.sampler import Sampler, telemetry_findings
 from sdcscan.timefmt import iso_utc, parse_iso_utc
 from sdcscan.worker import WorkerConfig

@@ -22,7 +22,7 @@ from typing import Any
 
 from sdcscan import faults
 from sdcscan.background import idle_gates, priority
-from sdcscan.distributed.env import RankSetup
+from sdcscan.collectives.env import RankSetup
 from sdcscan.outcomes import CONSENSUS
 from sdcscan.profile import Profile
 from sdcscan.units import Unit
@@ -228,7 +228,7 @@ def _join_world(
     setup: RankSetup, device: Any, contexts: dict[str, Any], cohort_fields: dict[str, Any], plan: str
 ) -> Any:
     """A distributed run: join the world (after prepare, so the join absorbs the ranks' start-up skew)."""
-    from sdcscan.distributed.lockstep import Lockstep
+    from sdcscan.collectives.lockstep import Lockstep
 
     distributed = {name for name in contexts if SPECS[name].distributed}
     comparing = {name for name in distributed if CONSENSUS in SPECS[name].evidence}

@@ -27,7 +27,8 @@ import sdcscan.fleet.report_file as report_file
 from sdcscan.cli.fleet import compare, golden
 from sdcscan.errors import ReportError
 from sdcscan.fleet.compare import Options, summarize
-from sdcscan.fleet.coverage import (
+from sdcscan.fleet.findings import Collector
+from sdcscan.fleet.host_coverage import (
     FUTURE_SKEW_S,
     coverage_findings,
     distinct_days,
@@ -35,7 +36,6 @@ from sdcscan.fleet.coverage import (
     match_inventory,
     name_key,
 )
-from sdcscan.fleet.findings import Collector
 from sdcscan.fleet.model import Extractor, parse_time
 from sdcscan.fleet.reading import expand_paths, read_report, read_reports
 from sdcscan.fleet.report_file import gunzip

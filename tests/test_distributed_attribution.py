@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sdcscan.distributed.attribution import (
+from sdcscan.collectives.attribution import (
     CAUSE_COMPUTE,
     CAUSE_COPY,
     CAUSE_UPDATE,

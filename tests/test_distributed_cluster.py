@@ -1,5 +1,5 @@
 """The cluster report of a distributed run: rank reports built by the real judge, merged and judged
-across ranks by compare's rule (`sdcscan.cluster.report`)."""
+across ranks by compare's rule (`sdcscan.launch.cluster_report`)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from click.testing import CliRunner
 from rich.console import Console
 
 from sdcscan.cli import cli
-from sdcscan.cluster.report import RankInfo, build_cluster_report, rank_unit_id
 from sdcscan.judgement.assemble import judge_and_build
+from sdcscan.launch.cluster_report import RankInfo, build_cluster_report, rank_unit_id
 from sdcscan.outcomes import unit_order
 from sdcscan.render.run import render_summary
 from sdcscan.report import SCHEMA_PATH, validate_report

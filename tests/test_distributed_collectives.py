@@ -14,8 +14,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from sdcscan.distributed.attribution import HopBlame, blame_all_gather, blame_send_recv_ring
-from sdcscan.distributed.collectives import (
+from sdcscan.collectives.attribution import HopBlame, blame_all_gather, blame_send_recv_ring
+from sdcscan.collectives.ops import (
     ALL_GATHER,
     ALL_REDUCE,
     BROADCAST,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from sdcscan.cluster.launcher import LaunchOptions, combine
-from sdcscan.distributed.env import from_environment, in_torchrun, parse_rank_injection
+from sdcscan.collectives.env import from_environment, in_torchrun, parse_rank_injection
 from sdcscan.errors import UsageError
+from sdcscan.launch.launcher import LaunchOptions, combine
 
 GOOD = {
     "RANK": "3",

@@ -12,7 +12,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sdcscan.distributed.exact_data import (
+from sdcscan.collectives.exact_data import (
     INT32_CAPACITY,
     SUPPORTED_DTYPES,
     bitwise_equal,

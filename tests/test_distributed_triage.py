@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sdcscan.distributed.triage import (
+from sdcscan.collectives.triage import (
     STOP_BUDGET,
     STOP_ISOLATED,
     STOP_MIN_SIZE,

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from sdcscan import interrupts
 from sdcscan.cli.doctor import doctor
 from sdcscan.doctor import checkup as checkup_module
-from sdcscan.doctor import judge, plan
+from sdcscan.doctor import judge, schedule
 from sdcscan.doctor.bundle import BUNDLES, MARKDOWN, SUMMARY
 from sdcscan.doctor.checkup import Setup, checkup
 from sdcscan.doctor.children import ChildResult
@@ -269,7 +269,7 @@ def test_exit_codes_finding_beats_untrusted_beats_pass():
 
 
 def test_the_allotter_shares_what_is_left_so_a_long_item_is_paid_by_later_ones():
-    allot = plan.Allotter.for_kinds(["cpu"], ends_at=100.0 + plan.RESERVE_S)
+    allot = schedule.Allotter.for_kinds(["cpu"], ends_at=100.0 + schedule.RESERVE_S)
     first = allot.take("selftest cpu", now=0.0)
     assert first == pytest.approx(16.0)
     second = allot.take("determinism 1", now=30.0)  # the self-test overran by 14 s
@@ -280,9 +280,9 @@ def test_the_allotter_shares_what_is_left_so_a_long_item_is_paid_by_later_ones()
 def test_the_default_units_are_two_of_each_kind():
     gpus = [Unit(f"cuda:{i}", "cuda", i, "GPU") for i in range(3)]
     cpus = [Unit(f"cpu:{i}", "cpu", i, "CPU") for i in range(8)]
-    assert [u.id for u in plan.doctor_units(cpus + gpus, None)] == ["cpu:0", "cpu:1", "cuda:0", "cuda:1"]
-    assert [u.id for u in plan.doctor_units(cpus + gpus, "cuda:2,cpu:5")] == ["cuda:2", "cpu:5"]
-    assert [u.id for u in plan.first_of_each_kind(plan.doctor_units(cpus + gpus, None))] == [
+    assert [u.id for u in schedule.doctor_units(cpus + gpus, None)] == ["cpu:0", "cpu:1", "cuda:0", "cuda:1"]
+    assert [u.id for u in schedule.doctor_units(cpus + gpus, "cuda:2,cpu:5")] == ["cuda:2", "cpu:5"]
+    assert [u.id for u in schedule.first_of_each_kind(schedule.doctor_units(cpus + gpus, None))] == [
         "cpu:0",
         "cuda:0",
     ]

@@ -14,8 +14,8 @@ from rich.console import Console
 from sdcscan.errors import ReportError
 from sdcscan.files import JSONFileError, parse_json
 from sdcscan.fleet.compare import summarize
+from sdcscan.fleet.kernel_evidence import read_section
 from sdcscan.fleet.model import Extractor
-from sdcscan.fleet.sentinel import read_section
 from sdcscan.render.fleet import describe, render_compare
 from tests.helpers.fleet import extract, report
 from tests.helpers.hostile import MUTATIONS, Mutation, Path_, field_paths, mutated_text

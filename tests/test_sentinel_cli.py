@@ -119,9 +119,9 @@ def test_no_readable_kernel_log_is_exit_3_with_a_note_saying_what_to_grant(monke
     from click.testing import CliRunner
 
     from sdcscan.cli import cli
-    from sdcscan.sentinel import scan
-    from sdcscan.sentinel.events import ParseStats
-    from sdcscan.sentinel.sources import PERMISSION_HINT, LogRead
+    from sdcscan.sentinel import window as scan
+    from sdcscan.sentinel.kernel_events import ParseStats
+    from sdcscan.sentinel.kernel_log import PERMISSION_HINT, LogRead
 
     def refused(since: float, until: float) -> LogRead:
         return LogRead([], [], [f"journal: permission denied; {PERMISSION_HINT}"], ParseStats(), since, until)

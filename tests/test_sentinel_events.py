@@ -1,4 +1,4 @@
-"""sdcscan.sentinel.events: kernel messages about crashes, machine checks and Xids, parsed exactly or skipped."""
+"""sdcscan.sentinel.kernel_events: kernel messages about crashes, machine checks and Xids, parsed exactly or skipped."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sdcscan.sentinel.events import (
+from sdcscan.sentinel.kernel_events import (
     KINDS,
     KernelEvent,
     ParseStats,

@@ -16,7 +16,7 @@ import pytest
 
 from sdcscan.errors import UsageError
 from sdcscan.report import validate_report
-from sdcscan.sentinel.events import KernelEvent
+from sdcscan.sentinel.kernel_events import KernelEvent
 from sdcscan.sentinel.outliers import (
     HARDWARE_XIDS,
     KIND_MCE,
@@ -360,7 +360,7 @@ def test_an_outlier_without_its_tally_still_reads():
 def test_tally_counts_distinct_processes_programs_and_binaries() -> None:
     """Two crashes of one process in libc and one of another program in its own binary: 2 processes,
     2 programs, 2 binaries; first and last seen span their times."""
-    from sdcscan.sentinel.events import KernelEvent
+    from sdcscan.sentinel.kernel_events import KernelEvent
     from sdcscan.sentinel.outliers import tally
 
     events = [

@@ -1,4 +1,4 @@
-"""sdcscan.sentinel.sources: the kernel log for a window from journal, kmsg or dmesg, plus rasdaemon."""
+"""sdcscan.sentinel.kernel_log: the kernel log for a window from journal, kmsg or dmesg, plus rasdaemon."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from sdcscan.errors import UsageError
-from sdcscan.sentinel import sources
-from sdcscan.sentinel.events import KernelEvent, ParseStats
-from sdcscan.sentinel.sources import PERMISSION_HINT, LogRead, boot_time, read_kernel_log, read_rasdaemon
+from sdcscan.sentinel import kernel_log as sources
+from sdcscan.sentinel.kernel_events import KernelEvent, ParseStats
+from sdcscan.sentinel.kernel_log import PERMISSION_HINT, LogRead, boot_time, read_kernel_log, read_rasdaemon
 
 LOGS = Path(__file__).parent / "data" / "kernel_logs"
 SINCE, UNTIL = 1700000000.0, 1700003600.0  # one hour; the fixtures' boot time is SINCE - 1000

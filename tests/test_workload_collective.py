@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import torch
 
-from sdcscan.distributed import collectives
-from sdcscan.distributed.env import WireFault
-from sdcscan.distributed.world import World
+from sdcscan.collectives import ops as collectives
+from sdcscan.collectives.env import WireFault
+from sdcscan.collectives.world import World
 from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case, Outcome
 from sdcscan.workloads import SPECS, load
 from sdcscan.workloads.base import Context

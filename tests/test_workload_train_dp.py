@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import torch
 
-from sdcscan.distributed.attribution import (
+from sdcscan.collectives.attribution import (
     CAUSE_COMPUTE,
     CAUSE_UPDATE,
     HopBlame,
@@ -24,7 +24,7 @@ from sdcscan.distributed.attribution import (
     Unattributed,
     judge_state_hashes,
 )
-from sdcscan.distributed.env import WireFault
+from sdcscan.collectives.env import WireFault
 from sdcscan.faults import FaultSpec
 from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case
 from sdcscan.workloads import SPECS, load
@@ -75,7 +75,7 @@ def _summary(outcome: Any, injected: Any) -> dict[str, Any]:
 def _run_cases(
     rank: int, control: Any, dtype: str, faults: tuple[WireFault, ...], armed: bool = False
 ) -> Any:
-    from sdcscan.distributed.world import World
+    from sdcscan.collectives.world import World
 
     params = {**SPECS["train_dp"].tiny, "dtype": dtype}
     ctx = Context(unit=f"cpu:{rank}", device=torch.device("cpu"), run_seed=1, params=params)

@@ -183,7 +183,7 @@ def _options(args: RunArgs, started: float) -> ScanOptions:
     profile = load_profile(args.profile)
     background_mode(profile, args.background, distributed=args.distributed)  # refused before any rank starts
     if args.distributed:  # every distributed run checks the wire too, unless --workloads says otherwise
-        from sdcscan.cluster.rank import DISTRIBUTED_WORKLOADS
+        from sdcscan.launch.rank import DISTRIBUTED_WORKLOADS
 
         profile = profile.adding(DISTRIBUTED_WORKLOADS)
     if args.workloads is not None:

@@ -12,7 +12,7 @@ from sdcscan.cli.run_args import RunArgs
 from sdcscan.report.document import Report
 
 if TYPE_CHECKING:  # for the types only: `sdcscan --help` imports neither the run core nor rich
-    from sdcscan.cluster.rank import DistOptions
+    from sdcscan.launch.rank import DistOptions
     from sdcscan.render.console import Console
     from sdcscan.scan import ScanOptions
 
@@ -88,9 +88,9 @@ def check_not_distributed(args: RunArgs) -> None:
 
 def dist_options(args: RunArgs) -> DistOptions:
     """--collective-timeout, --join-timeout and the rank injections, checked before any work."""
-    from sdcscan.cluster.rank import DistOptions
-    from sdcscan.distributed.env import parse_rank_injection
+    from sdcscan.collectives.env import parse_rank_injection
     from sdcscan.errors import UsageError
+    from sdcscan.launch.rank import DistOptions
     from sdcscan.timefmt import parse_duration
 
     def seconds(option: str, text: str, low: float, high: float) -> float:
@@ -111,7 +111,7 @@ def dist_options(args: RunArgs) -> DistOptions:
 
 def run_distributed(args: RunArgs, opts: ScanOptions, console: Console) -> NoReturn:
     """Run as a rank under torchrun (RANK in the environment), or launch this node's ranks."""
-    from sdcscan.distributed.env import in_torchrun
+    from sdcscan.collectives.env import in_torchrun
 
     dist = dist_options(args)
     if in_torchrun():
@@ -121,9 +121,9 @@ def run_distributed(args: RunArgs, opts: ScanOptions, console: Console) -> NoRet
 
 def _as_torchrun_rank(args: RunArgs, opts: ScanOptions, dist: DistOptions, console: Console) -> NoReturn:
     """torchrun started this process as one rank: run it; rank 0 shows the cluster's summary."""
-    from sdcscan.cluster.rank import cluster_report_path, rank_report_path, run_rank
-    from sdcscan.distributed.env import from_environment
+    from sdcscan.collectives.env import from_environment
     from sdcscan.errors import UsageError
+    from sdcscan.launch.rank import cluster_report_path, rank_report_path, run_rank
     from sdcscan.report import load_report
 
     if args.standalone or args.rdzv_endpoint or args.rdzv_id or args.nproc_per_node or args.nnodes != 1:
@@ -140,8 +140,8 @@ def _as_torchrun_rank(args: RunArgs, opts: ScanOptions, dist: DistOptions, conso
 
 
 def _as_launcher(args: RunArgs, opts: ScanOptions, dist: DistOptions, console: Console) -> NoReturn:
-    from sdcscan.cluster.launcher import LaunchOptions, launch
     from sdcscan.errors import UsageError
+    from sdcscan.launch.launcher import LaunchOptions, launch
     from sdcscan.outputs.publish import check_targets, run_lock
     from sdcscan.report import load_report
 

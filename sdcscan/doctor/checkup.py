@@ -1,7 +1,7 @@
 """The doctor's steps in order, inside its budget: `checkup(opts, setup, say)` -> the summary.
 
 Each step runs real sdcscan commands as children (`children.run_child`), judges what they left
-(`judge`), and gets its share of the time actually left (`plan.Allotter`). A step that cannot get
+(`judge`), and gets its share of the time actually left (`schedule.Allotter`). A step that cannot get
 the time it needs says what it skipped. A SIGINT or SIGTERM stops the step that is running (its
 child writes what it has), and the summary of what ran is still written.
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from sdcscan import __version__, interrupts
-from sdcscan.doctor import environment, judge, plan
+from sdcscan.doctor import environment, judge, schedule
 from sdcscan.doctor.bundle import write_bundle
 from sdcscan.doctor.children import ChildResult, run_child
 from sdcscan.doctor.steps import STEP_NAMES, VERDICT_WORDS, Step, exit_code
@@ -55,9 +55,9 @@ def prepare(budget_s: float, units_spec: str | None, out: Path | None, argv: lis
     """
     from sdcscan.doctor.bundle import check_out_dir
 
-    plan.check_budget(budget_s)
+    schedule.check_budget(budget_s)
     found = discover_units()
-    chosen = plan.doctor_units(found, units_spec)
+    chosen = schedule.doctor_units(found, units_spec)
     if out is not None:
         check_out_dir(out)
     return Setup(budget_s, chosen, found, out, argv)
@@ -71,7 +71,7 @@ class _Doctor:
         self.started = time.time()
         self.ends_at = time.monotonic() + setup.budget_s
         kinds = sorted({u.kind for u in setup.units})
-        self.allot = plan.Allotter.for_kinds(kinds, self.ends_at)
+        self.allot = schedule.Allotter.for_kinds(kinds, self.ends_at)
         self.steps: list[Step] = []
         self.det_reports: list[Report] = []
 
@@ -99,15 +99,15 @@ class _Doctor:
     def detectors(self) -> None:
         step = self.step("detectors")
         t0 = time.monotonic()
-        for unit in plan.first_of_each_kind(self.setup.units):
+        for unit in schedule.first_of_each_kind(self.setup.units):
             seconds = self.allot.take(f"selftest {unit.kind}", time.monotonic())
-            if seconds < plan.MIN_SELFTEST_S:
+            if seconds < schedule.MIN_SELFTEST_S:
                 step.skipped.append(
-                    f"self-test on {unit.id}: {seconds:.0f} s left, it needs {plan.MIN_SELFTEST_S:.0f}"
+                    f"self-test on {unit.id}: {seconds:.0f} s left, it needs {schedule.MIN_SELFTEST_S:.0f}"
                 )
                 continue
             label = f"selftest {unit.id}"
-            result = self.child(label, plan.selftest_argv(unit.id, seconds), seconds + SELFTEST_SLACK_S)
+            result = self.child(label, schedule.selftest_argv(unit.id, seconds), seconds + SELFTEST_SLACK_S)
             outcome = self._selftest_result(label, result)
             if isinstance(outcome, str):
                 step.reasons.append(f"{unit.id}: {outcome}")
@@ -137,7 +137,7 @@ class _Doctor:
             if report is not None:
                 self.det_reports.append(report)
         if len(self.det_reports) == 2:
-            workloads = [w.name for w in load_profile(plan.PROFILE).workloads]
+            workloads = [w.name for w in load_profile(schedule.PROFILE).workloads]
             verdict = judge.determinism(self.det_reports, workloads)
             step.findings += verdict.findings
             step.reasons += verdict.reasons
@@ -147,10 +147,10 @@ class _Doctor:
     def injection(self) -> None:
         step = self.step("injection")
         t0 = time.monotonic()
-        struck = plan.first_of_each_kind(self.setup.units)
-        for kind in plan.INJECTIONS:
+        struck = schedule.first_of_each_kind(self.setup.units)
+        for kind in schedule.INJECTIONS:
             launched = self._launch(
-                step, f"drill {kind}", plan.DRILL_PROFILE, plan.injection_specs(kind, struck)
+                step, f"drill {kind}", schedule.DRILL_PROFILE, schedule.injection_specs(kind, struck)
             )
             if launched is None:
                 continue
@@ -175,18 +175,18 @@ class _Doctor:
         """One `sdcscan run` on the doctor's units: (its report or None, how it ended, its bound), or
         None when too little time is left for it (said on the step)."""
         seconds = self.allot.take(label, time.monotonic())
-        if seconds < plan.MIN_RUN_S:
-            step.skipped.append(f"{label}: {seconds:.0f} s left, a run needs {plan.MIN_RUN_S:.0f}")
+        if seconds < schedule.MIN_RUN_S:
+            step.skipped.append(f"{label}: {seconds:.0f} s left, a run needs {schedule.MIN_RUN_S:.0f}")
             return None
         out = self.work / f"{_slug(label)}.json"
-        argv = plan.run_argv(self.setup.units, seconds, str(out), profile=profile, inject=inject)
-        bound = end_bound_s(plan.budget_of(argv)) + RUN_SLACK_S
+        argv = schedule.run_argv(self.setup.units, seconds, str(out), profile=profile, inject=inject)
+        bound = end_bound_s(schedule.budget_of(argv)) + RUN_SLACK_S
         result = self.child(label, argv, bound + RUN_SLACK_S)
         return _read_report(out), result, bound
 
     def _clean_run(self, step: Step, label: str) -> Report | None:
         """A run of the doctor's plan without injections; its report, or None with the reason on the step."""
-        launched = self._launch(step, label, plan.PROFILE, [])
+        launched = self._launch(step, label, schedule.PROFILE, [])
         if launched is None:
             return None
         report, result, bound = launched
@@ -201,7 +201,7 @@ class _Doctor:
         if not self.det_reports:
             step.skipped.append("no determinism run finished: nothing was measured")
             return
-        step.details = {"profile": plan.PROFILE, **judge.speed(self.det_reports[-1])}
+        step.details = {"profile": schedule.PROFILE, **judge.speed(self.det_reports[-1])}
 
     def summary(self, signum: int | None) -> dict[str, Any]:
         code = interrupts.exit_code(signum) if signum is not None else exit_code(self.steps)

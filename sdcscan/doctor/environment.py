@@ -17,7 +17,7 @@ from sdcscan import __version__
 from sdcscan.errors import SdcscanError
 from sdcscan.files import default_state_dir
 from sdcscan.outputs import history
-from sdcscan.sentinel.sources import read_kernel_log
+from sdcscan.sentinel.kernel_log import read_kernel_log
 from sdcscan.telemetry.sampler import default_sources
 from sdcscan.telemetry.sources import SourceUnavailable
 from sdcscan.units import Unit, cpu_flags, cpu_model, software_versions

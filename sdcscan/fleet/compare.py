@@ -31,9 +31,10 @@ from sdcscan.fleet.consensus import (
     signature,
     why_undecided,
 )
-from sdcscan.fleet.coverage import coverage_findings, future_findings
 from sdcscan.fleet.findings import KINDS, Collector, FleetFinding
 from sdcscan.fleet.golden import GoldenIndex
+from sdcscan.fleet.host_coverage import coverage_findings, future_findings
+from sdcscan.fleet.kernel_evidence import fleet_findings, host_findings
 from sdcscan.fleet.model import (
     Collision,
     HostReport,
@@ -45,7 +46,6 @@ from sdcscan.fleet.model import (
     separate_machines,
 )
 from sdcscan.fleet.perf import slow_findings
-from sdcscan.fleet.sentinel import fleet_findings, host_findings
 from sdcscan.outcomes import unit_order
 from sdcscan.timefmt import iso_utc
 

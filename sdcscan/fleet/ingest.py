@@ -57,9 +57,9 @@ from typing import Any
 from sdcscan.errors import ReportError, UsageError
 from sdcscan.files import FILE_MODE, write_json_atomic
 from sdcscan.fleet.inputs import expand_paths
+from sdcscan.fleet.kernel_evidence import SentinelSection
 from sdcscan.fleet.model import HostReport, Skipped
 from sdcscan.fleet.reading import first_reasons, read_chunk, worker_count
-from sdcscan.fleet.sentinel import SentinelSection
 from sdcscan.outcomes import printable
 
 FORMAT = "sdcscan-fleet-parquet"

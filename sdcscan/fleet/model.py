@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import TypeGuard, TypeVar, cast
 
 from sdcscan.errors import ReportError
-from sdcscan.fleet.sentinel import SentinelSection, read_section
+from sdcscan.fleet.kernel_evidence import SentinelSection, read_section
 from sdcscan.report import shown, validate_report
 from sdcscan.report.document import Finding, Host, Mismatch, Unit
 from sdcscan.timefmt import parse_iso_utc

@@ -61,9 +61,9 @@ from sdcscan.fleet.consensus import (
     partition_components,
     signature_order,
 )
-from sdcscan.fleet.coverage import FUTURE_SKEW_S, coverage_findings, future_findings
 from sdcscan.fleet.findings import KINDS, Collector
 from sdcscan.fleet.golden import GoldenIndex
+from sdcscan.fleet.host_coverage import FUTURE_SKEW_S, coverage_findings, future_findings
 from sdcscan.fleet.ingest import (
     MARKER,
     SCHEMA,

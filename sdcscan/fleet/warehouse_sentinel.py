@@ -20,8 +20,8 @@ from typing import Any, Protocol
 
 from sdcscan.errors import ReportError
 from sdcscan.fleet.findings import Collector
+from sdcscan.fleet.kernel_evidence import SentinelCore, SentinelSection, host_findings, same_core_findings
 from sdcscan.fleet.model import HostReport
-from sdcscan.fleet.sentinel import SentinelCore, SentinelSection, host_findings, same_core_findings
 
 # The sections of current reports, with what orders a host's reports.
 SENTINEL_CURRENT = """

@@ -135,7 +135,7 @@ class RankEntry(TypedDict):
 
 class Distributed(TypedDict):
     """Distributed runs only. A rank's report: where the rank sat (rank, local_rank, master, hosts,
-    injections, ...). The cluster report (`sdcscan.cluster.report`): the world, and each rank's unit,
+    injections, ...). The cluster report (`sdcscan.launch.cluster_report`): the world, and each rank's unit,
     report and verdict in `ranks`."""
 
     world_size: Annotated[int, Range(low=1)]

@@ -20,7 +20,7 @@ from sdcscan.outputs import history
 from sdcscan.outputs.prom import sentinel_prom_text
 from sdcscan.outputs.publish import history_path
 from sdcscan.outputs.sentinel_history import last_sentinel_scan, record_sentinel_scan
-from sdcscan.sentinel.scan import SentinelScan, default_since, scan_window
+from sdcscan.sentinel.window import SentinelScan, default_since, scan_window
 from sdcscan.timefmt import parse_duration, parse_iso_utc
 
 MAX_LOOKBACK_S = 366 * 86400.0

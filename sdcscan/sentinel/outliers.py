@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from sdcscan.errors import UsageError
 from sdcscan.outcomes import unit_order
 from sdcscan.report.document import Finding, Outlier
-from sdcscan.sentinel.events import KINDS, KernelEvent, normalise_pci
+from sdcscan.sentinel.kernel_events import KINDS, KernelEvent, normalise_pci
 from sdcscan.timefmt import iso_utc
 
 CRASH_KINDS = frozenset({"segfault", "trap"})  # application crashes: the evidence the test counts

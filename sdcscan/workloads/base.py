@@ -35,7 +35,7 @@ class Context:
         self._armed: faults.FaultSpec | None = None
         self.injected: dict[str, Any] | None = None
         self.notes: list[str] = []  # facts a person should read in the report, e.g. a restricted input range
-        # A distributed run's view of the world (sdcscan.distributed.world.World), else None. Only
+        # A distributed run's view of the world (sdcscan.collectives.world.World), else None. Only
         # workloads whose spec says `distributed` use it; they run every case with all ranks at once.
         self.world: Any = None
 

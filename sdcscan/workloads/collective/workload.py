@@ -2,7 +2,7 @@
 
 A case runs one (collective, dtype, size) of the product of the parameters, chosen from the case's
 occurrence, so every rank of the world runs the same one (the worker runs distributed cases in
-lockstep). The data come from `sdcscan.distributed.exact_data`, whose right result is known bit for
+lockstep). The data come from `sdcscan.collectives.exact_data`, whose right result is known bit for
 bit whatever algorithm the backend picks; after the collective every rank shares what it saw wrong
 over the gloo control group, so every rank computes the same attribution (`attribution`): a wrong
 block of a copy (all_gather, broadcast, the send/recv ring) names the hop it crossed; a wrong sum
@@ -31,7 +31,7 @@ from typing import Any, ClassVar, TypeAlias
 import torch
 import torch.distributed as dist
 
-from sdcscan.distributed.attribution import (
+from sdcscan.collectives.attribution import (
     CAUSE_COPY,
     Attribution,
     Clean,
@@ -41,7 +41,8 @@ from sdcscan.distributed.attribution import (
     blame_all_gather,
     blame_send_recv_ring,
 )
-from sdcscan.distributed.collectives import (
+from sdcscan.collectives.exact_data import bitwise_equal, block, contribution, expected_sum, wrong_elements
+from sdcscan.collectives.ops import (
     ALL_GATHER,
     ALL_REDUCE,
     BROADCAST,
@@ -56,9 +57,8 @@ from sdcscan.distributed.collectives import (
     reduce_scatter,
     send_to_receive_from,
 )
-from sdcscan.distributed.exact_data import bitwise_equal, block, contribution, expected_sum, wrong_elements
-from sdcscan.distributed.triage import Node, Triage, reductive_triage
-from sdcscan.distributed.world import gather_from_all
+from sdcscan.collectives.triage import Node, Triage, reductive_triage
+from sdcscan.collectives.world import gather_from_all
 from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
 from sdcscan.workloads.base import Context, register
 from sdcscan.workloads.collective.spec import DTYPES as DTYPE_NAMES

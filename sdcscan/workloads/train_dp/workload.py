@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from sdcscan.distributed.attribution import (
+from sdcscan.collectives.attribution import (
     CAUSE_COMPUTE,
     Attribution,
     HashVerdict,
@@ -37,7 +37,7 @@ from sdcscan.distributed.attribution import (
     Unattributed,
     judge_state_hashes,
 )
-from sdcscan.distributed.world import gather_from_all
+from sdcscan.collectives.world import gather_from_all
 from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
 from sdcscan.workloads.base import Context, register
 from sdcscan.workloads.train_dp.spec import DTYPES as DTYPE_NAMES

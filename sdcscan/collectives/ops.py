@@ -34,7 +34,7 @@ from typing import Any, TypeAlias
 import torch
 import torch.distributed as dist
 
-from sdcscan.distributed.exact_data import (
+from sdcscan.collectives.exact_data import (
     SUPPORTED_DTYPES,
     bitwise_equal,
     block,

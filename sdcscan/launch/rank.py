@@ -3,7 +3,7 @@ rank 0 the cluster report.
 
 A rank is an ordinary `scan` of one unit (the GPU `cuda:LOCAL_RANK`, or a CPU core picked by
 LOCAL_RANK) whose worker joins the world and runs the distributed workloads in step with its peers
-(`sdcscan.distributed.lockstep`). Its report is an ordinary report, so `compare` reads it. Reports
+(`sdcscan.collectives.lockstep`). Its report is an ordinary report, so `compare` reads it. Reports
 travel to rank 0 through the launcher's store (the c10d rendezvous store every rank already
 reaches): no shared file system is needed, and a rank that never reports cannot hang rank 0, which
 waits a bounded time and names it.
@@ -23,8 +23,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from sdcscan import faults, units
-from sdcscan.cluster.report import RankInfo, build_cluster_report
-from sdcscan.distributed.env import (
+from sdcscan.collectives.env import (
     BARRIER_S,
     RANK_KINDS,
     WIRE_KINDS,
@@ -34,6 +33,7 @@ from sdcscan.distributed.env import (
     from_environment,
 )
 from sdcscan.errors import RunError, UsageError
+from sdcscan.launch.cluster_report import RankInfo, build_cluster_report
 from sdcscan.outputs import history
 from sdcscan.outputs.publish import Outputs, publish
 from sdcscan.report.document import Report, Run

@@ -27,8 +27,8 @@ from typing import Any
 
 import torch
 
-from sdcscan.distributed import world as wire
-from sdcscan.distributed.env import RankSetup
+from sdcscan.collectives import world as wire
+from sdcscan.collectives.env import RankSetup
 from sdcscan.outcomes import STATUS_OK, Outcome
 
 MAX_DISAGREEMENTS = 50  # kept in the summary; the count goes on

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from sdcscan import interrupts
-from sdcscan.cluster.rank import DistOptions, cluster_report_path, run_rank
 from sdcscan.errors import (
     EXIT_FAIL,
     EXIT_INTERRUPTED,
@@ -30,6 +29,7 @@ from sdcscan.errors import (
     SdcscanError,
     UsageError,
 )
+from sdcscan.launch.rank import DistOptions, cluster_report_path, run_rank
 from sdcscan.scan import ScanOptions
 
 SHUTDOWN_S = 15  # after a rank died, the others get this long to write their reports before SIGKILL

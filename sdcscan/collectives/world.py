@@ -22,8 +22,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from sdcscan.distributed.env import BARRIER_S, DistEnv, WireFault
-from sdcscan.distributed.triage import Node
+from sdcscan.collectives.env import BARRIER_S, DistEnv, WireFault
+from sdcscan.collectives.triage import Node
 
 
 class WorldBroken(RuntimeError):

@@ -7,7 +7,7 @@ gives the rule: in a ring all-gather, source s's block travels s → next(s) →
 forwarded at every step, so a block corrupted on hop k→next(k) is wrong at every receiver from
 next(k) to pred(s), a contiguous arc. A rank that miscopies what it receives into its own output,
 but forwards it intact, is wrong alone. Patterns that fit neither are `Unattributed` and left to
-triage by subgroups (`sdcscan.distributed.triage`).
+triage by subgroups (`sdcscan.collectives.triage`).
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from sdcscan.report.document import Finding, Sentinel
+from sdcscan.sentinel.kernel_log import LogRead, read_kernel_log
 from sdcscan.sentinel.outliers import KIND_OUTLIER, core_outliers, findings, host_counts, range_notes, tally
-from sdcscan.sentinel.sources import LogRead, read_kernel_log
 from sdcscan.timefmt import iso_utc
 
 FIRST_WINDOW_S = 7 * 86400.0  # the first scan of a host looks back a week (the journal usually has it)

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from sdcscan.errors import UsageError
-from sdcscan.sentinel.events import KernelEvent, ParseStats, mce_detail, parse_messages
+from sdcscan.sentinel.kernel_events import KernelEvent, ParseStats, mce_detail, parse_messages
 from sdcscan.timefmt import iso_utc
 
 DEFAULT_RASDAEMON_DB = "/var/lib/rasdaemon/ras-mc_ctx.db"

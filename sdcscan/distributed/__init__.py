@@ -1,1 +1,0 @@
-"""Distributed runs: one rank per unit, collectives checked bit for bit, blame per hop and per rank."""
