@@ -21,7 +21,7 @@ import math
 import os
 import re
 from collections.abc import Callable
-from typing import Any, Literal, cast
+from typing import Literal, cast
 
 from typing_extensions import TypedDict
 
@@ -48,7 +48,8 @@ MAX_REPORT_BYTES = 1 << 30  # refuse to parse anything larger: it is not one of 
 MAX_DEPTH = 20  # a report nests 6 levels; deeper documents would exhaust the recursion of json.dump
 SHOWN_CHARS = 40  # the most of a file's content an error message quotes
 
-CASE_COLUMNS = ("index", "workload", "digest", "status", "seconds")
+CaseColumn = Literal["index", "workload", "digest", "status", "seconds"]
+CASE_COLUMNS: tuple[CaseColumn, ...] = ("index", "workload", "digest", "status", "seconds")
 
 INT64_MIN = -(2**63)  # what the history database (SQLite) can store, with document.INT64_MAX
 NUMBER_LIMIT = 10**300  # an integer in a number field must still convert to a float
@@ -122,9 +123,10 @@ def validate_report(data: object, *, label: str = "report") -> Report:
     except _Bad as bad:
         where = _key_path(bad.path)
         raise ReportError(f"{label}: {where + ': ' if where else ''}{bad.problem}") from None
-    if _too_deep(data):
+    report = cast(Report, data)  # every declared field was just checked
+    if _too_deep(report):
         raise ReportError(f"{label}: nested more than {MAX_DEPTH} levels deep: not a report")
-    return cast(Report, data)
+    return report
 
 
 def verdict_exit_code(report: Report) -> int:
@@ -151,7 +153,7 @@ def exit_code_disagreement(report: Report) -> str | None:
     )
 
 
-def shown(value: Any, limit: int = SHOWN_CHARS) -> str:
+def shown(value: object, limit: int = SHOWN_CHARS) -> str:
     """A value from a file as an error message may quote it: printable, at most `limit` characters."""
     if isinstance(value, str):
         text = repr(value)  # escapes what `printable` escapes
@@ -168,7 +170,7 @@ def shown(value: Any, limit: int = SHOWN_CHARS) -> str:
 # The checks. Each takes a value and raises _Bad with the path below that value; the path is built
 # only when a check fails, so a report with millions of cases is checked at the speed of a loop.
 
-Check = Callable[[Any], None]
+Check = Callable[[object], None]
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_:.+-]{1,40}")
 
 
@@ -196,13 +198,13 @@ def _key_path(path: tuple[str | int, ...]) -> str:
     return out
 
 
-def _string(value: Any) -> None:
+def _string(value: object) -> None:
     if not isinstance(value, str):
         raise _Bad("not a string")
 
 
 def _nullable(check: Check) -> Check:
-    def nullable(value: Any) -> None:
+    def nullable(value: object) -> None:
         if value is None:
             return
         try:
@@ -216,7 +218,7 @@ def _nullable(check: Check) -> Check:
 
 
 def _integer(low: int = INT64_MIN, high: int = INT64_MAX) -> Check:
-    def integer(value: Any) -> None:
+    def integer(value: object) -> None:
         if not isinstance(value, int) or isinstance(value, bool):
             raise _Bad("not an integer")
         if not low <= value <= high:
@@ -225,7 +227,11 @@ def _integer(low: int = INT64_MIN, high: int = INT64_MAX) -> Check:
     return integer
 
 
-def _number(value: Any) -> None:
+def _number(value: object) -> None:
+    _as_number(value)
+
+
+def _as_number(value: object) -> int | float:
     """A finite number (int or float, never bool) that converts to a float."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise _Bad("not a number")
@@ -234,12 +240,13 @@ def _number(value: Any) -> None:
             raise _Bad("out of range")
     elif not math.isfinite(value):
         raise _Bad("not a finite number")
+    return value
 
 
 def _one_of(words: tuple[object, ...]) -> Check:
     kinds = {type(w) for w in words}  # 1 is not True, "1" is not 1
 
-    def one_of(value: Any) -> None:
+    def one_of(value: object) -> None:
         if type(value) not in kinds or value not in words:
             raise _Bad(f"not one of {', '.join(map(str, words))}")
 
@@ -249,22 +256,23 @@ def _one_of(words: tuple[object, ...]) -> Check:
 def _matching(pattern: str) -> Check:
     regex = re.compile(pattern)
 
-    def matching(value: Any) -> None:
-        _string(value)
+    def matching(value: object) -> None:
+        if not isinstance(value, str):
+            raise _Bad("not a string")
         if not regex.fullmatch(value):
             raise _Bad(f"{shown(value)} is not of the form {pattern}")
 
     return matching
 
 
-def _boolean(value: Any) -> None:
+def _boolean(value: object) -> None:
     if not isinstance(value, bool):
         raise _Bad("not true or false")
 
 
 def _bounded_number(bounds: Range) -> Check:
-    def bounded(value: Any) -> None:
-        _number(value)
+    def bounded(value: object) -> None:
+        value = _as_number(value)
         if bounds.low is not None and value < bounds.low:
             raise _Bad(f"less than {bounds.low}")
         if bounds.high is not None and value > bounds.high:
@@ -276,7 +284,7 @@ def _bounded_number(bounds: Range) -> Check:
 
 
 def _list_of(item: Check) -> Check:
-    def list_of(value: Any) -> None:
+    def list_of(value: object) -> None:
         if not isinstance(value, list):
             raise _Bad("not a list")
         for i, x in enumerate(value):
@@ -291,7 +299,7 @@ def _list_of(item: Check) -> Check:
 def _map_of(item: Check) -> Check:
     """An object whose every value passes `item` (its keys are JSON strings already)."""
 
-    def map_of(value: Any) -> None:
+    def map_of(value: object) -> None:
         if not isinstance(value, dict):
             raise _Bad("not an object")
         for key, x in value.items():
@@ -306,7 +314,7 @@ def _map_of(item: Check) -> Check:
 def _object(required: dict[str, Check], optional: dict[str, Check] | None = None) -> Check:
     """An object with the `required` keys and, where present, the `optional` ones; other keys are free."""
 
-    def obj(value: Any) -> None:
+    def obj(value: object) -> None:
         if not isinstance(value, dict):
             raise _Bad("not an object")
         missing = next((key for key in required if key not in value), None)
@@ -322,23 +330,23 @@ def _object(required: dict[str, Check], optional: dict[str, Check] | None = None
     return obj
 
 
-def _anything(value: Any) -> None:
+def _anything(value: object) -> None:
     """A field no reader interprets (kept for people); only its nesting depth is bounded."""
 
 
-def _column(item: Check, clean: Callable[[list[Any]], bool]) -> Check:
+def _column(item: Check, clean: Callable[[list[object]], bool]) -> Check:
     """A case column: `clean` accepts a whole list at C speed (the usual case), else each item is checked
     by `item`, which finds the first bad one for the message."""
     each = _list_of(item)
 
-    def column(value: Any) -> None:
+    def column(value: object) -> None:
         if not (isinstance(value, list) and clean(value)):
             each(value)
 
     return column
 
 
-def _types(values: list[Any]) -> set[type]:
+def _types(values: list[object]) -> set[type]:
     return set(map(type, values))  # bool is its own type: never taken for an int here
 
 
@@ -385,16 +393,17 @@ def _object_check(cls: type) -> Check:
     if rule is None:
         return check
 
-    def with_rule(value: Any) -> None:
+    def with_rule(value: object) -> None:
         check(value)
         rule(value)
 
     return with_rule
 
 
-def _same_lengths(cases: Any) -> None:
+def _same_lengths(cases: object) -> None:
     """The i-th entries of the case columns form one record."""
-    if len({len(cases[c]) for c in CASE_COLUMNS}) != 1:
+    columns = cast(Cases, cases)  # the object check before this rule found every column a list
+    if len({len(columns[c]) for c in CASE_COLUMNS}) != 1:
         raise _Bad("case columns of different lengths")
 
 
@@ -407,7 +416,7 @@ def _int_bounds(bounds: Range | None) -> tuple[int, int]:
     return low, high
 
 
-def _clean_column(item: Declared) -> Callable[[list[Any]], bool] | None:
+def _clean_column(item: Declared) -> Callable[[list[object]], bool] | None:
     """A whole-list test for a list of scalars, at C speed (the usual case of the case columns); None
     for lists of other things. A list it does not pass is then checked item by item for the message."""
     if item.is_object or item.origin in (list, dict) or item.unchecked or item.pattern:
@@ -420,36 +429,55 @@ def _clean_column(item: Declared) -> Callable[[list[Any]], bool] | None:
     if item.base is str:
         return lambda v: _types(v) <= {str}
     if item.base is int:
-        low, high = _int_bounds(item.range)
-        return lambda v: _types(v) <= {int} and (not v or low <= min(v) <= max(v) <= high)
+        return _clean_ints(*_int_bounds(item.range))
     if item.base is float:
-        floor = -math.inf if item.range is None or item.range.low is None else item.range.low
-        return lambda v: _types(v) <= {float} and all(map(math.isfinite, v)) and (not v or min(v) >= floor)
+        return _clean_floats(-math.inf if item.range is None or item.range.low is None else item.range.low)
     return None
+
+
+def _clean_ints(low: int, high: int) -> Callable[[list[object]], bool]:
+    def clean(values: list[object]) -> bool:
+        if not _types(values) <= {int}:
+            return False
+        ints = cast(list[int], values)  # every item's type is int: checked just above
+        return not ints or low <= min(ints) <= max(ints) <= high
+
+    return clean
+
+
+def _clean_floats(floor: float) -> Callable[[list[object]], bool]:
+    def clean(values: list[object]) -> bool:
+        if not _types(values) <= {float}:
+            return False
+        floats = cast(list[float], values)  # every item's type is float: checked just above
+        return all(map(math.isfinite, floats)) and (not floats or min(floats) >= floor)
+
+    return clean
 
 
 _REPORT_CHECK: list[Check] = []  # compiled on first use: importing the package stays cheap
 
 
-def _check_report(data: Any) -> None:
+def _check_report(data: object) -> None:
     if not _REPORT_CHECK:
         _REPORT_CHECK.append(_object_check(Report))
     _REPORT_CHECK[0](data)
 
 
-def _too_deep(report: dict[str, Any]) -> bool:
+def _too_deep(report: Report) -> bool:
     """Whether any part of a checked report nests deeper than MAX_DEPTH.
 
     The case columns are skipped: they were just checked to hold only scalars, and they are most of
     a large report.
     """
     columns = {id(u["cases"][c]) for u in report["units"] for c in CASE_COLUMNS}
-    stack: list[tuple[Any, int]] = [(report, 1)]
+    stack: list[tuple[object, int]] = [(report, 1)]
     while stack:
         value, depth = stack.pop()
         if depth > MAX_DEPTH:
             return True
-        for child in value.values() if isinstance(value, dict) else value:
+        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+        for child in children:
             if isinstance(child, dict | list) and id(child) not in columns:
                 stack.append((child, depth + 1))
     return False
