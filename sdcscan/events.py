@@ -6,9 +6,11 @@ uses. Events only inform: nothing a sink does changes the run. No torch, no rich
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import TypeAlias
+
+from sdcscan.outcomes import OutcomeRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +50,7 @@ class CaseFinished:
     index: int
     workload: str
     attempt: int
-    outcome: Mapping[str, Any]  # the outcome as the journal records it (status, digest, ops, seconds, …)
+    outcome: OutcomeRecord  # the outcome as the worker sent it (status, digest, ops, seconds, …)
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,9 +9,12 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from sdcscan.errors import UsageError
+
+if TYPE_CHECKING:  # the parent parses --inject and must not import torch; workers flip the bits
+    import torch
 
 DATA_KINDS = ("bitflip", "nan")  # corrupt a value at a workload fault site
 PROCESS_KINDS = ("hang", "crash")  # the worker stops answering / dies inside a case
@@ -35,7 +38,7 @@ class Injection:
     kind: str
     rate: float = 1.0
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"unit": self.unit, "kind": self.kind, "rate": self.rate}
 
 
@@ -125,7 +128,7 @@ def draws(injection: Injection, case_seed: int, attempt: int = 0) -> bool:
     return random.Random(f"{case_seed}:{injection.unit}:{injection.kind}:{attempt}").random() < injection.rate
 
 
-def corrupt_(tensor: Any, spec: FaultSpec, columns: int | None = None) -> dict[str, Any]:
+def corrupt_(tensor: torch.Tensor, spec: FaultSpec, columns: int | None = None) -> dict[str, object]:
     """Corrupt one element of `tensor` in place (a bit flip or a NaN) and say what was done.
 
     Args:
@@ -160,7 +163,7 @@ def corrupt_(tensor: Any, spec: FaultSpec, columns: int | None = None) -> dict[s
     return {"kind": spec.kind, "element": element, "bit": bit, "value_changed": value_changed}
 
 
-def flip_bit_(tensor: Any, flat_index: int, bit: int) -> None:
+def flip_bit_(tensor: torch.Tensor, flat_index: int, bit: int) -> None:
     """XOR one bit of one element, viewing the element's storage as an integer word."""
     import torch
 
@@ -175,7 +178,7 @@ def flip_bit_(tensor: Any, flat_index: int, bit: int) -> None:
     word[flat_index] ^= torch.tensor(mask, dtype=word.dtype, device=tensor.device)
 
 
-def corrupt_matrix_(matrix: Any, spec: FaultSpec, columns: int | None = None) -> dict[str, Any]:
+def corrupt_matrix_(matrix: torch.Tensor, spec: FaultSpec, columns: int | None = None) -> dict[str, object]:
     """Apply a matrix fault model (MATRIX_KINDS) in place to a 2-D tensor, or to its first `columns` columns.
 
     Row, columns and values are drawn from `spec.seed`. A swap of equal values changes nothing and is
@@ -224,7 +227,7 @@ def corrupt_matrix_(matrix: Any, spec: FaultSpec, columns: int | None = None) ->
     return {"kind": spec.kind, "row": i, "columns": [j1, j2], "bit": spec.bit, "value_changed": changed}
 
 
-def _offset(values: Any, param: float | None, rng: random.Random) -> Any:
+def _offset(values: torch.Tensor, param: float | None, rng: random.Random) -> float:
     """δ for the offset and pair models: `param` as is on integers (else a random 1..2^16); on floats,
     `param` (default 0.5) times the largest |value| of the row or column (1.0 where all are zero)."""
     if not values.is_floating_point():

@@ -43,7 +43,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any, BinaryIO
+from typing import IO, BinaryIO
 
 from sdcscan.errors import ReportError, UsageError
 
@@ -77,7 +77,7 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
     _write_atomic(Path(path), lambda f: f.write(text))
 
 
-def write_json_atomic(path: str | os.PathLike[str], data: Any, *, indent: int | None = None) -> None:
+def write_json_atomic(path: str | os.PathLike[str], data: object, *, indent: int | None = None) -> None:
     """Write `data` as one JSON document and a newline to `path` atomically, mode FILE_MODE.
 
     Args:
@@ -207,7 +207,9 @@ def make_state_dir(path: str | os.PathLike[str]) -> None:
         os.chmod(directory, STATE_DIR_MODE)
 
 
-def read_json(path: str | os.PathLike[str], *, what: str = "report", max_bytes: int = MAX_JSON_BYTES) -> Any:
+def read_json(
+    path: str | os.PathLike[str], *, what: str = "report", max_bytes: int = MAX_JSON_BYTES
+) -> object:
     """Read and parse one JSON file of at most `max_bytes`.
 
     Args:
@@ -303,7 +305,7 @@ def _too_large(label: str, size: int | None, what: str, max_bytes: int) -> JSONF
     return JSONFileError(label, f"{amount} is too large for a {what} (the limit is {max_bytes} bytes)")
 
 
-def parse_json(raw: bytes | str, *, what: str = "report", label: str = "") -> Any:
+def parse_json(raw: bytes | str, *, what: str = "report", label: str = "") -> object:
     """Parse one JSON document; errors name `label` (a path) when given.
 
     Raises:

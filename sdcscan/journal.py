@@ -15,8 +15,8 @@ import contextlib
 import json
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from sdcscan.errors import ReportError, RunError
 from sdcscan.files import FILE_MODE, make_state_dir, open_regular, parse_json
@@ -39,7 +39,7 @@ class Journal:
         self.path = path
         self._fd: int | None = None if path is None else _create(path)
 
-    def write(self, record: dict[str, Any]) -> None:
+    def write(self, record: Mapping[str, object]) -> None:
         """Append one record with one unbuffered write: it survives a SIGKILL of this process."""
         if self._fd is None:
             return
@@ -82,7 +82,7 @@ def _create(path: Path) -> int:
     return fd
 
 
-def read_journal(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+def read_journal(path: str | os.PathLike[str]) -> list[dict[str, object]]:
     """Records of a journal, read line by line (a burn-in's journal can be large).
 
     A line that is not a JSON object is skipped: a torn last line (the writer was killed

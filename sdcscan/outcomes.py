@@ -13,7 +13,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Final, TypedDict
 
 from sdcscan.errors import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_PASS
 
@@ -85,7 +85,7 @@ class Case:
     workload: str
     seed: int
     occurrence: int  # how many cases of this workload came before it in the plan
-    params: Mapping[str, Any] = field(default_factory=dict)
+    params: Mapping[str, object] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +98,7 @@ class Mismatch:
     actual: str
     mask: str | None = None  # XOR of expected and actual bits, hex, for bitwise compares
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, str | None]:
         return {
             "check": self.check,
             "where": self.where,
@@ -120,8 +120,24 @@ class Outcome:
     phases: dict[str, float] = field(default_factory=dict)  # seconds per phase (compute, check, setup)
     seconds: float = 0.0
     error: str | None = None
-    injected: dict[str, Any] | None = None
-    detail: dict[str, Any] = field(default_factory=dict)  # workload-specific facts, e.g. dtype
+    injected: dict[str, object] | None = None  # what the armed fault changed (faults.corrupt_)
+    detail: dict[str, object] = field(default_factory=dict)  # workload-specific facts, e.g. dtype
+
+
+class OutcomeRecord(TypedDict):
+    """An `Outcome` as plain data: what the worker sends the parent, and the journal records
+    inside each case record (beside the unit, index, attempt and workload)."""
+
+    status: str  # one of STATUSES
+    digest: str | None
+    mismatches: list[dict[str, str | None]]  # Mismatch.to_dict() each
+    ops: float
+    ops_unit: str
+    phases: dict[str, float]
+    seconds: float
+    error: str | None
+    injected: dict[str, object] | None
+    detail: dict[str, object]
 
 
 # Text and order shared by every reader of units and files (torch-free, like the rest of this module).

@@ -18,10 +18,10 @@ import hashlib
 import importlib.util
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
 import yaml
 
@@ -32,6 +32,8 @@ from sdcscan.units import parse_units_spec
 from sdcscan.workloads import SPECS, WorkloadSpec
 from sdcscan.workloads import spec as workload_spec
 from sdcscan.workloads.params import shown
+
+_Value = TypeVar("_Value")  # what `_get` reads: the type it was asked for
 
 PROFILE_VERSION = 1
 
@@ -66,10 +68,10 @@ class WorkloadEntry:
 
     name: str
     weight: int = 1
-    params: Mapping[str, Any] = field(default_factory=dict)
-    cuda_params: Mapping[str, Any] = field(default_factory=dict)
+    params: Mapping[str, object] = field(default_factory=dict)
+    cuda_params: Mapping[str, object] = field(default_factory=dict)
 
-    def params_for(self, device_kind: str) -> dict[str, Any]:
+    def params_for(self, device_kind: str) -> dict[str, object]:
         """Parameters for a unit of this kind: `cuda_params` override `params` on GPUs."""
         merged = dict(self.params)
         if device_kind == "cuda":
@@ -143,13 +145,13 @@ class _Refused(yaml.YAMLError):
 class _StrictLoader(yaml.SafeLoader):
     """safe_load without aliases (no anchor bombs) and without duplicate keys."""
 
-    def compose_node(self, parent: Any, index: Any) -> Any:
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
             raise _Refused(f"YAML aliases are not allowed (line {event.start_mark.line + 1})")
         return super().compose_node(parent, index)
 
-    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Hashable, object]:
         seen = set()
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
@@ -240,7 +242,7 @@ def _yaml_problem(err: yaml.YAMLError, text: str) -> str:
     return "not YAML"
 
 
-def profile_from_data(data: Any, *, label: str, default_name: str) -> Profile:
+def profile_from_data(data: object, *, label: str, default_name: str) -> Profile:
     """Validate parsed YAML into a Profile (exposed for tests and fuzzing)."""
     if not isinstance(data, dict):
         raise ProfileError(f"{label}: expected a mapping at the top level, got {_type(data)}")
@@ -318,7 +320,7 @@ def _with_workloads(profile: Profile, workloads: tuple[WorkloadEntry, ...]) -> P
     )
 
 
-def _workloads(label: str, entries: Any) -> tuple[WorkloadEntry, ...]:
+def _workloads(label: str, entries: object) -> tuple[WorkloadEntry, ...]:
     if not isinstance(entries, list) or not entries:
         raise ProfileError(f"{label}: workloads: expected a non-empty list, got {_type(entries)}")
     found, seen = [], set()
@@ -351,7 +353,7 @@ def _workloads(label: str, entries: Any) -> tuple[WorkloadEntry, ...]:
     return tuple(found)
 
 
-def _params(label: str, where: str, spec: WorkloadSpec, given: Any) -> dict[str, Any]:
+def _params(label: str, where: str, spec: WorkloadSpec, given: object) -> dict[str, object]:
     """Check given parameters against the workload's catalogue entry: known keys, values in range.
 
     Raises:
@@ -370,7 +372,7 @@ def _params(label: str, where: str, spec: WorkloadSpec, given: Any) -> dict[str,
 
 
 def _merged_problem(
-    spec: WorkloadSpec, entry: WorkloadEntry, overrides: Mapping[str, Any]
+    spec: WorkloadSpec, entry: WorkloadEntry, overrides: Mapping[str, object]
 ) -> tuple[str, str, str] | None:
     """(layer, key, problem) for the first cross-parameter rule the parameters of a CPU or a GPU unit break.
 
@@ -384,7 +386,7 @@ def _merged_problem(
     return None
 
 
-def check_overrides(profile: Profile, overrides: Mapping[str, Mapping[str, Any]], *, source: str) -> None:
+def check_overrides(profile: Profile, overrides: Mapping[str, Mapping[str, object]], *, source: str) -> None:
     """Check command-line parameter overrides ({workload: {key: value}}) as a profile's parameters are.
 
     Each value against its range (a calibration path: the file is read and checked), then the merged
@@ -410,14 +412,16 @@ def check_overrides(profile: Profile, overrides: Mapping[str, Mapping[str, Any]]
                 raise UsageError(f"{source}: {entry.name}.{key}: {problem} (with profile {profile.name!r})")
 
 
-def _get(label: str, data: dict[str, Any], key: str, kind: type, default: Any, where: str = "") -> Any:
+def _get(
+    label: str, data: Mapping[object, object], key: str, kind: type[_Value], default: _Value, where: str = ""
+) -> _Value:
     value = data.get(key, default)
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise ProfileError(f"{label}: {where}{key}: expected {_type(kind())}, got {shown(value)}")
     return value
 
 
-def _reject_unknown(label: str, where: str, data: dict[str, Any], allowed: set[str]) -> None:
+def _reject_unknown(label: str, where: str, data: Mapping[object, object], allowed: set[str]) -> None:
     for key in data:
         if key not in allowed:
             hint = ", ".join(sorted(allowed)) or "none"
@@ -427,7 +431,7 @@ def _reject_unknown(label: str, where: str, data: dict[str, Any], allowed: set[s
 _PLAIN_KEY = re.compile(r"[\w .-]{1,40}")
 
 
-def _key(key: Any) -> str:
+def _key(key: object) -> str:
     """A key for a message: itself when it reads like one, else only its length.
 
     A file that is no profile can still parse as a mapping whose keys are whole lines (`/etc/shadow`:
@@ -437,7 +441,7 @@ def _key(key: Any) -> str:
     return text if _PLAIN_KEY.fullmatch(text) else f"<a key of {len(text)} characters>"
 
 
-def _type(value: Any) -> str:
+def _type(value: object) -> str:
     return {dict: "a mapping", list: "a list", str: "a string", int: "an integer", float: "a number"}.get(
         type(value), type(value).__name__
     )

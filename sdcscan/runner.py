@@ -16,10 +16,12 @@ import io
 import multiprocessing as mp
 import pickle
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
-from typing import Any
+from multiprocessing.context import ForkServerContext, SpawnContext
+from multiprocessing.process import BaseProcess
+from typing import NoReturn, cast
 
 from sdcscan import interrupts
 from sdcscan.background import host_pacing, priority
@@ -27,11 +29,12 @@ from sdcscan.events import CaseFinished, CaseStarted, EventSink, PhaseChanged, U
 from sdcscan.journal import Journal
 from sdcscan.judgement.evidence import CaseResult
 from sdcscan.judgement.verdict import retest_plan
-from sdcscan.outcomes import STATUS_OK
+from sdcscan.outcomes import STATUS_OK, OutcomeRecord
+from sdcscan.report.document import UnitPacing
 from sdcscan.rerun_schedule import MAX_RETEST_CASES, RerunSchedule, retest_window
 from sdcscan.units import Unit, cohort_key
 from sdcscan.watchdog import OVERRUN_S, CaseInFlight, Watchdog
-from sdcscan.worker import WorkerConfig, worker_main
+from sdcscan.worker import Command, WorkerConfig, WorkerMessage, worker_main
 from sdcscan.workloads import SPECS
 
 # Shutdown bound: budget + watchdog.OVERRUN_S (a unit still busy or not started then is stopped as
@@ -46,7 +49,7 @@ def end_bound_s(budget_s: float) -> float:
     return budget_s + OVERRUN_S + retest_window(budget_s) + STOP_S
 
 
-def worker_context() -> Any:
+def worker_context() -> ForkServerContext | SpawnContext:
     """Forkserver with torch preloaded: one torch import for all workers instead of one each
     (seconds of CPU per unit on a 128-core host). Plain fork is unsafe once torch has started
     threads or CUDA; the fork server has done neither. Spawn where forkserver does not exist."""
@@ -78,25 +81,26 @@ def warm_up_workers() -> None:
 class UnitState:
     unit: Unit
     cohort: str = ""
-    cohort_fields: dict[str, Any] = field(default_factory=dict)
-    proc: Any = None
-    conn: Connection | None = None  # the parent's end of this worker's pipe
+    cohort_fields: dict[str, object] = field(default_factory=dict)
+    proc: BaseProcess | None = None
+    conn: Connection[Command, WorkerMessage] | None = None  # the parent's end of this worker's pipe
     ready: bool = False
     busy: bool = False
     notes: list[str] = field(default_factory=list)
-    peaks: dict[str, Any] = field(default_factory=dict)  # workload -> its plain-op peak (sdcscan.peaks)
+    peaks: dict[str, object] = field(default_factory=dict)  # workload -> its plain-op peak (sdcscan.peaks)
     current: CaseInFlight | None = None
     problem: str | None = None
     late: str | None = None  # why a unit that started after the deadline ran no case
     results: list[CaseResult] = field(default_factory=list)
-    pacing: dict[str, Any] = field(default_factory=dict)  # background mode: priority granted, time waited
+    pacing: UnitPacing = field(default_factory=UnitPacing)  # background mode: priority granted, time waited
     # Background mode: the worker's run delay (and the time) when its start-up, its current case or
     # its wait between cases began: what it has waited for a CPU since is starvation, not a hang.
     delay_mark: float | None = None
     marked_at: float = 0.0
     retired: bool = False  # background: stopped at the budget's end while the host kept it from running
     not_screened: bool = False  # background: `late` says the host's own work kept it from running
-    world: dict[str, Any] = field(default_factory=dict)  # a distributed run: what this rank saw of the world
+    # A distributed run: what this rank saw of the world (Lockstep.summary).
+    world: dict[str, object] = field(default_factory=dict)
 
     @property
     def alive(self) -> bool:
@@ -107,11 +111,11 @@ class UnitState:
 class RunResult:
     states: dict[str, UnitState]
     retests: dict[tuple[str, int], list[str | None]]
-    outcomes: list[dict[str, Any]]  # every outcome message, main pass and re-runs, in arrival order
+    outcomes: list[dict[str, object]]  # every outcome message, main pass and re-runs, in arrival order
     started: float
     ended: float
     interrupted: str | None = None  # "SIGINT" | "SIGTERM" | None: a signal stopped the run
-    software: dict[str, Any] = field(default_factory=dict)
+    software: dict[str, object] = field(default_factory=dict)
 
 
 class _PlainData(pickle.Unpickler):
@@ -119,12 +123,14 @@ class _PlainData(pickle.Unpickler):
     anything else (a torch type slipped into a dict) would import its module in this process - torch
     takes seconds and hundreds of MB, and a signal during that import leaves it half-imported."""
 
-    def find_class(self, module: str, name: str) -> Any:
+    def find_class(self, module: str, name: str) -> NoReturn:
         raise pickle.UnpicklingError(f"a worker message holds {module}.{name}, not plain data")
 
 
-def _loads_plain(data: bytes) -> Any:
-    return _PlainData(io.BytesIO(data)).load()
+def _loads_plain(data: bytes) -> WorkerMessage:
+    # Builtins only (_PlainData refuses anything else), sent by worker.py, whose sends mypy checks
+    # against WorkerMessage: what arrives is one of those tuples.
+    return cast(WorkerMessage, _PlainData(io.BytesIO(data)).load())
 
 
 class Runner:
@@ -143,9 +149,9 @@ class Runner:
         self.ctx = worker_context()
         self.configs = {c.unit.id: c for c in configs}
         self.states = {c.unit.id: UnitState(c.unit) for c in configs}
-        self.software: dict[str, Any] = {}
+        self.software: dict[str, object] = {}
         self.journal, self.emit = journal, on_event
-        self.outcomes: list[dict[str, Any]] = []
+        self.outcomes: list[dict[str, object]] = []
         self.retests: dict[tuple[str, int], list[str | None]] = {}
         self.watchdog = Watchdog()
         self.retest_count = retest
@@ -235,7 +241,7 @@ class Runner:
         """A condition that holds once one of `units` is no longer busy (it finished its job, or died)."""
         return lambda: any(not self.states[u].busy for u in units)
 
-    def _send(self, state: UnitState, msg: tuple[Any, ...]) -> None:
+    def _send(self, state: UnitState, msg: Command) -> None:
         """Send a command to a worker; one that is gone is the watchdog's to report (its process died)."""
         if state.conn is not None:
             with contextlib.suppress(OSError, ValueError):
@@ -251,12 +257,13 @@ class Runner:
         while not until():
             if hard_stop is not None and time.time() > hard_stop:
                 return
-            live: dict[Any, UnitState] = {
-                s.conn: s for s in self.states.values() if s.alive and s.conn is not None
-            }
+            live = [s for s in self.states.values() if s.alive and s.conn is not None]
             if live:
-                for conn in wait(list(live), timeout=POLL_S):
-                    self._receive(live[conn])
+                # Ready units are handled in unit order, the order `wait` lists them in.
+                ready = set(wait([s.conn for s in live if s.conn is not None], timeout=POLL_S))
+                for state in live:
+                    if state.conn in ready:
+                        self._receive(state)
             else:  # every worker's pipe is closed: only the watchdog has something left to say
                 time.sleep(POLL_S)
             self._watchdog()
@@ -284,41 +291,41 @@ class Runner:
             state.conn = None
             self._fail(state, f"internal error: {err}")
 
-    def _handle(self, msg: tuple[Any, ...]) -> None:
-        kind, uid = msg[0], msg[1]
+    def _handle(self, msg: WorkerMessage) -> None:
+        uid = msg[1]
         state = self.states[uid]
         if not state.alive:
             return
-        if kind == "ready":
+        if msg[0] == "ready":
             self._on_ready(state, *msg[2:])
-        elif kind == "start":
+        elif msg[0] == "start":
             # `since` is the worker's own clock: a parent that was stalled still measures the case
             # from when it really started.
             _, _, index, workload, _attempt, since = msg
             state.current = CaseInFlight(index, workload, since)
             self._mark(state)
             self.emit(CaseStarted(uid, index, workload))
-        elif kind == "outcome":
+        elif msg[0] == "outcome":
             self._record(state, *msg[2:])
-        elif kind == "idle":
+        elif msg[0] == "idle":
             state.busy, state.current = False, None
-        elif kind == "pacing":
-            state.pacing = dict(msg[2])
-        elif kind == "world":
+        elif msg[0] == "pacing":
+            state.pacing = msg[2].copy()
+        elif msg[0] == "world":
             state.world = dict(msg[2])
-        elif kind == "withdrawn":  # a distributed case a lost peer cut short: no outcome, no blame
+        elif msg[0] == "withdrawn":  # a distributed case a lost peer cut short: no outcome, no blame
             state.current = None
             self._mark(state)
-        elif kind == "fatal":
+        elif msg[0] == "fatal":
             self._fail(state, msg[2], detail=msg[3])
 
     def _on_ready(
         self,
         state: UnitState,
         notes: list[str],
-        cohort_fields: dict[str, Any],
-        software: dict[str, Any],
-        peaks: dict[str, Any] | None = None,
+        cohort_fields: dict[str, object],
+        software: dict[str, object],
+        peaks: Mapping[str, object] | None = None,
     ) -> None:
         state.ready, state.notes, state.peaks = True, list(notes), dict(peaks or {})
         state.cohort_fields, state.cohort = cohort_fields, cohort_key(cohort_fields)
@@ -339,11 +346,11 @@ class Runner:
         self.journal.write({**record, "cohort_fields": cohort_fields, "software": software})
         self.emit(UnitReady(state.unit.id))
 
-    def _record(self, state: UnitState, index: int, attempt: int, workload: str, out: dict[str, Any]) -> None:
+    def _record(self, state: UnitState, index: int, attempt: int, workload: str, out: OutcomeRecord) -> None:
         uid = state.unit.id
         state.current = None
         self._mark(state)
-        record = {
+        record: dict[str, object] = {
             "type": "case",
             "unit": uid,
             "index": index,
@@ -472,18 +479,18 @@ class Runner:
         Runs after a signal too, at any point of start-up: a worker whose process never started
         (the signal came while it was being spawned) has nothing to stop.
         """
-        started = [s for s in self.states.values() if s.proc is not None and s.proc.pid is not None]
-        for state in started:
+        started = [(s, s.proc) for s in self.states.values() if s.proc is not None and s.proc.pid is not None]
+        for state, _ in started:
             self._send(state, ("stop",))
         end = time.time() + STOP_S - 1.0
-        for state in started:
+        for state, proc in started:
             # Read while waiting: a worker blocked on a full pipe could not otherwise finish.
-            while state.proc.is_alive() and time.time() < end:
+            while proc.is_alive() and time.time() < end:
                 self._receive(state, only="outcome")
-                state.proc.join(timeout=POLL_S)
-            if state.proc.is_alive():
-                state.proc.kill()
-                state.proc.join(timeout=1.0)
+                proc.join(timeout=POLL_S)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(timeout=1.0)
         for state in self.states.values():
             self._receive(state, only="outcome")  # nothing finished is lost
             if state.conn is not None:

@@ -14,7 +14,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 from sdcscan import faults, interrupts, units
 from sdcscan.background import host_pacing, priority
@@ -31,7 +31,7 @@ from sdcscan.outputs import history
 from sdcscan.outputs.publish import Outputs, check_targets, history_path, publish, run_lock
 from sdcscan.plan import week_seed
 from sdcscan.profile import Profile
-from sdcscan.report.document import Distributed, Report, Run, Telemetry, UnitPacing
+from sdcscan.report.document import Distributed, Report, Run, Telemetry
 from sdcscan.runner import Runner, RunResult, warm_up_workers
 from sdcscan.sentinel import window as sentinel
 from sdcscan.telemetry.sampler import Sampler, telemetry_findings
@@ -55,7 +55,7 @@ class ScanOptions:
     outputs: Outputs = field(default_factory=Outputs)
     journal: Path | None = None
     argv: list[str] = field(default_factory=list)
-    param_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
+    param_overrides: dict[str, dict[str, object]] = field(default_factory=dict)
     retest: int | None = None  # re-runs per failing case (None: the profile's)
     golden: str | os.PathLike[str] | None = None  # judge digests against this golden file
     started: float = field(default_factory=time.time)  # the budget counts from here (the command's start)
@@ -82,7 +82,7 @@ class Setup:
     units: list[units.Unit]
     golden: GoldenIndex | None = None  # (plan, cohort) -> the golden's digests
     background: bool = False
-    priority: dict[str, Any] = field(default_factory=dict)  # background: what the parent was granted
+    priority: dict[str, object] = field(default_factory=dict)  # background: what the parent was granted
 
 
 class OutputError(ReportError):
@@ -306,7 +306,7 @@ def _not_screened(runner: Runner, started: float, pacing: host_pacing.Pacing) ->
 
 
 def finish(
-    opts: ScanOptions, setup: Setup, started: dict[str, Any], result: RunResult, telemetry: Telemetry
+    opts: ScanOptions, setup: Setup, started: dict[str, object], result: RunResult, telemetry: Telemetry
 ) -> Report:
     """Judge the results, with the golden's entries for this plan when there is one, and assemble the report.
 
@@ -346,7 +346,7 @@ def _unit_facts(u: units.Unit, result: RunResult) -> UnitFacts:
         "cohort": state.cohort,
         "notes": state.notes,
         "peaks": state.peaks,
-        "pacing": cast(UnitPacing, state.pacing),  # as the worker sent it
+        "pacing": state.pacing,
     }
     if u.pci:
         facts["pci"] = u.pci

@@ -12,13 +12,19 @@ import json
 import os
 import platform
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from sdcscan.errors import UsageError
 from sdcscan.report.document import Host, UnitKind
+
+if TYPE_CHECKING:  # the parent imports this module, and must not import torch
+    from types import ModuleType
+
+    import torch
 
 # Environment variables that change which kernels run, and so the bits (docs/abft.md §4.2).
 ISA_PINS = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA", "FBGEMM_ENABLE_INSTRUCTIONS")
@@ -34,8 +40,8 @@ class Unit:
     model: str
     pci: str | None = None  # a GPU's PCI bus id, "0000:3b:00.0": how NVML and the kernel log name it
 
-    def to_dict(self) -> dict[str, Any]:
-        doc = {"id": self.id, "kind": self.kind, "index": self.index, "model": self.model}
+    def to_dict(self) -> dict[str, object]:
+        doc: dict[str, object] = {"id": self.id, "kind": self.kind, "index": self.index, "model": self.model}
         return {**doc, "pci": self.pci} if self.pci else doc
 
 
@@ -70,7 +76,7 @@ def cpu_flags() -> list[str]:
     return sorted((fields.get("flags") or fields.get("Features") or "").split())
 
 
-def device_model(device: Any) -> str:
+def device_model(device: torch.device | str) -> str:
     """A stable name for the model of a torch device, used to key calibration tables and cohorts."""
     if getattr(device, "type", str(device)) == "cuda":
         import torch
@@ -111,7 +117,7 @@ def gpu_units() -> list[Unit]:
     ]
 
 
-def _pci_bus_id(torch: Any, index: int) -> str | None:
+def _pci_bus_id(torch: ModuleType, index: int) -> str | None:
     """CUDA device `index`'s PCI location as the kernel and NVML write it, or None (an old torch)."""
     props = torch.cuda.get_device_properties(index)
     try:
@@ -168,11 +174,11 @@ def select_units(available: list[Unit], spec: str) -> list[Unit]:
     return unique
 
 
-def cohort_fields(unit: Unit, threads: int) -> dict[str, Any]:
+def cohort_fields(unit: Unit, threads: int) -> dict[str, object]:
     """Everything that must match for two units to produce identical digests."""
     import torch
 
-    fields: dict[str, Any] = {
+    fields: dict[str, object] = {
         "kind": unit.kind,
         "model": unit.model,
         "torch": str(
@@ -192,7 +198,7 @@ def cohort_fields(unit: Unit, threads: int) -> dict[str, Any]:
     return fields
 
 
-def cohort_key(fields: dict[str, Any]) -> str:
+def cohort_key(fields: Mapping[str, object]) -> str:
     """A short stable id for a cohort: the hash of its fields."""
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -235,7 +241,7 @@ def host_inventory() -> Host:
     }
 
 
-def software_versions() -> dict[str, Any]:
+def software_versions() -> dict[str, object]:
     import torch
 
     return {

@@ -17,18 +17,49 @@ import signal
 import threading
 import time
 import traceback
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from multiprocessing.connection import Connection
+from types import ModuleType
+from typing import TYPE_CHECKING, Literal, TypeAlias
 
 from sdcscan import faults
 from sdcscan.background import idle_gates, priority
 from sdcscan.collectives.env import RankSetup
-from sdcscan.outcomes import CONSENSUS
+from sdcscan.outcomes import CONSENSUS, Case, Outcome, OutcomeRecord
 from sdcscan.profile import Profile
+from sdcscan.report.document import UnitPacing
 from sdcscan.units import Unit
 from sdcscan.workloads import SPECS
 
+if TYPE_CHECKING:  # the parent imports this module, and must not import torch
+    import torch
+
+    from sdcscan.collectives.lockstep import Lockstep
+    from sdcscan.peaks.rates import WorkloadPeak
+    from sdcscan.workloads.base import Context, Workload
+
 HANG_SLEEP_S = 3600.0
+
+# The parent's commands to a worker (sdcscan.runner), over the worker's pipe.
+Command: TypeAlias = (
+    tuple[Literal["plan"], float]  # run cases until this deadline (epoch seconds)
+    | tuple[Literal["case"], int, int]  # run case `index` as `attempt` (a re-run)
+    | tuple[Literal["stop"]]
+)
+# A worker's messages to the parent; the second field is always the unit's id. Builtins only: the
+# parent unpickles nothing else (runner._PlainData).
+WorkerMessage: TypeAlias = (
+    # notes, cohort fields, software versions, workload -> its plain-op peak (peaks.rates.workload_peak)
+    tuple[Literal["ready"], str, list[str], dict[str, object], dict[str, object], Mapping[str, object]]
+    | tuple[Literal["fatal"], str, str, str]  # why set-up failed, and its traceback
+    | tuple[Literal["start"], str, int, str, int, float]  # index, workload, attempt, the worker's clock
+    | tuple[Literal["outcome"], str, int, int, str, OutcomeRecord]  # index, attempt, workload, outcome
+    | tuple[Literal["idle"], str]
+    | tuple[Literal["withdrawn"], str, int]  # index: a distributed case a lost peer cut short
+    | tuple[Literal["pacing"], str, UnitPacing]
+    | tuple[Literal["world"], str, dict[str, object]]  # Lockstep.summary(): what this rank saw of the world
+)
 
 
 @dataclass(frozen=True)
@@ -38,13 +69,13 @@ class WorkerConfig:
     seed: int
     threads: int
     injections: tuple[faults.Injection, ...] = ()
-    param_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
+    param_overrides: dict[str, dict[str, object]] = field(default_factory=dict)
     run_pid: int = field(default_factory=os.getpid)  # the sdcscan parent: built there, so its pid
     background: bool = False  # Ripple mode: lowest priority, cases only in the unit's idle gaps
     rank: RankSetup | None = None  # a distributed run: this worker is one rank of the world
 
 
-def worker_main(cfg: WorkerConfig, conn: Any) -> None:
+def worker_main(cfg: WorkerConfig, conn: Connection[WorkerMessage, Command]) -> None:
     """Entry point of the spawned process. Never raises: problems become messages.
 
     Args:
@@ -87,7 +118,7 @@ def worker_main(cfg: WorkerConfig, conn: Any) -> None:
 
 
 class _Engine:
-    def __init__(self, cfg: WorkerConfig, conn: Any) -> None:
+    def __init__(self, cfg: WorkerConfig, conn: Connection[WorkerMessage, Command]) -> None:
         self.cfg, self.conn = cfg, conn
         torch = configure_torch(cfg.unit, cfg.threads)
         from sdcscan.plan import Plan
@@ -96,7 +127,9 @@ class _Engine:
 
         device = torch.device(cfg.unit.id if cfg.unit.kind == "cuda" else "cpu")
         self.plan = Plan(cfg.profile, cfg.seed, cfg.unit.kind)
-        self.workloads, self.contexts, self.notes = {}, {}, []
+        self.workloads: dict[str, Workload] = {}
+        self.contexts: dict[str, Context] = {}
+        self.notes: list[str] = []
         for spec in cfg.profile.workloads:
             params = {**spec.params_for(cfg.unit.kind), **cfg.param_overrides.get(spec.name, {})}
             ctx = Context(unit=cfg.unit.id, device=device, run_seed=cfg.seed, params=params)
@@ -121,7 +154,7 @@ class _Engine:
         )
         if self.lockstep is not None:
             self.notes.extend(self.lockstep.notes)
-        self.pacing: dict[str, Any] = {"gate": self.gate is not None, "waited_s": 0.0, "waits": 0}
+        self.pacing: UnitPacing = {"gate": self.gate is not None, "waited_s": 0.0, "waits": 0}
         self.stopped = False
 
     def run_plan(self, deadline: float) -> str:
@@ -175,12 +208,12 @@ class _Engine:
         waits = self.gate.waits
         idle = self.gate.wait_until_idle(deadline, self.stop_requested)
         if self.gate.waits != waits:
-            self.pacing.update(waited_s=round(self.gate.waited_s, 3), waits=self.gate.waits)
+            self.pacing["waited_s"], self.pacing["waits"] = round(self.gate.waited_s, 3), self.gate.waits
             self.send_pacing()
         return idle
 
     def send_pacing(self) -> None:
-        self.conn.send(("pacing", self.cfg.unit.id, dict(self.pacing)))
+        self.conn.send(("pacing", self.cfg.unit.id, self.pacing.copy()))
 
     def run_case(self, index: int, attempt: int) -> float:
         from sdcscan.outcomes import STATUS_ERROR, Outcome
@@ -207,7 +240,7 @@ class _Engine:
         self.conn.send(("outcome", uid, index, attempt, case.workload, _outcome_dict(outcome)))
         return outcome.seconds
 
-    def _armed(self, case: Any, workload: Any, attempt: int) -> faults.FaultSpec | None:
+    def _armed(self, case: Case, workload: Workload, attempt: int) -> faults.FaultSpec | None:
         """Apply process faults now; return the data fault to arm for this case, if any strikes."""
         armed = None
         for inj in self.cfg.injections:
@@ -225,8 +258,12 @@ class _Engine:
 
 
 def _join_world(
-    setup: RankSetup, device: Any, contexts: dict[str, Any], cohort_fields: dict[str, Any], plan: str
-) -> Any:
+    setup: RankSetup,
+    device: torch.device,
+    contexts: dict[str, Context],
+    cohort_fields: dict[str, object],
+    plan: str,
+) -> Lockstep:
     """A distributed run: join the world (after prepare, so the join absorbs the ranks' start-up skew)."""
     from sdcscan.collectives.lockstep import Lockstep
 
@@ -235,14 +272,16 @@ def _join_world(
     return Lockstep.join(setup, device, contexts, distributed, cohort_fields, plan, comparing)
 
 
-def _idle_gate(unit: Unit) -> Any:
+def _idle_gate(unit: Unit) -> idle_gates.CoreIdleGate | idle_gates.GpuIdleGate | None:
     """The unit's pacing gate in background mode: its core's idle share, or its GPU's other processes."""
     if unit.kind == "cpu":
         return idle_gates.CoreIdleGate(unit.index)
     return idle_gates.gpu_gate(unit.pci) if unit.pci else None
 
 
-def _measure_peaks(device: Any, workloads: dict[str, dict[str, Any]], notes: list[str]) -> dict[str, Any]:
+def _measure_peaks(
+    device: torch.device, workloads: Mapping[str, Mapping[str, object]], notes: list[str]
+) -> dict[str, WorkloadPeak]:
     """Each workload's plain-op peak, once per unit after prepare (the report's efficiency).
 
     Never raises: a peak that cannot be measured costs the efficiency figure and adds a note; the
@@ -288,7 +327,7 @@ def _kill_self_when_readable(fd: int) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def configure_torch(unit: Unit, threads: int) -> Any:
+def configure_torch(unit: Unit, threads: int) -> ModuleType:
     """Pin to the unit's CPU and make torch deterministic before any computation."""
     if unit.kind == "cpu" and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {unit.index})
@@ -312,7 +351,7 @@ def configure_torch(unit: Unit, threads: int) -> Any:
     return torch
 
 
-def _outcome_dict(o: Any) -> dict[str, Any]:
+def _outcome_dict(o: Outcome) -> OutcomeRecord:
     return {
         "status": o.status,
         "digest": o.digest,

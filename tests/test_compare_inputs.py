@@ -21,7 +21,6 @@ import pytest
 from click.testing import CliRunner, Result
 from rich.console import Console
 
-import sdcscan.cli.fleet as cli_fleet
 import sdcscan.fleet.reading as reading
 import sdcscan.fleet.report_file as report_file
 from sdcscan.cli.fleet import compare, golden
@@ -534,13 +533,13 @@ def test_an_internal_error_exits_3_with_one_line(tmp_path: Path, monkeypatch):
         raise RuntimeError("boom")
 
     put(tmp_path / "a.json", report("a"))
-    monkeypatch.setattr(cli_fleet, "summarize", boom)
+    monkeypatch.setattr("sdcscan.fleet.compare.summarize", boom)  # the command imports it when it runs
     result = cli(str(tmp_path), "--json")
     assert result.exit_code == 3 and result.stdout == ""
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: internal error (RuntimeError: boom)"), lines
     # `golden record` keeps the same contract.
-    monkeypatch.setattr(cli_fleet, "record_extracted", boom)
+    monkeypatch.setattr("sdcscan.fleet.golden.record_extracted", boom)
     result = CliRunner().invoke(golden, ["record", str(tmp_path), "-o", str(tmp_path / "g.json")])
     assert result.exit_code == 3 and result.stderr.startswith("Error: internal error (RuntimeError: boom)")
     assert len(result.stderr.strip().splitlines()) == 1

@@ -8,7 +8,8 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+
+from sdcscan.report.document import Pacing as PacingDoc
 
 NOT_SCREENED = "not screened"  # how the reason of a unit the host's own work kept from running begins
 MAX_UNSCREENED_S = 24 * 3600.0  # a host unscreened this long is screened whatever its load
@@ -50,7 +51,7 @@ class Pacing:
     threshold: float | None  # the bar it was held against (None when forced)
     waited_s: float
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> PacingDoc:
         return {
             "screen": self.screen,
             "forced": self.forced,

@@ -11,7 +11,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from types import ModuleType
 
 # Share of a core other processes may use before a worker waits. High on purpose: SCHED_IDLE already
 # yields the core the moment other work wakes, so cases may fill the gaps of a busy core; only a
@@ -127,8 +127,8 @@ class GpuIdleGate:
 
     def __init__(
         self,
-        handle: Any,
-        nvml: Any,
+        handle: object,  # the GPU's NVML handle: opaque, only passed back to NVML
+        nvml: ModuleType,  # pynvml (untyped)
         *,
         own_pid: int | None = None,
         clock: Callable[[], float] = time.time,

@@ -10,7 +10,6 @@ import contextlib
 import ctypes
 import os
 import platform
-from typing import Any
 
 OOM_SCORE_ADJ = 1000  # first to go when memory runs out: production work is worth more than a screen
 IOPRIO_CLASS_IDLE = 3  # linux/ioprio.h: I/O only when no one else wants the disk
@@ -20,7 +19,7 @@ _IOPRIO_WHO_PROCESS = 1
 _SYS_IOPRIO_SET = {"x86_64": 251, "aarch64": 30, "ppc64le": 273, "s390x": 282, "riscv64": 30}
 
 
-def lower_priority(*, idle_scheduler: bool) -> dict[str, Any]:
+def lower_priority(*, idle_scheduler: bool) -> dict[str, object]:
     """Make the calling thread, and every thread and process it starts from now on, unobtrusive.
 
     Linux keeps scheduling policy and nice value per thread, so call this before any thread starts.
@@ -32,7 +31,7 @@ def lower_priority(*, idle_scheduler: bool) -> dict[str, Any]:
         What the host granted: {"cpu": "SCHED_IDLE" | "nice 19" | None, "io": "idle" | None,
         "oom_score_adj": int | None}.
     """
-    granted: dict[str, Any] = {"cpu": None, "io": None, "oom_score_adj": None}
+    granted: dict[str, object] = {"cpu": None, "io": None, "oom_score_adj": None}
     if idle_scheduler and hasattr(os, "SCHED_IDLE"):
         with contextlib.suppress(OSError):
             os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))

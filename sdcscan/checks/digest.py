@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import TYPE_CHECKING, Literal, TypeAlias
+
+if TYPE_CHECKING:  # torch is imported where a digest is taken, not with this module
+    import torch
 
 DIGEST_BYTES = 8  # 16 hex characters: collisions are irrelevant, a digest only has to differ when bits do
 
@@ -14,7 +17,7 @@ class Digest:
     def __init__(self) -> None:
         self._h = hashlib.blake2b(digest_size=DIGEST_BYTES)
 
-    def tensor(self, t: Any) -> Digest:
+    def tensor(self, t: torch.Tensor) -> Digest:
         import torch
 
         t = t.detach()
@@ -22,7 +25,7 @@ class Digest:
             t = t.cpu()
         flat = t.contiguous().reshape(-1)
         self._h.update(_header(t))
-        self._h.update(memoryview(flat.view(torch.uint8).numpy()))
+        self._h.update(flat.view(torch.uint8).numpy().data)  # the array's buffer, as a memoryview
         return self
 
     def bytes(self, data: bytes) -> Digest:
@@ -45,16 +48,16 @@ class RepeatDigest:
     """
 
     def __init__(self) -> None:
-        self._first: Any = None  # dtype and shape of the first output
-        self._fingerprints: list[Any] = []  # one device scalar per repeat
+        self._first: bytes | None = None  # dtype and shape of the first output
+        self._fingerprints: list[torch.Tensor] = []  # one device scalar per repeat
 
-    def add(self, out: Any) -> None:
+    def add(self, out: torch.Tensor) -> None:
         """Fold in the output of the next repeat."""
         if self._first is None:
             self._first = _header(out)
         self._fingerprints.append(fingerprint_words(out).view(1))
 
-    def add_stack(self, outs: Any) -> None:
+    def add_stack(self, outs: torch.Tensor) -> None:
         """Fold in the outputs of the next len(outs) repeats, stacked along dim 0: as many `add`s, in
         one reduction where each output is a whole number of 64-bit words."""
         import torch
@@ -96,9 +99,9 @@ class Fingerprint:
     """
 
     def __init__(self) -> None:
-        self._parts: list[tuple[str, Any]] = []  # ("meta", bytes) or ("sum", device scalar)
+        self._parts: list[_Part] = []
 
-    def tensor(self, t: Any) -> Fingerprint:
+    def tensor(self, t: torch.Tensor) -> Fingerprint:
         self._parts.append(("meta", _header(t)))
         self._parts.append(("sum", fingerprint_words(t)))
         return self
@@ -110,17 +113,21 @@ class Fingerprint:
     def hexdigest(self) -> str:
         import torch
 
-        sums = [value for kind, value in self._parts if kind == "sum"]
+        sums = [part[1] for part in self._parts if part[0] == "sum"]
         one_device = len({s.device for s in sums}) == 1
         # the one wait for the device, and one copy to the host
         values = iter(torch.stack(sums).tolist() if one_device else [int(s) for s in sums])
         h = hashlib.blake2b(digest_size=DIGEST_BYTES)
-        for kind, value in self._parts:
-            h.update(value if kind == "meta" else _sum_bytes(next(values)))
+        for part in self._parts:
+            h.update(part[1] if part[0] == "meta" else _sum_bytes(next(values)))
         return h.hexdigest()
 
 
-def _header(t: Any) -> bytes:
+# What a Fingerprint folds in, in order: bytes as they are, or a tensor's sum (a device scalar).
+_Part: TypeAlias = "tuple[Literal['meta'], bytes] | tuple[Literal['sum'], torch.Tensor]"
+
+
+def _header(t: torch.Tensor) -> bytes:
     """What a digest records of a tensor besides its bits: dtype and shape."""
     return f"{t.dtype}:{tuple(t.shape)}:".encode()
 
@@ -130,7 +137,7 @@ def _sum_bytes(value: int) -> bytes:
     return value.to_bytes(8, "little", signed=True)
 
 
-def fingerprint_words(t: Any) -> Any:
+def fingerprint_words(t: torch.Tensor) -> torch.Tensor:
     """Σ w_i·K_i mod 2^64 over the 64-bit words w_i of a tensor's bytes (zero-padded to a whole word),
     as a 0-dim int64 tensor on the tensor's device (no wait for it)."""
     import torch
@@ -141,7 +148,7 @@ def fingerprint_words(t: Any) -> Any:
     return _keyed_sums(flat.view(torch.int64).view(1, -1))[0]
 
 
-def _keyed_sums(words: Any) -> Any:
+def _keyed_sums(words: torch.Tensor) -> torch.Tensor:
     """(R,) int64: Σ_i w_ri·K_i mod 2^64 for each row of (R, W) int64 words, on their device."""
     import torch
 
@@ -151,10 +158,10 @@ def _keyed_sums(words: Any) -> Any:
     return (words * keys).sum(1)  # int64 products and sums wrap mod 2^64 on every device
 
 
-_KEYS: dict[Any, Any] = {}  # device -> the longest key vector built there so far
+_KEYS: dict[torch.device, torch.Tensor] = {}  # device -> the longest key vector built there so far
 
 
-def _keys(count: int, device: Any) -> Any:
+def _keys(count: int, device: torch.device) -> torch.Tensor:
     """The first `count` keys K_i = splitmix64(i) | 1, the same on every host and device."""
     import numpy as np
     import torch

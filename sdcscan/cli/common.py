@@ -6,30 +6,32 @@ import functools
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import ParamSpec, TypeVar
 
 import click
 
 from sdcscan.errors import SdcscanError
 
-F = TypeVar("F", bound=Callable[..., Any])
+F = TypeVar("F", bound=Callable[..., object])  # an option decorator hands back the function it got
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
-def reports_errors(func: F) -> F:
+def reports_errors(func: Callable[P, R]) -> Callable[P, R]:
     """Decorate a click command body: SdcscanError -> one line `Error: …` on stderr and its exit code."""
 
     @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return func(*args, **kwargs)
         except SdcscanError as err:
             click.echo(f"Error: {err}", err=True)
             sys.exit(err.exit_code)
 
-    return wrapper  # type: ignore[return-value]
+    return wrapper
 
 
-def emit_json(data: Any) -> None:
+def emit_json(data: object) -> None:
     """Machine output goes to stdout, one JSON document."""
     import json
 

@@ -9,23 +9,21 @@ import functools
 import sys
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import ParamSpec, TypeVar
 
 import click
 
 from sdcscan.cli.common import emit_json, jobs_option, reports_errors
 from sdcscan.errors import EXIT_INVALID, SdcscanError, UsageError
 from sdcscan.files import write_json_atomic
-from sdcscan.fleet.compare import DEFAULT_SLOW_DROP, DEFAULT_SLOW_Z, Options, summarize
-from sdcscan.fleet.golden import index_golden, load_golden, record_extracted
-from sdcscan.fleet.model import dedupe
-from sdcscan.fleet.reading import read_hosts, read_reports
+from sdcscan.fleet.defaults import DEFAULT_SLOW_DROP, DEFAULT_SLOW_Z
 from sdcscan.timefmt import parse_duration, parse_iso_utc
 
-F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
-def internal_errors_exit_3(func: F) -> F:
+def internal_errors_exit_3(func: Callable[P, R]) -> Callable[P, R]:
     """Decorate a command body: an unexpected exception is exit 3 with one `Error: internal error` line.
 
     `main` does the same for the installed command; this keeps the contract wherever the command is
@@ -34,7 +32,7 @@ def internal_errors_exit_3(func: F) -> F:
     """
 
     @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return func(*args, **kwargs)
         except MemoryError:
@@ -50,7 +48,7 @@ def internal_errors_exit_3(func: F) -> F:
             report_crash(err)
             sys.exit(EXIT_INVALID)
 
-    return wrapper  # type: ignore[return-value]
+    return wrapper
 
 
 def parse_age(text: str) -> float:
@@ -161,6 +159,9 @@ def compare(
         sdcscan compare reports/ --hosts fleet.txt --stale 45d
         sdcscan compare 'reports/2025-W23/*.json' --json > findings.json
     """
+    from sdcscan.fleet.compare import Options, summarize
+    from sdcscan.fleet.golden import index_golden, load_golden
+    from sdcscan.fleet.reading import read_hosts, read_reports
     from sdcscan.render.fleet import render_compare
 
     if bool(paths) == bool(from_dir):
@@ -236,6 +237,9 @@ def record(reports: tuple[str, ...], out_path: str, min_votes: int) -> None:
         sdcscan golden record a.json b.json c.json -o golden.json --min-votes 2
     """
     from sdcscan.files import check_output_target
+    from sdcscan.fleet.golden import record_extracted
+    from sdcscan.fleet.model import dedupe
+    from sdcscan.fleet.reading import read_reports
     from sdcscan.render.fleet import render_golden_record
 
     check_output_target(out_path, option="--out")  # exit 2 before reading the reports

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import click
 
@@ -17,7 +17,7 @@ from sdcscan.errors import EXIT_FAIL, UsageError
 from sdcscan.outputs import history as hist
 from sdcscan.outputs.publish import Outputs, history_path, publish
 
-F = TypeVar("F", bound=Callable[..., Any])
+F = TypeVar("F", bound=Callable[..., object])
 UNIT_ID = re.compile(r"^(cpu|cuda):[0-9]+$")
 HISTORY_ENV = "SDCSCAN_HISTORY"
 _HISTORY_HELP = f"History database [env {HISTORY_ENV}; default $XDG_STATE_HOME/sdcscan/history.sqlite3]."

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 import click
 
@@ -16,7 +16,7 @@ if TYPE_CHECKING:  # for the types only: `sdcscan --help` imports neither the ru
     from sdcscan.render.console import Console
     from sdcscan.scan import ScanOptions
 
-F = TypeVar("F", bound=Callable[..., Any])
+F = TypeVar("F", bound=Callable[..., object])
 
 _OPTIONS = (
     click.option(

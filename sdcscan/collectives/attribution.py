@@ -16,7 +16,7 @@ import dataclasses
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import TypeAlias
 
 from sdcscan.errors import UsageError
 
@@ -40,7 +40,7 @@ def _ranks(ranks: Sequence[int]) -> str:
 class Clean:
     """Nothing is wrong: every receiver got every block right."""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"kind": "clean"}
 
     def describe(self) -> str:
@@ -64,7 +64,7 @@ class HopBlame:
     # Hashes only, two groups: the hop at fault if `receivers` hold the right state and the rest not.
     other_hop: tuple[int, int] | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"kind": "hop", **dataclasses.asdict(self)}
 
     def describe(self) -> str:
@@ -102,7 +102,7 @@ class RankBlame:
     # alone wrong, one corrupted on its own block's first hop leaves it alone right.
     alternative_hops: tuple[tuple[int, int], ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"kind": "rank", **dataclasses.asdict(self)}
 
     def describe(self) -> str:
@@ -134,7 +134,7 @@ class Unattributed:
 
     reason: str
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"kind": "unattributed", "reason": self.reason}
 
     def describe(self) -> str:
@@ -285,7 +285,7 @@ class HashVerdict:
     def ok(self) -> bool:
         return not self.findings
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"ok": self.ok, "groups": self.groups, "findings": [f.to_dict() for f in self.findings]}
 
     def describe(self) -> str:

@@ -23,7 +23,7 @@ import json
 import time
 from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -32,6 +32,12 @@ from sdcscan.collectives.env import RankSetup
 from sdcscan.outcomes import STATUS_OK, Outcome
 
 MAX_DISAGREEMENTS = 50  # kept in the summary; the count goes on
+
+
+class _Joins(Protocol):
+    """What `join` hands the world to: a distributed workload's context (`workloads.base.Context`)."""
+
+    world: wire.World | None
 
 
 class Lockstep:
@@ -53,7 +59,7 @@ class Lockstep:
         self.mine: list[tuple[int, str, str]] = []  # (index, workload, digest) since the last exchange
         self.pending: dict[tuple[str, int], dict[int, str]] = {}  # (cohort, index) -> rank -> digest
         self.compared = 0
-        self.disagreements: list[dict[str, Any]] = []
+        self.disagreements: list[dict[str, object]] = []
         self.disagreeing = 0
         self.bandwidth = Bandwidth()
 
@@ -62,9 +68,9 @@ class Lockstep:
         cls,
         setup: RankSetup,
         device: torch.device,
-        contexts: Mapping[str, Any],
+        contexts: Mapping[str, _Joins],
         distributed: set[str],
-        cohort_fields: dict[str, Any],
+        cohort_fields: Mapping[str, object],
         plan: str,
         comparing: set[str],
     ) -> Lockstep:
@@ -167,7 +173,7 @@ class Lockstep:
                 if len(self.disagreements) < MAX_DISAGREEMENTS:
                     self.disagreements.append({"index": key[1], "workload": workload, "digests": digests})
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> dict[str, object]:
         """What this rank's report says of the world (`run.distributed`)."""
         w = self.world
         return {
@@ -206,8 +212,8 @@ class Bandwidth:
         row[2] += key[2] / (algbw * 1e9)
         row[4] = max(row[4], busbw)
 
-    def table(self) -> list[dict[str, Any]]:
-        out = []
+    def table(self) -> list[dict[str, object]]:
+        out: list[dict[str, object]] = []
         for (collective, dtype, nbytes), (cases, total, seconds, factor, best) in sorted(self.rows.items()):
             algbw = total / seconds / 1e9
             out.append(

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import TypeAlias
 
 from sdcscan.errors import UsageError
 
@@ -56,7 +56,7 @@ class Triage:
     # narrowed. A link between them, or a fault that did not reproduce on every trial.
     sides: tuple[tuple[str, ...], tuple[str, ...]] | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return dataclasses.asdict(self)
 
     def describe(self) -> str:

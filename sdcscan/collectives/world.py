@@ -58,9 +58,11 @@ class World:
     timeout_s: float
     device: torch.device
     backend: str
-    data: Any = None
-    control: Any = None
-    watch: Any = None  # gloo, used only by monitored_barrier: a group whose collective timed out is unusable
+    data: dist.ProcessGroup | None = None
+    control: dist.ProcessGroup | None = None
+    watch: dist.ProcessGroup | None = (
+        None  # gloo, used only by monitored_barrier: a group whose collective timed out is unusable
+    )
     faults: tuple[WireFault, ...] = ()
     agree_s: float = 0.0
     agreements: int = 0
@@ -70,7 +72,7 @@ class World:
     lost: bool = False  # a rank stopped answering (not this rank's own error)
     missing: tuple[int, ...] = ()  # which ranks, where this rank could tell (rank 0)
     cohorts: tuple[str, ...] = ()  # every rank's cohort, indexed by rank
-    _groups: dict[tuple[int, ...], Any] = field(default_factory=dict)
+    _groups: dict[tuple[int, ...], dist.ProcessGroup] = field(default_factory=dict)
 
     @property
     def one_cohort(self) -> bool:
@@ -99,7 +101,7 @@ class World:
         f = self.fault("link")
         return f is not None and receiver == f.rank and sender == (f.rank - 1) % self.size
 
-    def subgroup(self, ranks: Sequence[int]) -> Any:
+    def subgroup(self, ranks: Sequence[int]) -> dist.ProcessGroup:
         """A data group of `ranks` (global, sorted), made once: every rank of the world must call this
         in the same order, members or not (torch's `new_group` contract)."""
         key = tuple(sorted(ranks))

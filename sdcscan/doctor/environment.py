@@ -11,7 +11,8 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Sequence
-from typing import Any
+
+from typing_extensions import TypedDict
 
 from sdcscan import __version__
 from sdcscan.errors import SdcscanError
@@ -37,7 +38,14 @@ ISA_FLAGS = (
 KERNEL_LOG_WINDOW_S = 60.0
 
 
-def describe(found: Sequence[Unit], chosen: Sequence[Unit]) -> dict[str, Any]:
+class SourceState(TypedDict):
+    """Whether an optional evidence source can be read, and what it said (or what to grant)."""
+
+    readable: bool
+    note: str | None
+
+
+def describe(found: Sequence[Unit], chosen: Sequence[Unit]) -> dict[str, object]:
     """Versions, ISA, units and sources, as the summary shows them."""
     software = software_versions()
     flags = set(cpu_flags())
@@ -61,9 +69,9 @@ def describe(found: Sequence[Unit], chosen: Sequence[Unit]) -> dict[str, Any]:
     }
 
 
-def sources(unit_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """Each optional source: {"readable": bool, "note": what it said, or what to grant}."""
-    out: dict[str, dict[str, Any]] = {}
+def sources(unit_ids: Sequence[str]) -> dict[str, SourceState]:
+    """Each optional source: whether it is readable, what it said or what to grant."""
+    out: dict[str, SourceState] = {}
     for source in default_sources(unit_ids):
         if source.name == "cpu":
             continue  # psutil is a dependency: always there
@@ -78,13 +86,13 @@ def sources(unit_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _kernel_log() -> dict[str, Any]:
+def _kernel_log() -> SourceState:
     now = time.time()
     read = read_kernel_log(now - KERNEL_LOG_WINDOW_S, now)
     return {"readable": bool(read.sources), "note": "; ".join([*read.sources, *read.notes]) or None}
 
 
-def _state_dir() -> dict[str, Any]:
+def _state_dir() -> SourceState:
     path = default_state_dir()
     existing = next((p for p in (path, *path.parents) if p.exists()), path)
     writable = os.access(existing, os.W_OK | os.X_OK)
@@ -94,7 +102,7 @@ def _state_dir() -> dict[str, Any]:
     return {"readable": writable, "note": note}
 
 
-def _history() -> dict[str, Any]:
+def _history() -> SourceState:
     path = history.default_history_path()
     try:
         history.check_health(path)

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+
+from typing_extensions import TypedDict
 
 from sdcscan.fleet.calibration import calibration_findings
 from sdcscan.fleet.consensus import (
@@ -25,12 +26,14 @@ from sdcscan.fleet.consensus import (
     SUPERMAJORITY_DEN,
     SUPERMAJORITY_NUM,
     CohortConsensus,
+    Side,
     UnitJudgement,
     comparison_groups,
     partition_components,
     signature,
     why_undecided,
 )
+from sdcscan.fleet.defaults import DEFAULT_SLOW_DROP, DEFAULT_SLOW_Z, DEFAULT_STALE_S
 from sdcscan.fleet.findings import KINDS, Collector, FleetFinding
 from sdcscan.fleet.golden import GoldenIndex
 from sdcscan.fleet.host_coverage import coverage_findings, future_findings
@@ -55,9 +58,53 @@ UNDECIDED_EXIT = 3  # with fail_on_undecided: a judgement could not be made (nev
 OWN_RUN_CONSENSUS = frozenset(
     {"divergent", "not_reproducible"}
 )  # own-run blame `compare` reports as divergent
-DEFAULT_SLOW_Z = 3.5
-DEFAULT_SLOW_DROP = 0.10
-DEFAULT_STALE_S = 60 * 86400.0  # Fleetscanner covers a fleet every 45-60 days
+
+
+class Where(TypedDict):
+    """The comparison group (plan and cohort) a divergent unit or a partition group belongs to."""
+
+    profile_sha256: str
+    seed: int
+    cohort: str
+
+
+class PartitionMember(TypedDict):
+    host: str
+    unit: str
+    run: str
+
+
+class PartitionGroup(Where):
+    """Units (two or more) wrong in the same way: they share a wrong digest of a case."""
+
+    id: str
+    units: int
+    hosts: int
+    shared_cases: int
+    first_shared_case: int | None
+    members: list[PartitionMember]
+
+
+class ReplacingReport(TypedDict):
+    """The newer report that replaces a superseded one."""
+
+    path: str
+    run: str
+    ended_at: str
+    verdict: str
+
+
+class SupersededReport(TypedDict):
+    """An older report of a host and plan: it neither votes nor adds a finding."""
+
+    host: str
+    path: str
+    run: str
+    ended_at: str
+    verdict: str
+    profile_sha256: str
+    seed: int
+    superseded_by: ReplacingReport
 
 
 @dataclass(frozen=True)
@@ -92,11 +139,11 @@ class FleetSummary:
     """The result of comparing a fleet's reports."""
 
     findings: tuple[FleetFinding, ...]
-    groups: tuple[dict[str, Any], ...]  # units (>= 2) that are wrong in the same way
+    groups: tuple[PartitionGroup, ...]  # units (>= 2) that are wrong in the same way
     skipped: tuple[Skipped, ...]
     counts: dict[str, int]
-    options: dict[str, Any]
-    superseded: tuple[dict[str, Any], ...] = ()  # older reports of a host and plan: no vote, no finding
+    options: dict[str, object]  # echoed in the JSON only
+    superseded: tuple[SupersededReport, ...] = ()  # older reports of a host and plan: no vote, no finding
     fail_on_undecided: bool = False
 
     @property
@@ -118,7 +165,7 @@ class FleetSummary:
             return UNDECIDED_EXIT
         return 0
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The `compare --json` document."""
         return {
             "compare_version": COMPARE_VERSION,
@@ -194,7 +241,7 @@ def summarize(
     )
 
 
-def _options_record(opts: Options) -> dict[str, Any]:
+def _options_record(opts: Options) -> dict[str, object]:
     """The options that shaped the result, echoed in the JSON (never the clock: output stays stable)."""
     return {
         "slow_z": opts.slow_z,
@@ -212,7 +259,7 @@ def _options_record(opts: Options) -> dict[str, Any]:
     }
 
 
-def _superseded_record(s: Superseded) -> dict[str, Any]:
+def _superseded_record(s: Superseded) -> SupersededReport:
     """An older report that does not vote, and the newer one that replaces it."""
     old, new = s.report, s.by
     return {
@@ -251,9 +298,9 @@ Pending = dict[int, tuple[HostReport, list[tuple[CohortConsensus, int, UnitJudge
 
 def _all_consensus(
     reports: list[HostReport], golden: GoldenIndex | None, col: Collector, counts: dict[str, int]
-) -> list[dict[str, Any]]:
+) -> list[PartitionGroup]:
     """Run consensus in every (plan, cohort) group, in a fixed order; count; return partition groups."""
-    groups: list[dict[str, Any]] = []
+    groups: list[PartitionGroup] = []
     counts.update(comparison_groups=0, cases_compared=0, undecided_cases=0)
     if golden is not None:
         counts["golden_unjudged_units"] = 0
@@ -266,7 +313,7 @@ def _all_consensus(
             counts["golden_unjudged_units"] += cc.golden_unjudged()
         judged = cc.judge()
         counts["undecided_cases"] += len({i for j in judged for i in j.undecided})
-        where = {"profile_sha256": plan[0], "seed": plan[1], "cohort": cohort}
+        where: Where = {"profile_sha256": plan[0], "seed": plan[1], "cohort": cohort}
         groups += _divergent(where, cc, [j for j in judged if j.disputes], col, first_id=len(groups) + 1)
         _own_run(where, cc, {(j.host, j.unit.unit) for j in judged if j.disputes}, col)
         for j in judged:
@@ -279,8 +326,8 @@ def _all_consensus(
 
 
 def _divergent(
-    where: dict[str, Any], cc: CohortConsensus, judged: list[UnitJudgement], col: Collector, first_id: int
-) -> list[dict[str, Any]]:
+    where: Where, cc: CohortConsensus, judged: list[UnitJudgement], col: Collector, first_id: int
+) -> list[PartitionGroup]:
     """Add a `divergent` finding per unit that disputes a reference; return the partition groups.
 
     A host whose every unit of the group is divergent with the same digests (they agree with each other,
@@ -308,8 +355,8 @@ def _divergent(
 
 
 def _divergent_evidence(
-    where: dict[str, Any], cc: CohortConsensus, j: UnitJudgement, group: str | None
-) -> dict[str, Any]:
+    where: Where, cc: CohortConsensus, j: UnitJudgement, group: str | None
+) -> dict[str, object]:
     """What a divergent unit disputes, against what, and who stood on each side of its first case."""
     first = j.disputes[0]
     r, u = cc.hosts[j.host][0], j.unit
@@ -318,11 +365,11 @@ def _divergent_evidence(
         # its own run convicted count here but did not vote, so the vote may hold fewer units).
         in_host = cc.host_sides(j.host, first.index)
         order = sorted(in_host, key=lambda d: (d != first.reference, -in_host[d], d))
-        sides: list[dict[str, Any]] = [{"digest": d, "units": in_host[d]} for d in order]
+        sides: list[Side] = [{"digest": d, "units": in_host[d]} for d in order]
     else:
         sides = cc.sides(first.index)
     hosts_voted, units_voted = cc.voters(first.index)
-    ev: dict[str, Any] = {
+    ev: dict[str, object] = {
         **where,
         "basis": first.basis,
         "bases": sorted({d.basis for d in j.disputes}),
@@ -344,14 +391,12 @@ def _divergent_evidence(
     return ev
 
 
-def _own_run_record(r: HostReport, u: UnitRecord, kinds: tuple[str, ...]) -> dict[str, Any]:
+def _own_run_record(r: HostReport, u: UnitRecord, kinds: tuple[str, ...]) -> dict[str, object]:
     """How the unit's own run named it failing: the run, its finding kinds, reason and re-test class."""
     return {"run": r.run_id, "findings": list(kinds), "reason": u.reason, "retest": u.retest}
 
 
-def _own_run(
-    where: dict[str, Any], cc: CohortConsensus, reported: set[tuple[int, str]], col: Collector
-) -> None:
+def _own_run(where: Where, cc: CohortConsensus, reported: set[tuple[int, str]], col: Collector) -> None:
     """Units the host's own run named failing on consensus, with no dispute found here: still divergent.
 
     A golden clears such a unit only when it covers every case the unit produced a digest for and the
@@ -383,12 +428,12 @@ def _own_run(
 
 
 def _partitions(
-    where: dict[str, Any], cc: CohortConsensus, judged: list[UnitJudgement], first_id: int
-) -> tuple[list[dict[str, Any]], dict[int, str]]:
+    where: Where, cc: CohortConsensus, judged: list[UnitJudgement], first_id: int
+) -> tuple[list[PartitionGroup], dict[int, str]]:
     """Units wrong in the same way (two or more sharing a wrong digest of a case), as groups; and the
     group id of each position in `judged` (already in a fixed order)."""
     minorities = {k: [(d.index, d.digest) for d in j.disputes] for k, j in enumerate(judged)}
-    groups: list[dict[str, Any]] = []
+    groups: list[PartitionGroup] = []
     group_of: dict[int, str] = {}
     for comp in partition_components(minorities, order=lambda k: k):
         if len(comp) < 2:
@@ -402,7 +447,7 @@ def _partitions(
 
 def _undecided_evidence(
     r: HostReport, items: list[tuple[CohortConsensus, int, UnitJudgement]]
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """One host's undecided cases over all its cohorts: how many, its units, the first case's sides,
     why it is undecided, and what would decide it."""
     cases = {(id(cc), i) for cc, _, j in items for i in j.undecided}
@@ -430,9 +475,9 @@ def undecided_record(
     units: list[str],
     first: tuple[int, str | None, str | None],
     voters: tuple[int, int],
-    sides: list[dict[str, Any]],
+    sides: list[Side],
     host_counts: Mapping[str, int],
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """The evidence of an undecided host, from `summarize` or the Parquet path (`fleet.warehouse`).
 
     Args:
@@ -459,10 +504,10 @@ def undecided_record(
 
 def partition_record(
     gid: str,
-    where: dict[str, Any],
+    where: Where,
     minorities: list[list[tuple[int, str]]],
     members: list[tuple[HostReport, str]],
-) -> dict[str, Any]:
+) -> PartitionGroup:
     """One partition group, from `summarize` or the Parquet path: its units' wrong (case, digest) pairs
     and who they are; a case is shared when two or more members hold the same wrong digest for it."""
     pairs: dict[tuple[int, str], int] = {}

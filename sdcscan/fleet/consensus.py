@@ -27,11 +27,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
+
+from typing_extensions import NotRequired, TypedDict
 
 from sdcscan.fleet.model import HostReport, PlanKey, UnitRecord
 from sdcscan.judgement.evidence import GoldenEntry
 from sdcscan.judgement.verdict import strict_majority
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsRichComparison
 
 Signature = tuple[tuple[int, ...], tuple["str | None", ...]]  # (case indices, digests)
 Counts = dict[int, dict[str, int]]  # case index -> digest -> votes
@@ -44,6 +49,15 @@ MIN_LEAD = 2  # hosts by which the winner must lead the runner-up
 SUPERMAJORITY_NUM, SUPERMAJORITY_DEN = 2, 3
 
 GOLDEN, AGREED, FLEET, HOST = "golden", "agreed", "fleet", "host"  # where a reference digest comes from
+
+
+class Side(TypedDict):
+    """Who stood behind one digest of a case: the hosts that voted for it (absent where the sides are one
+    host's units) and the units that produced it."""
+
+    digest: str
+    hosts: NotRequired[int]
+    units: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,7 +293,7 @@ class CohortConsensus:
                 undecided.append(i)
         return tuple(disputes), tuple(undecided)
 
-    def sides(self, index: int) -> list[dict[str, Any]]:
+    def sides(self, index: int) -> list[Side]:
         """Who stood where on a case: per digest, the hosts that voted for it and the units that produced
         it, most hosts first."""
         hv = self.host_counts.get(index, {})
@@ -325,7 +339,7 @@ class CohortConsensus:
 
 
 def partition_components(
-    minorities: Mapping[K, Iterable[tuple[int, str]]], order: Callable[[K], Any]
+    minorities: Mapping[K, Iterable[tuple[int, str]]], order: Callable[[K], SupportsRichComparison]
 ) -> list[list[K]]:
     """Join keys (units, or signatures) that hold the same wrong digest for the same case (union-find).
 

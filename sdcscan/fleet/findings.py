@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,9 +32,11 @@ class FleetFinding:
     host: str
     unit: str | None
     kind: str
+    # Read by kind (`render.fleet.describe`, `launch.cluster_report`), each kind with keys of its own
+    # that no declaration names yet: Any until the evidence of each kind is a TypedDict.
     evidence: dict[str, Any]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The JSON form: host, unit, kind, evidence."""
         return {"host": self.host, "unit": self.unit, "kind": self.kind, "evidence": self.evidence}
 
@@ -45,10 +48,19 @@ class Collector:
     """
 
     def __init__(self) -> None:
-        self._best: dict[tuple[str, str | None, str], tuple[tuple[Any, ...], dict[str, Any], int]] = {}
+        # (host, unit, kind) -> (rank of the newest report: (ended_at, run id, tiebreak), or () for a
+        # finding no report carries; its evidence; how many reports found it)
+        self._best: dict[
+            tuple[str, str | None, str], tuple[tuple[float, str, float] | tuple[()], dict[str, object], int]
+        ] = {}
 
     def add(
-        self, report: HostReport, unit: str | None, kind: str, evidence: dict[str, Any], tiebreak: float = 0.0
+        self,
+        report: HostReport,
+        unit: str | None,
+        kind: str,
+        evidence: Mapping[str, object],
+        tiebreak: float = 0.0,
     ) -> None:
         """Record one finding from one report (`tiebreak` orders findings of the same report)."""
         key = (report.key, unit, kind)
@@ -61,9 +73,9 @@ class Collector:
         else:
             self._best[key] = (prior[0], prior[1], prior[2] + 1)
 
-    def add_host(self, host: str, unit: str | None, kind: str, evidence: dict[str, Any]) -> None:
+    def add_host(self, host: str, unit: str | None, kind: str, evidence: Mapping[str, object]) -> None:
         """Record a finding that no report carries (coverage)."""
-        self._best[(host, unit, kind)] = ((), evidence, 0)
+        self._best[(host, unit, kind)] = ((), dict(evidence), 0)
 
     def findings(self) -> tuple[FleetFinding, ...]:
         """All findings, by kind (most severe first), host, unit."""

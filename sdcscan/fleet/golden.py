@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from typing import Any
+from typing import cast
+
+from typing_extensions import NotRequired, TypedDict
 
 from sdcscan import __version__
 from sdcscan.errors import ReportError, UsageError
@@ -33,11 +35,61 @@ MAX_GOLDEN_BYTES = 256 << 20
 GoldenIndex = dict[tuple[PlanKey, str], GoldenEntry]  # (plan, cohort) -> entry
 
 
+# The golden document. Fields marked "not checked" are what `record` writes; `validate_golden` leaves
+# them alone (no reader relies on them), so a golden from elsewhere may hold anything there.
+
+
+class GoldenCases(TypedDict):
+    """One entry's cases, column-wise: the i-th entries of each list form one case."""
+
+    index: list[int]
+    workload: list[str]
+    digest: list[str]
+    votes: NotRequired[list[int]]  # units that produced the digest (not checked)
+    voters: NotRequired[list[int]]  # units that ran the case (not checked)
+
+
+class GoldenPlan(TypedDict):
+    """The golden of one (plan, cohort)."""
+
+    profile_sha256: str
+    seed: int
+    cohort: str
+    cases: GoldenCases
+    units: NotRequired[int]  # not checked
+
+
+class RefusedCase(TypedDict):
+    """A case `record` left out: the fleet did not settle it, or too few units produced its digest."""
+
+    profile_sha256: str
+    seed: int
+    cohort: str
+    index: int
+    workload: str
+    reason: str
+
+
+class GoldenTool(TypedDict):
+    name: str
+    version: str
+
+
+class Golden(TypedDict):
+    """A golden file, as `record` writes it and `validate_golden` accepts it."""
+
+    golden_version: int
+    entries: list[GoldenPlan]
+    tool: NotRequired[GoldenTool]  # not checked
+    reports: NotRequired[int]  # not checked
+    refused: NotRequired[list[RefusedCase]]  # not checked
+
+
 class GoldenError(UsageError):
     """A golden file is unreadable or not a golden: exit 2, the message says why."""
 
 
-def record(reports: Iterable[dict[str, Any]], *, min_votes: int = 1) -> dict[str, Any]:
+def record(reports: Iterable[object], *, min_votes: int = 1) -> Golden:
     """Build a golden from parsed reports: the fleet's reference digest per (plan, cohort, case).
 
     Args:
@@ -52,7 +104,7 @@ def record(reports: Iterable[dict[str, Any]], *, min_votes: int = 1) -> dict[str
     return record_extracted(kept, min_votes=min_votes)
 
 
-def record_extracted(reports: list[HostReport], *, min_votes: int = 1) -> dict[str, Any]:
+def record_extracted(reports: list[HostReport], *, min_votes: int = 1) -> Golden:
     """Like `record`, from extracted, de-duplicated reports (what `sdcscan golden record` reads).
 
     The digest recorded per case is the one `compare` would take as the reference with no golden
@@ -63,30 +115,37 @@ def record_extracted(reports: list[HostReport], *, min_votes: int = 1) -> dict[s
     """
     kept, _ = separate_machines(reports)
     current, _ = newest_per_plan(kept)
-    entries, refused = [], []
+    entries: list[GoldenPlan] = []
+    refused: list[RefusedCase] = []
     for (plan, cohort), hosts in sorted(comparison_groups(current).items()):
         cc = CohortConsensus(hosts, None)
-        cols: dict[str, list[Any]] = {"index": [], "workload": [], "digest": [], "votes": [], "voters": []}
+        cols: GoldenCases = {"index": [], "workload": [], "digest": [], "votes": [], "voters": []}
         workload = _workloads(hosts)
         for i in sorted(cc.unit_counts):
-            where = {"profile_sha256": plan[0], "seed": plan[1], "cohort": cohort, "index": i}
             units = cc.unit_counts[i]
             ref = cc.reference.get(i)
-            if ref is None:
-                reason = why_undecided(cc.host_counts.get(i, {}), host_abstained=False)
-                refused.append({**where, "workload": workload[i], "reason": reason})
-            elif units[ref[0]] < min_votes:
-                reason = f"only {units[ref[0]]} unit(s) produced it; at least {min_votes} required"
-                refused.append({**where, "workload": workload[i], "reason": reason})
+            if ref is None or units[ref[0]] < min_votes:
+                reason = (
+                    why_undecided(cc.host_counts.get(i, {}), host_abstained=False)
+                    if ref is None
+                    else f"only {units[ref[0]]} unit(s) produced it; at least {min_votes} required"
+                )
+                refused.append(
+                    {
+                        "profile_sha256": plan[0],
+                        "seed": plan[1],
+                        "cohort": cohort,
+                        "index": i,
+                        "workload": workload[i],
+                        "reason": reason,
+                    }
+                )
             else:
-                for key, value in (
-                    ("index", i),
-                    ("workload", workload[i]),
-                    ("digest", ref[0]),
-                    ("votes", units[ref[0]]),
-                    ("voters", sum(units.values())),
-                ):
-                    cols[key].append(value)
+                cols["index"].append(i)
+                cols["workload"].append(workload[i])
+                cols["digest"].append(ref[0])
+                cols["votes"].append(units[ref[0]])
+                cols["voters"].append(sum(units.values()))
         if cols["index"]:
             n_units = sum(len(u) for _, u in hosts)
             entries.append(
@@ -117,7 +176,7 @@ def _workloads(hosts: HostUnits) -> dict[int, str]:
     return out
 
 
-def validate_golden(data: Any, *, label: str = "golden") -> dict[str, Any]:
+def validate_golden(data: object, *, label: str = "golden") -> Golden:
     """Check a golden document's structure; return it unchanged.
 
     Raises:
@@ -152,14 +211,14 @@ def validate_golden(data: Any, *, label: str = "golden") -> dict[str, Any]:
             raise GoldenError(
                 f"{label}: malformed golden entry (a case index, workload or digest of the wrong type)"
             )
-    return data
+    return cast(Golden, data)  # every field a reader relies on was checked above
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def load_golden(path: str | os.PathLike[str]) -> dict[str, Any]:
+def load_golden(path: str | os.PathLike[str]) -> Golden:
     """Read and validate a golden file.
 
     Raises:
@@ -172,7 +231,7 @@ def load_golden(path: str | os.PathLike[str]) -> dict[str, Any]:
     return validate_golden(data, label=str(path))
 
 
-def index_golden(golden: dict[str, Any]) -> GoldenIndex:
+def index_golden(golden: Golden) -> GoldenIndex:
     """(plan, cohort) -> {case index: (digest, workload)} for fast lookups."""
     out: GoldenIndex = {}
     for e in validate_golden(golden)["entries"]:
@@ -183,7 +242,7 @@ def index_golden(golden: dict[str, Any]) -> GoldenIndex:
     return out
 
 
-def check_report(report: dict[str, Any], golden: dict[str, Any]) -> list[GoldenCheck]:
+def check_report(report: object, golden: Golden) -> list[GoldenCheck]:
     """Compare every unit of a report with the golden of the same plan and cohort.
 
     Args:

@@ -58,7 +58,7 @@ from sdcscan.errors import ReportError, UsageError
 from sdcscan.files import FILE_MODE, write_json_atomic
 from sdcscan.fleet.inputs import expand_paths
 from sdcscan.fleet.kernel_evidence import SentinelSection
-from sdcscan.fleet.model import HostReport, Skipped
+from sdcscan.fleet.model import HostReport, Invariant, Skipped
 from sdcscan.fleet.reading import first_reasons, read_chunk, worker_count
 from sdcscan.outcomes import printable
 
@@ -258,7 +258,7 @@ def report_id(ingest: str, position: int) -> int:
 class _Columns:
     """The rows of one partition, column by column, for every partitioned table."""
 
-    data: dict[str, dict[str, list[Any]]] = field(
+    data: dict[str, dict[str, list[object]]] = field(
         default_factory=lambda: {t: {c: [] for c, _ in SCHEMA[t]} for t in TABLES}
     )
     # digests -> their keys: the units of a healthy fleet share one digests tuple (`model.Interner`)
@@ -362,7 +362,7 @@ def _value_type(kind: Any) -> Any:
     return kind.value_type if arrow().types.is_dictionary(kind) else kind
 
 
-def _append(cols: dict[str, list[Any]], row: tuple[Any, ...]) -> None:
+def _append(cols: dict[str, list[object]], row: tuple[object, ...]) -> None:
     for values, value in zip(cols.values(), row, strict=True):
         values.append(value)
 
@@ -372,7 +372,7 @@ def _unicode(text: str | None) -> str | None:
     return None if text is None else _SURROGATE.sub("\ufffd", text)
 
 
-def _invariant_columns(inv: Any) -> tuple[Any, ...]:
+def _invariant_columns(inv: Invariant | None) -> tuple[int | None, int | None, list[str], list[str]]:
     if inv is None:
         return (None, None, [], [])
     return (inv.mismatches, inv.first_case, list(inv.workloads), list(inv.checks))
@@ -559,7 +559,7 @@ def prepare_dataset(path: str | os.PathLike[str]) -> Path:
     return root
 
 
-def _marker() -> dict[str, Any]:
+def _marker() -> dict[str, object]:
     return {
         "format": FORMAT,
         "version": FORMAT_VERSION,
@@ -605,7 +605,7 @@ class IngestResult:
     files: int
     skipped: tuple[Skipped, ...]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The `ingest --json` document."""
         return {
             "directory": self.directory,

@@ -20,7 +20,7 @@ import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 MAX_ENTRIES = 1024  # outlier entries of one section looked at: no host has more cores than this tests
 MAX_TEXT_CHARS = 40  # a program name, a time: what evidence keeps of a string from another host
@@ -51,7 +51,7 @@ class SentinelSection:
     ignored: int  # outlier entries left out: not an object, or no `cpu:N` unit, or a repeated one
 
 
-def read_section(value: Any) -> SentinelSection | None:
+def read_section(value: object) -> SentinelSection | None:
     """A report's `sentinel` section, or None when there is none or it is not an object; never raises."""
     if not isinstance(value, dict):
         return None
@@ -72,7 +72,7 @@ def read_section(value: Any) -> SentinelSection | None:
     )
 
 
-def _core(entry: Any) -> SentinelCore | None:
+def _core(entry: object) -> SentinelCore | None:
     """One outlier entry, or None when it names no logical CPU."""
     if not isinstance(entry, dict):
         return None
@@ -91,17 +91,18 @@ def _core(entry: Any) -> SentinelCore | None:
     )
 
 
-def _text(value: Any) -> str | None:
+def _text(value: object) -> str | None:
     return value[:MAX_TEXT_CHARS] if isinstance(value, str) and value else None
 
 
-def _count(value: Any) -> int | None:
+def _count(value: object) -> int | None:
     """A whole number 0..10**9, else None (a bool, a float, a negative or a 5000-digit number)."""
-    ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 10**9
-    return value if ok else None
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 10**9:
+        return value
+    return None
 
 
-def _number(value: Any) -> float | None:
+def _number(value: object) -> float | None:
     """A finite number >= 0 as a float, else None (a bool, NaN, infinite, negative or beyond a float)."""
     if not isinstance(value, int | float) or isinstance(value, bool):
         return None
@@ -146,7 +147,7 @@ def newest_sections(reports: Sequence[R]) -> list[tuple[R, SentinelSection]]:
     return [(r, r.sentinel) for _, r in sorted(newest.items()) if r.sentinel is not None]
 
 
-def host_findings(reports: Sequence[R]) -> list[tuple[R, str, dict[str, Any]]]:
+def host_findings(reports: Sequence[R]) -> list[tuple[R, str, dict[str, object]]]:
     """(report, unit, evidence) for each outlier core of each host's newest sentinel section."""
     out = []
     for r, section in newest_sections(reports):
@@ -155,7 +156,7 @@ def host_findings(reports: Sequence[R]) -> list[tuple[R, str, dict[str, Any]]]:
     return out
 
 
-def _host_evidence(r: _Report, section: SentinelSection, core: SentinelCore) -> dict[str, Any]:
+def _host_evidence(r: _Report, section: SentinelSection, core: SentinelCore) -> dict[str, object]:
     said = "its own `sdcscan sentinel` named it an outlier core"
     if core.programs is not None:
         names = f" ({', '.join(core.examples)}{', …' if core.programs > len(core.examples) else ''})"
@@ -180,7 +181,7 @@ def _host_evidence(r: _Report, section: SentinelSection, core: SentinelCore) -> 
     }
 
 
-def fleet_findings(reports: Sequence[R]) -> list[tuple[str, str, dict[str, Any]]]:
+def fleet_findings(reports: Sequence[R]) -> list[tuple[str, str, dict[str, object]]]:
     """(label, unit, evidence) where one core index is an outlier on several hosts of one CPU model.
 
     The label (`fleet: MODEL`) stands where a host name stands: the finding is about the model's hosts.
@@ -198,7 +199,7 @@ def fleet_findings(reports: Sequence[R]) -> list[tuple[str, str, dict[str, Any]]
 
 def same_core_findings(
     outlier_hosts: Mapping[str, Mapping[str, list[str]]], hosts_per_model: Mapping[str, int]
-) -> list[tuple[str, str, dict[str, Any]]]:
+) -> list[tuple[str, str, dict[str, object]]]:
     """The fleet findings from CPU model -> outlier core -> host keys, and each model's count of hosts
     with a section (the Parquet path counts those in SQL and brings only hosts with outliers here)."""
     out = []
@@ -210,7 +211,7 @@ def same_core_findings(
     return out
 
 
-def _fleet_evidence(model: str, unit: str, names: list[str], hosts: int) -> dict[str, Any]:
+def _fleet_evidence(model: str, unit: str, names: list[str], hosts: int) -> dict[str, object]:
     return {
         "cpu_model": model,
         "hosts": len(names),

@@ -14,7 +14,6 @@ import hashlib
 import json
 import re
 import zlib
-from typing import Any
 
 from sdcscan.errors import ReportError
 from sdcscan.files import JSONFileError, parse_json, read_bounded
@@ -48,7 +47,7 @@ def read_report(path: str, extractor: Extractor) -> HostReport:
     return _extract(extractor, data, path, sha)
 
 
-def _extract(extractor: Extractor, data: Any, path: str, sha: str) -> HostReport:
+def _extract(extractor: Extractor, data: object, path: str, sha: str) -> HostReport:
     """`Extractor.extract` with its one safety net.
 
     Raises:
@@ -129,7 +128,7 @@ class _LargeReport:
 
     def __init__(self, text: str, extractor: Extractor, source: str, sha: str) -> None:
         self.text, self.extractor, self.source, self.sha = text, extractor, source, sha
-        self.spans: list[tuple[int, int, Any]] = []  # (start, end, the unit's id) of each element of units
+        self.spans: list[tuple[int, int, object]] = []  # (start, end, the unit's id) of each element of units
 
     def extract(self) -> HostReport:
         """Raises: ReportError or JSONFileError, as `read_report`."""
@@ -165,13 +164,13 @@ class _LargeReport:
         except ReportError as err:
             raise ReportError(_UNIT_PATH.sub(f"report: units[{k}]", str(err))) from None
 
-    def _top_level(self) -> dict[str, Any] | None:
+    def _top_level(self) -> dict[str, object] | None:
         """The top-level object with `units: []` (their spans noted), or None to fall back."""
         text = self.text
         pos = self._skip(0)
         if text[pos] != "{":
             return None
-        top: dict[str, Any] = {}
+        top: dict[str, object] = {}
         pos = self._skip(pos + 1)
         while text[pos] == '"':
             key, pos = _DECODER.raw_decode(text, pos)  # a JSON string: text[pos] is '"'
@@ -224,13 +223,14 @@ class _UnitRecords:
     elements whose `unit` is not a string (null: a host-level finding) belong to every unit.
     """
 
-    def __init__(self, top: dict[str, Any]) -> None:
+    def __init__(self, top: dict[str, object]) -> None:
         self.top = top
-        self.grouped: dict[str, tuple[list[Any], dict[str, list[tuple[int, Any]]]]] = {}
+        # key -> (its (position, record) pairs that belong to every unit, and those of each unit)
+        self.grouped: dict[str, tuple[list[tuple[int, object]], dict[str, list[tuple[int, object]]]]] = {}
         for key, value in top.items():
             if isinstance(value, list) and any(isinstance(e, dict) and "unit" in e for e in value):
-                common: list[Any] = []
-                by_unit: dict[str, list[tuple[int, Any]]] = {}
+                common: list[tuple[int, object]] = []
+                by_unit: dict[str, list[tuple[int, object]]] = {}
                 for i, e in enumerate(value):
                     owner = e.get("unit") if isinstance(e, dict) else None
                     if isinstance(owner, str):
@@ -239,7 +239,7 @@ class _UnitRecords:
                         common.append((i, e))
                 self.grouped[key] = (common, by_unit)
 
-    def for_unit(self, uid: Any) -> dict[str, Any]:
+    def for_unit(self, uid: object) -> dict[str, object]:
         """A copy of the top-level object whose per-unit lists hold only the records of `uid`, in order."""
         doc = dict(self.top)
         for key, (common, by_unit) in self.grouped.items():

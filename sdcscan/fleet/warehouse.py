@@ -44,12 +44,13 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sdcscan.errors import ReportError, UsageError
 from sdcscan.fleet import compare as fleet_compare
 from sdcscan.fleet import perf
 from sdcscan.fleet.calibration import calibration_findings
+from sdcscan.fleet.compare import PartitionGroup, Where
 from sdcscan.fleet.consensus import (
     FLEET,
     GOLDEN,
@@ -58,6 +59,8 @@ from sdcscan.fleet.consensus import (
     MIN_LEAD,
     SUPERMAJORITY_DEN,
     SUPERMAJORITY_NUM,
+    Side,
+    Signature,
     partition_components,
     signature_order,
 )
@@ -88,6 +91,9 @@ from sdcscan.fleet.model import (
 )
 from sdcscan.fleet.warehouse_sentinel import SENTINEL_RESULTS, SENTINEL_STEPS, sentinel_findings
 from sdcscan.outcomes import printable, unit_order
+
+if TYPE_CHECKING:
+    from duckdb import DuckDBPyConnection
 
 DEFAULT_MEMORY_LIMIT = "1GB"  # DuckDB's own buffers; beyond this its aggregates spill to disk
 PROFILE_ENV = "SDCSCAN_WAREHOUSE_PROFILE"  # set: each step's time on stderr
@@ -470,12 +476,16 @@ def _warehouse(root: Path, golden: GoldenIndex | None, engine: Engine) -> Iterat
             con.close()
 
 
-def golden_rows(golden: GoldenIndex | None) -> list[tuple[Any, ...]]:
+# A row of the `golden` table: (comparison_group, case_index, digest, digest_key, workload).
+GoldenRow = tuple[int, int, str, int, str]
+
+
+def golden_rows(golden: GoldenIndex | None) -> list[GoldenRow]:
     """The golden as rows of the `golden` table (GOLDEN_COLUMNS), for DuckDB or another engine.
 
     Entries no report can match (a seed or case index beyond 64 bits) are left out.
     """
-    rows = []
+    rows: list[GoldenRow] = []
     for ((sha, seed), cohort), entry in sorted((golden or {}).items()):
         if INT64[0] <= seed <= INT64[1]:
             key = comparison_group(sha, seed, cohort)
@@ -498,7 +508,7 @@ def golden_table(golden: GoldenIndex | None) -> Any:
 class _Database:
     """The connection, and the few ways the assembler asks it for rows."""
 
-    con: Any
+    con: DuckDBPyConnection
     _wanted: int = 0
 
     def configure(self, spill: str, engine: Engine) -> None:
@@ -524,7 +534,7 @@ class _Database:
                 self.register_rows(table, SCHEMA[table], [])
 
     def register_rows(
-        self, name: str, columns: Sequence[tuple[str, str]], rows: list[tuple[Any, ...]]
+        self, name: str, columns: Sequence[tuple[str, str]], rows: Sequence[tuple[object, ...]]
     ) -> None:
         """Rows from Python as a table."""
         data = {c: [r[k] for r in rows] for k, (c, _) in enumerate(columns)}
@@ -538,18 +548,21 @@ class _Database:
             if profile:
                 print(f"step {name}: {time.perf_counter() - started:.2f} s", file=sys.stderr)
 
-    def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    # Rows as DuckDB types them (`fetchall`): the SQL, not Python, gives each column its type.
+    def rows(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
         return list(self.con.execute(sql, list(params)).fetchall())
 
-    def batches(self, sql: str, params: Sequence[Any] = (), size: int = 65536) -> Iterator[tuple[Any, ...]]:
+    def batches(
+        self, sql: str, params: Sequence[object] = (), size: int = 65536
+    ) -> Iterator[tuple[Any, ...]]:
         """A query's rows, fetched `size` at a time (a million rows never sit in one list)."""
         result = self.con.execute(sql, list(params))
         while rows := result.fetchmany(size):
             yield from rows
 
-    def column(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        """The first column of a query's rows, as a numpy array."""
-        return next(iter(self.con.execute(sql, list(params)).fetchnumpy().values()))
+    def column(self, sql: str, params: Sequence[object] = ()) -> list[float]:
+        """The first column of a query's rows, a DOUBLE column, fetched as one numpy array."""
+        return next(iter(self.con.execute(sql, list(params)).fetchnumpy().values())).tolist()
 
     @contextmanager
     def wanted(self, ids: Iterable[int]) -> Iterator[str]:
@@ -743,7 +756,7 @@ class _Assembler:
             out.append(Skipped(source, f"duplicate of {kept_source} ({why})"))
         return out
 
-    def _unit_rows(self, where: str, params: Sequence[Any] = ()) -> list[_UnitRow]:
+    def _unit_rows(self, where: str, params: Sequence[object] = ()) -> list[_UnitRow]:
         sql = f"SELECT {UNIT_COLUMNS} FROM current_units WHERE {where} ORDER BY host_key, run_id, unit"
         return [_UnitRow(*row) for row in self.db.rows(sql, params)]
 
@@ -812,7 +825,7 @@ class _Assembler:
 
     # -- consensus ---------------------------------------------------------------------------------
 
-    def _consensus(self, counts: dict[str, int]) -> list[dict[str, Any]]:
+    def _consensus(self, counts: dict[str, int]) -> list[PartitionGroup]:
         """Divergent units, partition groups, own-run convictions and undecided hosts, group by group
         in `summarize`'s order; counts of groups and cases."""
         db = self.db
@@ -830,7 +843,7 @@ class _Assembler:
         self._load_units({k for members in outcomes.values() for k in members} - set(self.units))
         self.reports({report for report, _ in self.units})
         sides = _Sides(db)
-        partitions: list[dict[str, Any]] = []
+        partitions: list[PartitionGroup] = []
         pending: dict[int, list[tuple[int, _Unit]]] = {}
         for key in sorted(group_units, key=lambda g: self.groups[g]):
             members = outcomes.get(key, {})
@@ -882,7 +895,7 @@ class _Assembler:
 
     def _divergent(
         self, key: int, divergent: list[_Unit], sides: _Sides, first_id: int
-    ) -> list[dict[str, Any]]:
+    ) -> list[PartitionGroup]:
         """A `divergent` finding per unit that disputes a reference, or one per host whose every unit of
         the group is divergent with the same digests (`compare._divergent`); return the partition groups."""
         where = _where(self.groups[key])
@@ -913,13 +926,13 @@ class _Assembler:
         return partitions
 
     def _divergent_evidence(
-        self, key: int, where: dict[str, Any], u: _Unit, sides: _Sides, gid: str | None
-    ) -> dict[str, Any]:
+        self, key: int, where: Where, u: _Unit, sides: _Sides, gid: str | None
+    ) -> dict[str, object]:
         """`compare._divergent_evidence` from the outcome rows."""
         case, digest, against, basis, workload = u.disputes[0]
         row = self.units[(u.report, u.unit)]
         hosts_voted, units_voted = sides.voters(key, case)
-        ev: dict[str, Any] = {
+        ev: dict[str, object] = {
             **where,
             "basis": basis,
             "bases": sorted({d[3] for d in u.disputes}),
@@ -959,7 +972,7 @@ class _Assembler:
         sigs = self._signatures(key, [u for us in candidates.values() for u in us])
         return {h for h, us in candidates.items() if len({sigs[(h, u.unit)] for u in us}) == 1}
 
-    def _partitions(self, key: int, divergent: list[_Unit], first_id: int) -> list[dict[str, Any]]:
+    def _partitions(self, key: int, divergent: list[_Unit], first_id: int) -> list[PartitionGroup]:
         """`compare._partitions`: units sharing a wrong digest of a case, numbered in `summarize`'s order
         (by the signature order of each group's first unit, which only matters with two groups or more)."""
         minorities = {k: [(d[0], d[1]) for d in u.disputes] for k, u in enumerate(divergent)}
@@ -968,7 +981,7 @@ class _Assembler:
             order = self._judged_order(key, [divergent[k] for c in comps for k in c])
             rank = {k: order[(divergent[k].report, divergent[k].unit)] for c in comps for k in c}
             comps.sort(key=lambda c: min(rank[k] for k in c))
-        out: list[dict[str, Any]] = []
+        out: list[PartitionGroup] = []
         for comp in comps:
             members = [(self._reports[divergent[k].report], divergent[k].unit) for k in comp]
             out.append(
@@ -981,12 +994,14 @@ class _Assembler:
             )
         return out
 
-    def _judged_order(self, key: int, units: list[_Unit]) -> dict[tuple[int, str], Any]:
+    def _judged_order(
+        self, key: int, units: list[_Unit]
+    ) -> dict[tuple[int, str], tuple[tuple[tuple[int, ...], tuple[str, ...]], str, str]]:
         """`CohortConsensus.judge`'s order of some units: by signature, then host, then unit."""
         sigs = self._signatures(key, units)
         return {k: (signature_order(sig), self._reports[k[0]].key, k[1]) for k, sig in sigs.items()}
 
-    def _signatures(self, key: int, units: list[_Unit]) -> dict[tuple[int, str], Any]:
+    def _signatures(self, key: int, units: list[_Unit]) -> dict[tuple[int, str], Signature]:
         """The (case indices, digests) of some units of a group (`consensus.signature`)."""
         cols: dict[tuple[int, str], tuple[list[int], list[str | None]]] = {
             (u.report, u.unit): ([], []) for u in units
@@ -1036,7 +1051,7 @@ class _Assembler:
 
     def _undecided_evidence(
         self, r: HostReport, items: list[tuple[int, _Unit]], sides: _Sides
-    ) -> dict[str, Any]:
+    ) -> dict[str, object]:
         """`compare._undecided_evidence` from the outcome rows."""
         cases = {(key, c[0]) for key, u in items for c in u.undecided}
         units = sorted({u.unit for _, u in items}, key=unit_order)
@@ -1070,7 +1085,7 @@ class _Assembler:
             if n < opts.slow_min_units:
                 continue
             values = db.column(f"SELECT reading FROM slow_samples WHERE {in_group} ORDER BY reading", key)
-            ref = perf.healthy_reference(values.tolist(), z=opts.slow_z, drop=opts.slow_drop)
+            ref = perf.healthy_reference(values, z=opts.slow_z, drop=opts.slow_drop)
             if ref is None:
                 continue
             refs[key] = ref
@@ -1122,12 +1137,12 @@ class _Sides:
         for key, case, digest, units, hosts in db.rows(CASE_SIDES):
             self.digests.setdefault((key, case), []).append((digest, units, hosts))
         self.totals = {(key, case): (hosts, units) for key, case, hosts, units in db.rows(CASE_TOTALS)}
-        self._sides: dict[tuple[int, int], list[dict[str, Any]]] = {}
+        self._sides: dict[tuple[int, int], list[Side]] = {}
         self.host: dict[tuple[int, int, int], dict[str, int]] = {}
         for report, key, case, digest, units in db.rows(HOST_SIDES):
             self.host.setdefault((report, key, case), {})[digest] = units
 
-    def of(self, key: int, case: int) -> list[dict[str, Any]]:
+    def of(self, key: int, case: int) -> list[Side]:
         """`CohortConsensus.sides`: per digest, its host votes and units, most hosts first.
 
         Made once per case and shared by every finding that cites it (nothing mutates evidence): in a
@@ -1147,7 +1162,7 @@ class _Sides:
         """(hosts that voted, units that produced a digest) on a case."""
         return self.totals.get((key, case), (0, 0))
 
-    def in_host(self, report: int, key: int, case: int, vote: str) -> list[dict[str, Any]]:
+    def in_host(self, report: int, key: int, case: int, vote: str) -> list[Side]:
         """One host's units per digest on a case, its vote first (`compare._divergent_evidence`)."""
         counts = self.host.get((report, key, case), {})
         order = sorted(counts, key=lambda d: (d != vote, -counts[d], d))
@@ -1158,7 +1173,12 @@ class _Sides:
 # Light records for the helpers shared with `summarize`.
 
 
-def _host_report(row: Sequence[Any], units: tuple[UnitRecord, ...] = ()) -> HostReport:
+# A REPORT_COLUMNS row: (report, host_key, hostname, machine_id, source, sha256, run_id, profile_name,
+# profile_sha256, seed, ended_at, verdict).
+ReportRow = tuple[int, str, str, "str | None", str, str, str, str, str, int, float, str]
+
+
+def _host_report(row: ReportRow, units: tuple[UnitRecord, ...] = ()) -> HostReport:
     """A `HostReport` from a REPORT_COLUMNS row, with `units` (none by default)."""
     (_, host_key, hostname, machine_id, source, sha256, run_id, profile, sha, seed, ended_at, verdict) = row
     return HostReport(
@@ -1225,6 +1245,6 @@ def _tested(units: int, case_rows: int, tested_units: int) -> str:
     return "tested" if tested_units else "no digest"
 
 
-def _where(group: Group) -> dict[str, Any]:
+def _where(group: Group) -> Where:
     (sha, seed), cohort = group
     return {"profile_sha256": sha, "seed": seed, "cohort": cohort}

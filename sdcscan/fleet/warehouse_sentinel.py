@@ -80,7 +80,8 @@ _REPEATS = (
 class Rows(Protocol):
     """What is read of the database (`warehouse._Database` has it)."""
 
-    def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
+    # Rows as DuckDB types them: the SQL, not Python, gives each column its type.
+    def rows(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]: ...
 
 
 ReportsById = Callable[[Iterable[int]], Mapping[int, HostReport]]
@@ -131,7 +132,7 @@ def _newest_with_outliers(db: Rows, reports: ReportsById) -> list[HostReport]:
 
 def _fleet_findings(
     hosts: list[HostReport], totals: Mapping[str, int]
-) -> list[tuple[str, str, dict[str, Any]]]:
+) -> list[tuple[str, str, dict[str, object]]]:
     """`sentinel.fleet_findings` over the hosts with outliers, with each model's count of hosts with a
     section from SQL (hosts with clean sections count there but never come to Python)."""
     by_model: dict[str, dict[str, list[str]]] = {}

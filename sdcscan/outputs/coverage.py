@@ -16,7 +16,9 @@ import sqlite3
 import time
 from collections.abc import Mapping
 from datetime import datetime, timezone
-from typing import Any, TypeGuard
+from typing import TypeGuard
+
+from typing_extensions import TypedDict
 
 from sdcscan.errors import UsageError
 from sdcscan.outcomes import unit_order
@@ -34,7 +36,25 @@ _ROWS = (
 )
 
 
-def screened_seconds(unit: Mapping[str, Any]) -> float | None:
+class UnitCoverage(TypedDict):
+    """What one unit screened in a window: cases, the seconds they took, the runs they came from."""
+
+    cases: int
+    seconds: float
+    runs: int
+
+
+class DayCoverage(TypedDict):
+    """What one unit screened on one UTC day."""
+
+    day: str  # YYYY-MM-DD
+    unit: str
+    cases: int
+    seconds: float
+    runs: int
+
+
+def screened_seconds(unit: Mapping[str, object]) -> float | None:
     """Seconds of cases a report's unit ran: the sum of its `throughput[*].seconds`; None when absent.
 
     Entries that are not finite, non-negative numbers are skipped (a hostile or damaged report).
@@ -46,7 +66,7 @@ def screened_seconds(unit: Mapping[str, Any]) -> float | None:
     return float(sum(s for s in seconds if _is_amount(s)))
 
 
-def background_flag(run: Mapping[str, Any]) -> int | None:
+def background_flag(run: Mapping[str, object]) -> int | None:
     """1 for a background (Ripple) run, 0 for a run marked otherwise, None when the report does not say.
 
     `run.background` is a bool, or the background section (pacing, priority) a background run carries.
@@ -61,7 +81,7 @@ def background_flag(run: Mapping[str, Any]) -> int | None:
 
 def coverage(
     db_path: str | os.PathLike[str], *, window_s: float = DAY_S, now: float | None = None
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, UnitCoverage]:
     """Per unit, what it screened in the runs that ended in the last `window_s` seconds. Read-only.
 
     Args:
@@ -83,9 +103,9 @@ def coverage(
         return {} if db is None else window_coverage(db, start=end - window_s, end=end)
 
 
-def window_coverage(db: sqlite3.Connection, *, start: float, end: float) -> dict[str, dict[str, Any]]:
+def window_coverage(db: sqlite3.Connection, *, start: float, end: float) -> dict[str, UnitCoverage]:
     """`coverage` on an open reader, for runs that ended between `start` and `end` (Unix time)."""
-    totals: dict[str, dict[str, Any]] = {}
+    totals: dict[str, UnitCoverage] = {}
     for _, unit, cases, seconds in _unit_rows(db, start, end):
         t = totals.setdefault(unit, {"cases": 0, "seconds": 0.0, "runs": 0})
         t["cases"] += cases
@@ -98,7 +118,7 @@ def window_coverage(db: sqlite3.Connection, *, start: float, end: float) -> dict
 
 def coverage_by_day(
     db_path: str | os.PathLike[str], *, days: int = 7, now: float | None = None
-) -> list[dict[str, Any]]:
+) -> list[DayCoverage]:
     """Per UTC day and unit, what each unit screened, over today and the `days - 1` days before. Read-only.
 
     Args:
@@ -120,7 +140,7 @@ def coverage_by_day(
     start = (end // DAY_S - (days - 1)) * DAY_S  # UTC midnight, `days - 1` days before today's
     with reading(db_path) as db:
         rows = [] if db is None else list(_unit_rows(db, start, end))
-    per_day: dict[tuple[str, str], dict[str, Any]] = {}
+    per_day: dict[tuple[str, str], DayCoverage] = {}
     for ended, unit, cases, seconds in rows:
         day = datetime.fromtimestamp(ended, timezone.utc).strftime("%Y-%m-%d")
         r = per_day.setdefault((day, unit), {"day": day, "unit": unit, "cases": 0, "seconds": 0.0, "runs": 0})

@@ -30,11 +30,13 @@ import os
 import sqlite3
 import time
 from pathlib import Path
-from typing import Any
+
+from typing_extensions import TypedDict
 
 from sdcscan.errors import UsageError
 from sdcscan.files import default_state_dir
 from sdcscan.outputs.coverage import (
+    UnitCoverage,
     background_flag,
     coverage,
     coverage_by_day,
@@ -42,10 +44,9 @@ from sdcscan.outputs.coverage import (
     window_coverage,
 )
 from sdcscan.outputs.history_db import BUSY_TIMEOUT_S, now_iso, quick_check, reading, writing
-from sdcscan.outputs.history_db import row as _row
 from sdcscan.outputs.history_schema import DB_VERSION, READABLE_VERSIONS, has_column
 from sdcscan.outputs.run_lock import LOCK_MODE, LOCK_NAME, RunActiveError, run_lock
-from sdcscan.outputs.sentinel_history import last_scan, last_sentinel_scan, record_sentinel_scan
+from sdcscan.outputs.sentinel_history import SentinelScan, last_scan, last_sentinel_scan, record_sentinel_scan
 from sdcscan.report.document import Report, Unit
 
 __all__ = [
@@ -63,6 +64,63 @@ _UNIT_ROWS = (
     "SELECT unit, verdict, reason, cases_run, mismatches, {screened} FROM unit_results "
     "WHERE run = ? ORDER BY rowid"
 )
+
+
+# The rows the readers return, as history_schema.SCHEMA declares their tables (without the internal id).
+
+
+class UnitResult(TypedDict):
+    """One unit of a recorded run."""
+
+    unit: str
+    verdict: str
+    reason: str | None
+    cases_run: int | None
+    mismatches: int | None
+    screened_s: float | None  # None: not recorded (a version-1 history)
+
+
+class RecordedRun(TypedDict):
+    """A recorded run and its units."""
+
+    background: int | None  # 1, 0, or None: not recorded
+    run_id: str
+    recorded_at: str
+    started_at: str | None
+    ended_at: str | None
+    host: str | None
+    profile: str | None
+    seed: int | None
+    verdict: str
+    exit_code: int | None
+    report_path: str | None
+    units: list[UnitResult]
+
+
+class Flag(TypedDict):
+    """A unit flagged by a failing run, open or cleared."""
+
+    unit: str
+    host: str | None
+    run_id: str
+    flagged_at: str
+    reason: str | None
+    failures: int
+    last_run_id: str | None
+    cleared_at: str | None
+    clear_reason: str | None
+    cleared_by: str | None
+
+
+class Status(TypedDict):
+    """What `sdcscan status` shows."""
+
+    history: str
+    flagged: list[Flag]
+    last_run: RecordedRun | None
+    cleared: list[Flag]
+    coverage_24h: dict[str, UnitCoverage]
+    last_sentinel: SentinelScan | None
 
 
 def default_history_path() -> Path:
@@ -127,7 +185,7 @@ def _flag(db: sqlite3.Connection, unit: Unit, host: str, run_id: str, now: str) 
 
 def runs(
     db_path: str | os.PathLike[str], *, unit: str | None = None, limit: int | None = None
-) -> list[dict[str, Any]]:
+) -> list[RecordedRun]:
     """Recorded runs, newest first, each with its per-unit verdicts (only `unit`'s, when given).
 
     Read-only. A database that does not exist yet holds no runs. Each run has `background` (1, 0 or
@@ -140,20 +198,63 @@ def runs(
         return [] if db is None else _runs(db, unit=unit, limit=limit)
 
 
-def _runs(db: sqlite3.Connection, *, unit: str | None, limit: int | None) -> list[dict[str, Any]]:
+def _runs(db: sqlite3.Connection, *, unit: str | None, limit: int | None) -> list[RecordedRun]:
     where, args = ("WHERE id IN (SELECT run FROM unit_results WHERE unit = ?)", [unit]) if unit else ("", [])
     rows = db.execute(f"SELECT * FROM runs {where} ORDER BY id DESC LIMIT ?", [*args, limit or -1]).fetchall()
     v2 = has_column(db, "unit_results", "screened_s")
     unit_rows = _UNIT_ROWS.format(screened="screened_s" if v2 else "NULL AS screened_s")
-    out = []
+    background = has_column(db, "runs", "background")  # a version-1 history has no such column
+    out: list[RecordedRun] = []
     for r in rows:
         units = db.execute(unit_rows, (r["id"],)).fetchall()
-        found = {"background": None, **_row(r)}  # a version-1 history has no such column
-        out.append({**found, "units": [dict(u) for u in units if not unit or u["unit"] == unit]})
+        out.append(
+            {
+                "background": r["background"] if background else None,
+                "run_id": r["run_id"],
+                "recorded_at": r["recorded_at"],
+                "started_at": r["started_at"],
+                "ended_at": r["ended_at"],
+                "host": r["host"],
+                "profile": r["profile"],
+                "seed": r["seed"],
+                "verdict": r["verdict"],
+                "exit_code": r["exit_code"],
+                "report_path": r["report_path"],
+                "units": [_unit_result(u) for u in units if not unit or u["unit"] == unit],
+            }
+        )
     return out
 
 
-def flagged(db_path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+def _unit_result(r: sqlite3.Row) -> UnitResult:
+    """A row of _UNIT_ROWS."""
+    return {
+        "unit": r["unit"],
+        "verdict": r["verdict"],
+        "reason": r["reason"],
+        "cases_run": r["cases_run"],
+        "mismatches": r["mismatches"],
+        "screened_s": r["screened_s"],
+    }
+
+
+def _flag_row(r: sqlite3.Row) -> Flag:
+    """A row of `flags` (SELECT *)."""
+    return {
+        "unit": r["unit"],
+        "host": r["host"],
+        "run_id": r["run_id"],
+        "flagged_at": r["flagged_at"],
+        "reason": r["reason"],
+        "failures": r["failures"],
+        "last_run_id": r["last_run_id"],
+        "cleared_at": r["cleared_at"],
+        "clear_reason": r["clear_reason"],
+        "cleared_by": r["cleared_by"],
+    }
+
+
+def flagged(db_path: str | os.PathLike[str]) -> list[Flag]:
     """Units flagged by a failure and not cleared yet, oldest flag first. Read-only; no database: none.
 
     Raises:
@@ -163,12 +264,12 @@ def flagged(db_path: str | os.PathLike[str]) -> list[dict[str, Any]]:
         return [] if db is None else _flagged(db)
 
 
-def _flagged(db: sqlite3.Connection) -> list[dict[str, Any]]:
+def _flagged(db: sqlite3.Connection) -> list[Flag]:
     rows = db.execute("SELECT * FROM flags WHERE cleared_at IS NULL ORDER BY id").fetchall()
-    return [_row(r) for r in rows]
+    return [_flag_row(r) for r in rows]
 
 
-def clear(db_path: str | os.PathLike[str], unit: str, reason: str) -> list[dict[str, Any]]:
+def clear(db_path: str | os.PathLike[str], unit: str, reason: str) -> list[Flag]:
     """Clear the flag of `unit`, recording the time, the reason and the user. Returns the cleared flags.
 
     Raises:
@@ -192,10 +293,12 @@ def clear(db_path: str | os.PathLike[str], unit: str, reason: str) -> list[dict[
             f"UPDATE flags SET cleared_at = ?, clear_reason = ?, cleared_by = ? WHERE id IN ({marks})",
             (now_iso(), reason.strip(), _user(), *ids),
         )
-        return [_row(r) for r in db.execute(f"SELECT * FROM flags WHERE id IN ({marks})", ids).fetchall()]
+        return [
+            _flag_row(r) for r in db.execute(f"SELECT * FROM flags WHERE id IN ({marks})", ids).fetchall()
+        ]
 
 
-def status(db_path: str | os.PathLike[str], *, now: float | None = None) -> dict[str, Any]:
+def status(db_path: str | os.PathLike[str], *, now: float | None = None) -> Status:
     """What `sdcscan status` shows. Read-only.
 
     Args:
@@ -220,7 +323,7 @@ def status(db_path: str | os.PathLike[str], *, now: float | None = None) -> dict
         ).fetchall()
         last = _runs(db, unit=None, limit=1)
         return {"history": str(db_path), "flagged": _flagged(db), "last_run": last[0] if last else None,
-                "cleared": [_row(r) for r in cleared],
+                "cleared": [_flag_row(r) for r in cleared],
                 "coverage_24h": window_coverage(db, start=end - COVERAGE_WINDOW_S, end=end),
                 "last_sentinel": last_scan(db, with_section=False)}  # fmt: skip
 

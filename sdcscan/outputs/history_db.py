@@ -24,7 +24,6 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from sdcscan.errors import RunError, UsageError
 from sdcscan.files import FILE_MODE, make_state_dir
@@ -177,11 +176,6 @@ def _link_into_place(tmp: str, path: Path) -> None:
         # last milliseconds by a racing first run (it would lose that one run, never a flag of before).
         if not os.path.lexists(path):
             os.replace(tmp, path)
-
-
-def row(r: sqlite3.Row) -> dict[str, Any]:
-    """A row as a dict without its internal rowid."""
-    return {k: v for k, v in dict(r).items() if k != "id"}
 
 
 def now_iso() -> str:

@@ -17,10 +17,11 @@ import math
 import os
 import time
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Literal
 
 from sdcscan.files import write_text_atomic
 from sdcscan.outcomes import VERDICTS, unit_order
+from sdcscan.outputs.coverage import UnitCoverage
 from sdcscan.outputs.sentinel_history import is_count, outlier_units, sources
 from sdcscan.report.document import Metrics, Report, Telemetry, Unit
 from sdcscan.timefmt import parse_iso_utc
@@ -29,7 +30,7 @@ Sample = tuple[dict[str, str], float]
 
 
 Family = tuple[str, str, list[Sample]]
-Coverage = Mapping[str, Mapping[str, Any]]  # unit -> {"cases", "seconds", "runs"} (history.coverage)
+Coverage = Mapping[str, UnitCoverage]  # unit -> what it screened (history.coverage)
 
 
 def write_prom(report: Report, path: str | os.PathLike[str], *, coverage: Coverage | None = None) -> None:
@@ -63,7 +64,7 @@ def prom_text(report: Report, *, coverage: Coverage | None = None) -> str:
     return _exposition(families)
 
 
-def sentinel_prom_text(section: Mapping[str, Any], hostname: str) -> str:
+def sentinel_prom_text(section: Mapping[str, object], hostname: str) -> str:
     """A kernel-log scan alone (for `sdcscan sentinel --prom FILE`), in the families `prom_text` uses.
 
     Args:
@@ -131,7 +132,7 @@ def _coverage_families(coverage: Coverage) -> list[Family]:
     ]  # fmt: skip
 
 
-def _sentinel_families(section: Mapping[str, Any], hostname: str) -> list[Family]:
+def _sentinel_families(section: Mapping[str, object], hostname: str) -> list[Family]:
     outliers = outlier_units(section)
     info = {"hostname": str(hostname), "sources": ",".join(sources(section))}
     return [
@@ -150,7 +151,7 @@ def _sentinel_families(section: Mapping[str, Any], hostname: str) -> list[Family
     ]  # fmt: skip
 
 
-def _sentinel_events(section: Mapping[str, Any]) -> list[Sample]:
+def _sentinel_events(section: Mapping[str, object]) -> list[Sample]:
     host = section.get("host_counts")
     samples: list[Sample] = [({"unit": "host", "kind": k}, n) for k, n in _counts(host)]
     units = section.get("units")
@@ -207,7 +208,7 @@ def _counter_deltas(telemetry: Telemetry) -> list[Sample]:
     ]
 
 
-def _epoch(iso: str | None) -> float:
+def _epoch(iso: object) -> float:
     """ISO-8601 UTC -> Unix time; the write time if the report has none (an interrupted run may not)."""
     try:
         return parse_iso_utc(str(iso))

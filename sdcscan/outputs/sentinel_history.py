@@ -13,7 +13,8 @@ import json
 import os
 import sqlite3
 from collections.abc import Mapping
-from typing import Any
+
+from typing_extensions import NotRequired, TypedDict
 
 from sdcscan.outputs.history_db import now_iso, reading, writing
 from sdcscan.outputs.history_schema import table_names
@@ -21,13 +22,28 @@ from sdcscan.timefmt import parse_iso_utc
 
 SECTION_MAX_CHARS = 1_000_000  # a scan's section as JSON; a bigger one is stored without its per-unit tallies
 _MAX_COUNT = 2**53  # a count of kernel events beyond this is not one (and would not fit SQLite's integers)
+
+
+class SentinelScan(TypedDict):
+    """A recorded sentinel scan (a row of `sentinel_scans`); times are ISO-8601 UTC text or None."""
+
+    recorded_at: str
+    host: str | None
+    since: str | None
+    until: str | None
+    events: int | None
+    sources: list[str]
+    outliers: list[str]  # unit ids
+    section: NotRequired[dict[str, object] | None]  # the scan's whole section, when asked for
+
+
 _INSERT = (
     "INSERT INTO sentinel_scans (recorded_at, host, since, until, sources, events, outliers, section) "
     "VALUES (?,?,?,?,?,?,?,?)"
 )
 
 
-def record_sentinel_scan(db_path: str | os.PathLike[str], section: Mapping[str, Any], host: str) -> None:
+def record_sentinel_scan(db_path: str | os.PathLike[str], section: Mapping[str, object], host: str) -> None:
     """Record one sentinel scan of `host` (the report's `sentinel` section) in the history.
 
     Args:
@@ -39,7 +55,7 @@ def record_sentinel_scan(db_path: str | os.PathLike[str], section: Mapping[str, 
     Raises:
         RunError: the database could not be created, opened or written (a full disk included).
     """
-    doc: Mapping[str, Any] = section if isinstance(section, Mapping) else {}
+    doc: Mapping[str, object] = section if isinstance(section, Mapping) else {}
     values = (
         now_iso(),
         _clean_text(host if isinstance(host, str) else str(host)),
@@ -54,7 +70,7 @@ def record_sentinel_scan(db_path: str | os.PathLike[str], section: Mapping[str, 
         db.execute(_INSERT, values)
 
 
-def last_sentinel_scan(db_path: str | os.PathLike[str]) -> dict[str, Any] | None:
+def last_sentinel_scan(db_path: str | os.PathLike[str]) -> SentinelScan | None:
     """The most recently recorded sentinel scan; None without a database, scan or version 2. Read-only.
 
     Returns:
@@ -68,29 +84,35 @@ def last_sentinel_scan(db_path: str | os.PathLike[str]) -> dict[str, Any] | None
         return None if db is None else last_scan(db, with_section=True)
 
 
-def last_scan(db: sqlite3.Connection, *, with_section: bool) -> dict[str, Any] | None:
+def last_scan(db: sqlite3.Connection, *, with_section: bool) -> SentinelScan | None:
     """`last_sentinel_scan` on an open reader; without the (large) section unless `with_section`."""
     if "sentinel_scans" not in table_names(db):
         return None
     r = db.execute("SELECT * FROM sentinel_scans ORDER BY id DESC LIMIT 1").fetchone()
     if r is None:
         return None
-    scan = {k: r[k] for k in ("recorded_at", "host", "since", "until", "events")}
-    scan["sources"] = [s for s in _json_list(r["sources"]) if isinstance(s, str)]
-    scan["outliers"] = [u for u in _json_list(r["outliers"]) if isinstance(u, str)]
+    scan: SentinelScan = {
+        "recorded_at": r["recorded_at"],
+        "host": r["host"],
+        "since": r["since"],
+        "until": r["until"],
+        "events": r["events"],
+        "sources": [s for s in _json_list(r["sources"]) if isinstance(s, str)],
+        "outliers": [u for u in _json_list(r["outliers"]) if isinstance(u, str)],
+    }
     if with_section:
         section = _json_load(r["section"])
         scan["section"] = section if isinstance(section, dict) else None
     return scan
 
 
-def sources(section: Mapping[str, Any]) -> list[str]:
+def sources(section: Mapping[str, object]) -> list[str]:
     """The log sources a scan read (journal, kmsg, dmesg, rasdaemon); non-strings skipped."""
     found = section.get("sources")
     return [_clean_text(s) for s in found if isinstance(s, str)] if isinstance(found, list) else []
 
 
-def outlier_units(section: Mapping[str, Any]) -> list[str]:
+def outlier_units(section: Mapping[str, object]) -> list[str]:
     """The units named by the section's outliers, in its order, each once; malformed entries skipped."""
     found = section.get("outliers")
     units: list[str] = []
@@ -101,7 +123,7 @@ def outlier_units(section: Mapping[str, Any]) -> list[str]:
     return units
 
 
-def total_events(section: Mapping[str, Any]) -> int:
+def total_events(section: Mapping[str, object]) -> int:
     """Kernel events the scan found: the sum of `host_counts` (it covers the whole host, events
     without a CPU included), else of the units' counts when the section has no host counts."""
     host = section.get("host_counts")
@@ -135,7 +157,7 @@ def _iso_or_none(value: object) -> str | None:
     return value
 
 
-def _section_json(section: Mapping[str, Any]) -> str | None:
+def _section_json(section: Mapping[str, object]) -> str | None:
     """The section as JSON; without per-unit tallies, notes and stats when it is too big or they cannot
     be written; None when even that fails."""
     for doc in (section, {k: v for k, v in section.items() if k not in ("units", "notes", "stats")}):
@@ -153,7 +175,7 @@ def _clean_text(text: str) -> str:
     return text.encode("utf-8", "replace").decode("utf-8")
 
 
-def _json_load(text: object) -> Any:
+def _json_load(text: object) -> object:
     if not isinstance(text, str):
         return None
     try:
@@ -162,6 +184,6 @@ def _json_load(text: object) -> Any:
         return None
 
 
-def _json_list(text: object) -> list[Any]:
+def _json_list(text: object) -> list[object]:
     found = _json_load(text)
     return found if isinstance(found, list) else []

@@ -11,12 +11,35 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from sdcscan.workloads import SPECS
 
 if TYPE_CHECKING:
     import torch
+
+
+class OpKey(TypedDict):
+    """What identifies a plain op in the peak cache."""
+
+    op: str  # PlainOp.kind
+    dtype: str
+    shape: list[int]
+
+
+class PeakOp(OpKey):
+    """One plain op of a workload's peak, timed (`rates.workload_peak`)."""
+
+    ops_per_s: float
+    source: str  # "cache" or "fresh"
+
+
+class WorkloadPeak(TypedDict):
+    """A workload's plain-op peak on a unit (`rates.workload_peak`): sent to the parent, in the journal."""
+
+    peak_ops_per_s: float | None  # the ops' combined rate; None when any is unknown
+    ops: list[PeakOp]
+    error: str | None  # why the peak is unknown
 
 
 @dataclass(frozen=True)
@@ -34,7 +57,7 @@ class PlainOp:
     shape: tuple[int, ...]
     weight: float
 
-    def key(self) -> dict[str, Any]:
+    def key(self) -> OpKey:
         """What identifies the op in the cache (the weight is the workload's, not the op's)."""
         return {"op": self.kind, "dtype": self.dtype, "shape": list(self.shape)}
 
@@ -128,7 +151,7 @@ def combined_rate(weighted: Sequence[tuple[float, float | None]]) -> float | Non
     return total / sum(w / rate for w, rate in weighted if rate)
 
 
-def case_peak(workload: str, found: Mapping[str, Any], occurrence: int) -> float | None:
+def case_peak(workload: str, found: WorkloadPeak, occurrence: int) -> float | None:
     """The plain rate for one case: the op of its slot (workloads cycle dtypes, shapes or bit widths
     by occurrence, in `plain_ops` order), or every op for `train`, which runs them all in each case.
 

@@ -23,13 +23,12 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from sdcscan.errors import ReportError
 from sdcscan.files import default_state_dir, make_state_dir, read_json, write_json_atomic
-from sdcscan.peaks.plain_ops import PlainOp, combined_rate, plain_ops
+from sdcscan.peaks.plain_ops import PeakOp, PlainOp, WorkloadPeak, combined_rate, plain_ops
 
 CACHE_SCHEMA = "sdcscan-peak/1"
 MAX_CACHE_BYTES = 64 * 1024
@@ -55,7 +54,7 @@ def _generator(device: torch.device) -> torch.Generator:
     return torch.Generator(device=device).manual_seed(SEED)
 
 
-def _matmul_call(op: PlainOp, device: torch.device) -> tuple[Callable[[], Any], float]:
+def _matmul_call(op: PlainOp, device: torch.device) -> tuple[Callable[[], object], float]:
     m, k, n = op.shape
     g, dt = _generator(device), _DTYPES[op.dtype]
     a = torch.rand((m, k), generator=g, device=device).to(dt)
@@ -63,7 +62,7 @@ def _matmul_call(op: PlainOp, device: torch.device) -> tuple[Callable[[], Any], 
     return (lambda: a @ b), 2.0 * m * k * n
 
 
-def _int_mm_call(op: PlainOp, device: torch.device) -> tuple[Callable[[], Any], float]:
+def _int_mm_call(op: PlainOp, device: torch.device) -> tuple[Callable[[], object], float]:
     m, k, n = op.shape
     g = _generator(device)
     low, dt = (-128, torch.int8) if op.dtype == "int8" else (0, torch.uint8)
@@ -72,7 +71,7 @@ def _int_mm_call(op: PlainOp, device: torch.device) -> tuple[Callable[[], Any], 
     return (lambda: torch._int_mm(a, w.t())), 2.0 * m * k * n
 
 
-def _embedding_bag_call(op: PlainOp, device: torch.device) -> tuple[Callable[[], Any], float]:
+def _embedding_bag_call(op: PlainOp, device: torch.device) -> tuple[Callable[[], object], float]:
     from sdcscan.checks.embbag import packing
 
     rows, dim, bags, low, high = op.shape
@@ -91,7 +90,7 @@ _CALLS = {"matmul": _matmul_call, "int_mm": _int_mm_call, "embedding_bag": _embe
 
 
 def time_best(
-    call: Callable[[], Any], device: torch.device, clock: Callable[[], float] = time.perf_counter
+    call: Callable[[], object], device: torch.device, clock: Callable[[], float] = time.perf_counter
 ) -> float:
     """The shortest time of one call, after warm-up: the first calls allocate and pick kernels.
 
@@ -144,7 +143,7 @@ def peaks_dir() -> Path:
     return default_state_dir() / "peaks"
 
 
-def fingerprint(device: torch.device) -> dict[str, Any]:
+def fingerprint(device: torch.device) -> dict[str, object]:
     """What a plain op's rate depends on besides the op: the fields gemm_fp's calibration keys on
     (device model, torch, BLAS, ISA capability, threads), without its dtype and checker."""
     from sdcscan.calibration.measure import fingerprint as calibration_fingerprint
@@ -153,12 +152,12 @@ def fingerprint(device: torch.device) -> dict[str, Any]:
     return {k: v for k, v in found.items() if k not in ("dtype", "checker")}
 
 
-def _cache_file(directory: Path, fp: Mapping[str, Any], op: PlainOp) -> Path:
+def _cache_file(directory: Path, fp: Mapping[str, object], op: PlainOp) -> Path:
     key = json.dumps({"fingerprint": fp, **op.key()}, sort_keys=True)
     return directory / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
 
 
-def read_cached(path: Path, fp: Mapping[str, Any], op: PlainOp) -> float | None:
+def read_cached(path: Path, fp: Mapping[str, object], op: PlainOp) -> float | None:
     """The cached rate for this fingerprint and op, or None: missing, damaged or someone else's."""
     try:
         doc = read_json(path, what="peak cache", max_bytes=MAX_CACHE_BYTES)
@@ -174,7 +173,7 @@ def read_cached(path: Path, fp: Mapping[str, Any], op: PlainOp) -> float | None:
     return float(rate)
 
 
-def write_cached(path: Path, fp: Mapping[str, Any], op: PlainOp, rate: float) -> str:
+def write_cached(path: Path, fp: Mapping[str, object], op: PlainOp, rate: float) -> str:
     """Cache one rate atomically; '' on success, else why not (the measurement is still used)."""
     try:
         make_state_dir(path.parent)
@@ -225,7 +224,7 @@ class PeakSource:
         return self.seen[key]
 
 
-def workload_peak(source: PeakSource, workload: str, params: Mapping[str, Any]) -> dict[str, Any]:
+def workload_peak(source: PeakSource, workload: str, params: Mapping[str, object]) -> WorkloadPeak:
     """One workload's peak, as plain data for the parent and the report.
 
     Returns:
@@ -237,7 +236,8 @@ def workload_peak(source: PeakSource, workload: str, params: Mapping[str, Any]) 
         ops = plain_ops(workload, params, source.device)
     except KeyError:
         return {"peak_ops_per_s": None, "ops": [], "error": f"no plain op is described for {workload}"}
-    rows, weighted = [], []
+    rows: list[PeakOp] = []
+    weighted: list[tuple[float, float | None]] = []
     try:
         for op in ops:
             rate, origin = source.rate(op)
@@ -250,8 +250,8 @@ def workload_peak(source: PeakSource, workload: str, params: Mapping[str, Any]) 
 
 
 def unit_peaks(
-    device: torch.device, workloads: Mapping[str, Mapping[str, Any]], source: PeakSource | None = None
-) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    device: torch.device, workloads: Mapping[str, Mapping[str, object]], source: PeakSource | None = None
+) -> tuple[dict[str, WorkloadPeak], list[str]]:
     """The peak of every workload of a unit, and notes for the report (failures, an unwritable cache).
 
     Args:
@@ -270,7 +270,7 @@ def unit_peaks(
     return peaks, notes
 
 
-def host_peaks(device: torch.device, workloads: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+def host_peaks(device: torch.device, workloads: Mapping[str, Mapping[str, object]]) -> dict[str, object]:
     """`sdcscan info --peaks` for one device: the fingerprint and, per workload, its ops and peak."""
     source = PeakSource(device)
     peaks, notes = unit_peaks(device, workloads, source)

@@ -11,8 +11,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from sdcscan.fleet.compare import FleetSummary
+from sdcscan.fleet.compare import FleetSummary, SupersededReport
 from sdcscan.fleet.findings import KINDS, FleetFinding
+from sdcscan.fleet.golden import Golden
 from sdcscan.fleet.model import Skipped
 from sdcscan.render.console import cell, stderr_console
 
@@ -173,7 +174,7 @@ def _table(findings: tuple[FleetFinding, ...]) -> Table:
     return table
 
 
-def _render_superseded(superseded: tuple[dict[str, Any], ...], out: Console) -> None:
+def _render_superseded(superseded: tuple[SupersededReport, ...], out: Console) -> None:
     """Older reports replaced by a newer one of the same host and plan: one line each."""
     if not superseded:
         return
@@ -237,7 +238,7 @@ def _next_step(summary: FleetSummary) -> str:
 
 
 def render_golden_record(
-    golden: dict[str, Any], skipped: list[Skipped], path: str, console: Console | None = None
+    golden: Golden, skipped: list[Skipped], path: str, console: Console | None = None
 ) -> None:
     """What `golden record` wrote: entries, cases, refused cases, skipped inputs."""
     out = console or stderr_console()

@@ -8,18 +8,20 @@ shown literally (`render.console.cell`).
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from sdcscan.outputs.coverage import UnitCoverage
+from sdcscan.outputs.history import Flag, RecordedRun, Status, UnitResult
+from sdcscan.outputs.sentinel_history import SentinelScan
 from sdcscan.render.console import cell, stderr_console
 
 MAX_NAMED_UNITS = 6  # a 128-core host lists "cpu:3, cpu:17, … (+4)" instead of 128 names
 MAX_COVERAGE_ROWS = 32  # beyond this many units, status sums coverage up and names the least screened
 
 
-def units_summary(units: list[dict[str, Any]]) -> str:
+def units_summary(units: list[UnitResult]) -> str:
     """`8 units: 7 pass, 1 fail (cpu:1)`: counts by verdict, naming the units that did not pass."""
     counts = Counter(u["verdict"] for u in units)
     parts = ", ".join(f"{n} {v}" for v, n in sorted(counts.items(), key=lambda kv: kv[0] != "pass"))
@@ -30,7 +32,7 @@ def units_summary(units: list[dict[str, Any]]) -> str:
     return f"{len(units)} unit{'s' * (len(units) != 1)}: {parts}" + (f" ({named})" if bad else "")
 
 
-def print_history(runs: list[dict[str, Any]], history: str) -> None:
+def print_history(runs: list[RecordedRun], history: str) -> None:
     """A table of runs, newest first."""
     console = stderr_console()
     if not runs:
@@ -48,7 +50,7 @@ def print_history(runs: list[dict[str, Any]], history: str) -> None:
     console.print(table)
 
 
-def print_status(status: dict[str, Any]) -> None:
+def print_status(status: Status) -> None:
     """Flagged units with what to do about them, then the last run."""
     console = stderr_console()
     last = status["last_run"]
@@ -82,7 +84,7 @@ def print_status(status: dict[str, Any]) -> None:
     console.print("After repair or replacement: sdcscan clear UNIT --reason TEXT")
 
 
-def _print_coverage(console: Console, coverage: dict[str, dict[str, Any]]) -> None:
+def _print_coverage(console: Console, coverage: dict[str, UnitCoverage]) -> None:
     """What each unit screened in the last 24 h: a table, or for a many-core host a summary naming the least."""
     if not coverage:
         console.print("No unit screened in the last 24 h.")
@@ -103,7 +105,7 @@ def _print_coverage(console: Console, coverage: dict[str, dict[str, Any]]) -> No
     console.print(table)
 
 
-def _print_sentinel(console: Console, scan: dict[str, Any] | None) -> None:
+def _print_sentinel(console: Console, scan: SentinelScan | None) -> None:
     """The last kernel-log scan: its window, its events and the outlier cores it named."""
     if not scan:
         console.print("No kernel-log scan recorded (sdcscan sentinel).")
@@ -128,7 +130,7 @@ def duration(seconds: float) -> str:
     return f"{int(s // 3600)}h {int(s % 3600 // 60):02d}m"
 
 
-def print_cleared(cleared: list[dict[str, Any]]) -> None:
+def print_cleared(cleared: list[Flag]) -> None:
     """One line per cleared flag."""
     console = stderr_console()
     for f in cleared:

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 
@@ -31,6 +31,36 @@ from sdcscan.workloads.base import Context, SelftestWorkload, Workload, has_self
 DEFAULT_TRIALS = 100
 DEFAULT_SEED = 0
 MIN_TRIALS = 3  # a variant under a time budget still runs this many: fewer would show nothing
+
+
+class _Record(TypedDict):
+    """What every row of the self-test's table says."""
+
+    workload: str
+    variant: str
+    site: str  # a fault site, or "clean"
+    bit: int | str | None  # None on the clean row
+    trials: int
+    passed: bool
+
+
+class FaultRecord(_Record):
+    """One (site, bit) of a variant: how often its flips were detected."""
+
+    detected: int
+    rate: float | None
+    floor: float | None
+    negative_control: bool
+    unchanged: int
+    not_reached: int
+
+
+class CleanRecord(_Record):
+    """A variant's clean trials: the check must stay silent."""
+
+    false_positives: int
+    rows_checked: int
+    first_false_positive: str | None
 
 
 @dataclass(slots=True)
@@ -46,7 +76,7 @@ class _Tally:
     unchanged: int = 0  # flips that changed no value: not counted
     not_reached: int = 0  # the site was never passed through ctx.fault: a workload bug
 
-    def record(self, workload: str, variant: str) -> dict[str, Any]:
+    def record(self, workload: str, variant: str) -> FaultRecord:
         rate = self.detected / self.trials if self.trials else None
         if self.negative:
             passed = self.detected == 0 and self.not_reached == 0
@@ -129,7 +159,7 @@ def run_selftest(
     """
     if trials < 1:
         raise UsageError(f"--trials must be at least 1 (got {trials})")
-    rows: list[dict[str, Any]] = []
+    rows: list[FaultRecord | CleanRecord] = []
     notes: list[str] = []
     classes = selftest_workloads(names)
     variants = [(cls, variant) for cls in classes for variant in cls.selftest_variants]
@@ -182,10 +212,10 @@ def _run_variant(
     variant: str,
     trials: _Trials,
     seed: int,
-    extra: dict[str, Any],
+    extra: Mapping[str, object],
     notes: list[str],
     device: str,
-) -> list[dict[str, Any]]:
+) -> list[FaultRecord | CleanRecord]:
     """Clean and injected trials for one variant, seed-major; returns its records."""
     params = {**cls.spec.defaults, **cls.selftest_variants[variant], **extra}
     workload = cls.for_selftest(params)
@@ -220,7 +250,9 @@ def _clean_trial(workload: Workload, ctx: Context, case: Case, clean: _Clean) ->
     ctx.begin_case(None)
     outcome = workload.run(ctx, case)
     clean.trials += 1
-    clean.rows_checked += int(outcome.detail.get("rows_checked", 0))
+    rows = outcome.detail.get("rows_checked", 0)  # a count the checking workloads put in their detail
+    if isinstance(rows, (int, float)):
+        clean.rows_checked += int(rows)
     if outcome.status != STATUS_OK:  # a mismatch or an error: either way the check did not stay silent
         clean.false_positives += 1
         clean.errors.append(outcome.error or "; ".join(m.where for m in outcome.mismatches[:1]))
@@ -239,7 +271,7 @@ def _fault_trial(workload: Workload, ctx: Context, case: Case, tally: _Tally) ->
         tally.detected += outcome.status == STATUS_MISMATCH
 
 
-def _clean_record(workload: str, variant: str, clean: _Clean) -> dict[str, Any]:
+def _clean_record(workload: str, variant: str, clean: _Clean) -> CleanRecord:
     return {
         "workload": workload,
         "variant": variant,

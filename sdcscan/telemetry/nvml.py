@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from typing import Any
+from types import ModuleType
+from typing import SupportsFloat, SupportsIndex, TypeVar
 
 from sdcscan.telemetry.sources import Reading, Source, SourceUnavailable
+
+_Answer = TypeVar("_Answer")  # what an NVML query returns
 
 GPU_METRICS = (
     "util_pct",
@@ -34,19 +37,23 @@ GPU_METRICS = (
 
 
 class NvmlSource(Source):
-    """Per-GPU NVML readings. `nvml` is the pynvml module (injectable so tests can fake it)."""
+    """Per-GPU NVML readings. `nvml` is the pynvml module (injectable so tests can fake it).
+
+    pynvml ships no types: its functions and constants are untyped attributes of the module, and a
+    device handle is an opaque value (`object` here) that is only passed back to them.
+    """
 
     name = "nvml"
     unit_metrics = GPU_METRICS
     unit_prefix = "cuda:"
 
-    def __init__(self, gpus: Sequence[int], *, nvml: Any = None) -> None:
+    def __init__(self, gpus: Sequence[int], *, nvml: ModuleType | None = None) -> None:
         super().__init__()
         self.gpus = list(gpus)
         self._nvml = nvml
-        self._handles: dict[int, Any] | None = None
+        self._handles: dict[int, object] | None = None
 
-    def _init(self) -> dict[int, Any]:
+    def _init(self) -> dict[int, object]:
         if self._handles is not None:
             return self._handles
         if self._nvml is None:
@@ -66,10 +73,12 @@ class NvmlSource(Source):
 
     def read(self) -> Reading:
         handles = self._init()
-        return {f"cuda:{g}": _gpu_metrics(self._nvml, h) for g, h in handles.items()}
+        nv = self._nvml
+        assert nv is not None  # _init imported it
+        return {f"cuda:{g}": _gpu_metrics(nv, h) for g, h in handles.items()}
 
 
-def _handle(nv: Any, gpu: int) -> Any:
+def _handle(nv: ModuleType, gpu: int) -> object:
     """NVML handle of CUDA ordinal `gpu`, honouring CUDA_VISIBLE_DEVICES (indices or GPU-UUIDs)."""
     visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
     if gpu < len(visible):
@@ -80,8 +89,9 @@ def _handle(nv: Any, gpu: int) -> Any:
     return nv.nvmlDeviceGetHandleByIndex(gpu)
 
 
-def _gpu_metrics(nv: Any, h: Any) -> dict[str, float | None]:
-    remapped = _call(lambda: nv.nvmlDeviceGetRemappedRows(h))  # (correctable, uncorrectable, pending, failed)
+def _gpu_metrics(nv: ModuleType, h: object) -> dict[str, float | None]:
+    # (correctable, uncorrectable, pending, failed)
+    remapped: tuple[object, ...] | None = _call(lambda: nv.nvmlDeviceGetRemappedRows(h))
     return {
         "util_pct": _try(lambda: nv.nvmlDeviceGetUtilizationRates(h).gpu),  # % of time a kernel ran
         "power_limit_w": _try(lambda: nv.nvmlDeviceGetEnforcedPowerLimit(h) / 1000.0),  # mW -> W
@@ -107,13 +117,13 @@ def _gpu_metrics(nv: Any, h: Any) -> dict[str, float | None]:
     }
 
 
-def _ecc(nv: Any, h: Any, kind: Any) -> Any:
+def _ecc(nv: ModuleType, h: object, kind: int) -> object:
     # Volatile: since the driver loaded. Aggregate counts would hide which errors happened during this run
     # only if the driver reloaded; we report the before/after delta either way.
     return nv.nvmlDeviceGetTotalEccErrors(h, kind, nv.NVML_VOLATILE_ECC)
 
 
-def _throttle(nv: Any, h: Any) -> Any:
+def _throttle(nv: ModuleType, h: object) -> object:
     # Renamed "clocks event reasons" in newer NVML; older bindings only have the throttle name.
     fn = (
         getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None)
@@ -122,7 +132,7 @@ def _throttle(nv: Any, h: Any) -> Any:
     return fn(h)
 
 
-def _import_pynvml() -> Any:
+def _import_pynvml() -> ModuleType:
     try:
         import pynvml  # provided by nvidia-ml-py
     except ImportError:
@@ -130,12 +140,12 @@ def _import_pynvml() -> Any:
     return pynvml
 
 
-def _try(fn: Callable[[], Any]) -> float | None:
+def _try(fn: Callable[[], object]) -> float | None:
     """NVMLError_NotSupported and friends -> None: the metric does not exist on this GPU."""
     return _num(_call(fn))
 
 
-def _call(fn: Callable[[], Any]) -> Any:
+def _call(fn: Callable[[], _Answer]) -> _Answer | None:
     """An NVML query's raw answer, or None where this GPU does not support it."""
     try:
         return fn()
@@ -143,7 +153,10 @@ def _call(fn: Callable[[], Any]) -> Any:
         return None
 
 
-def _num(value: Any) -> float | None:
+def _num(value: object) -> float | None:
     if value is None or isinstance(value, str):
         return None
+    if not isinstance(value, SupportsFloat | SupportsIndex | bytes | bytearray):
+        # what float() refuses, refused as float() does (NVML answers numbers)
+        raise TypeError(f"float() argument must be a string or a real number, not '{type(value).__name__}'")
     return float(value)

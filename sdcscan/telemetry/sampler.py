@@ -12,7 +12,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterable, Sequence
-from typing import Any
 
 from sdcscan.report.document import Finding, Metrics, MetricStats, Telemetry
 from sdcscan.telemetry.nvml import NvmlSource
@@ -27,6 +26,7 @@ from sdcscan.telemetry.sources import (
     SourceUnavailable,
 )
 from sdcscan.timefmt import iso_utc
+from sdcscan.units import Unit
 
 DEFAULT_INTERVAL_S = 5.0
 HOST = "host"
@@ -113,7 +113,7 @@ class Sampler:
 
     def __init__(
         self,
-        units: Iterable[Any],
+        units: Iterable[Unit | str],  # units or their ids
         interval_s: float = DEFAULT_INTERVAL_S,
         *,
         sources: Sequence[Source] | None = None,

@@ -11,9 +11,11 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TypeVar
 
 Reading = dict[str, dict[str, float | None]]
+_Metric = TypeVar("_Metric")  # what one psutil or os query returns
 
 # Counters whose rise during a run is hardware evidence (a finding) or worth reporting.
 UNCORRECTABLE = (
@@ -64,7 +66,7 @@ class CpuSource(Source):
     unit_metrics = ("freq_mhz", "load_pct")
     unit_prefix = "cpu:"
 
-    def __init__(self, cpus: Sequence[int], *, psutil_module: Any = None) -> None:
+    def __init__(self, cpus: Sequence[int], *, psutil_module: ModuleType | None = None) -> None:
         super().__init__()
         self.cpus = list(cpus)
         self._ps = psutil_module
@@ -88,7 +90,7 @@ class CpuSource(Source):
             }
         return out
 
-    def _temp(self, ps: Any) -> float | None:
+    def _temp(self, ps: ModuleType) -> float | None:
         sensors = _safe(lambda: ps.sensors_temperatures()) if hasattr(ps, "sensors_temperatures") else None
         if not sensors:
             self.notes["temp"] = "cpu: no temperature sensors exposed (no hwmon driver, or a VM/container)"
@@ -148,7 +150,7 @@ class MceSource(Source):
         raise SourceUnavailable("the kernel exposes no machine-check count (no MCE line in /proc/interrupts)")
 
 
-def _import_psutil() -> Any:
+def _import_psutil() -> ModuleType:
     try:
         import psutil
     except ImportError:
@@ -156,7 +158,7 @@ def _import_psutil() -> Any:
     return psutil
 
 
-def _safe(fn: Callable[[], Any]) -> Any:
+def _safe(fn: Callable[[], _Metric]) -> _Metric | None:
     """One metric's failure (permission, unsupported platform) must not lose the others."""
     try:
         return fn()

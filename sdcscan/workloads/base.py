@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, ClassVar, Protocol, TypeGuard, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeGuard, TypeVar, runtime_checkable
 
 import torch
 
@@ -20,6 +20,9 @@ from sdcscan import faults
 from sdcscan.outcomes import Case, Outcome
 from sdcscan.workloads import SPECS
 from sdcscan.workloads.workload_spec import WorkloadSpec
+
+if TYPE_CHECKING:  # a distributed run's modules are imported only by the workloads that join one
+    from sdcscan.collectives.world import World
 
 
 class Context:
@@ -31,13 +34,15 @@ class Context:
         self.run_seed = run_seed
         self.params = dict(params)
         self._phases: dict[str, float] = {}
-        self._pending: list[tuple[str, Any, Any]] = []  # (phase, start, end) CUDA events not yet read
+        self._pending: list[
+            tuple[str, torch.cuda.Event, torch.cuda.Event]
+        ] = []  # (phase, start, end) not yet read
         self._armed: faults.FaultSpec | None = None
-        self.injected: dict[str, Any] | None = None
+        self.injected: dict[str, object] | None = None  # what an armed fault changed (faults.corrupt_)
         self.notes: list[str] = []  # facts a person should read in the report, e.g. a restricted input range
-        # A distributed run's view of the world (sdcscan.collectives.world.World), else None. Only
-        # workloads whose spec says `distributed` use it; they run every case with all ranks at once.
-        self.world: Any = None
+        # A distributed run's view of the world, else None. Only workloads whose spec says
+        # `distributed` use it; they run every case with all ranks at once.
+        self.world: World | None = None
 
     def note(self, text: str) -> None:
         """Record a fact about this unit (from prepare) that the report lists and findings repeat."""

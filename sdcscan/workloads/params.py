@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeGuard
 
 from sdcscan.calibration.table import check_table_file
 from sdcscan.errors import UsageError
@@ -24,7 +24,7 @@ MAX_NUMBER = 1e9
 SHOWN_CHARS = 40
 
 
-def shown(value: Any) -> str:
+def shown(value: object) -> str:
     """A value for a message: its repr, cut to SHOWN_CHARS characters."""
     try:
         text = repr(value)
@@ -39,12 +39,17 @@ class Param(Protocol):
     def describe(self) -> str:
         """What is accepted, as a noun phrase: `an integer >= 1`."""
 
-    def problem(self, value: Any) -> str | None:
+    def problem(self, value: object) -> str | None:
         """None when `value` is accepted, else what is wrong: `must be an integer >= 1 (got 0)`."""
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> TypeGuard[int | float]:
+    # an int is checked as is: YAML's may exceed any float, so it never goes through isfinite
+    return _is_int(value) or (isinstance(value, float) and math.isfinite(value))
 
 
 @dataclass(frozen=True)
@@ -61,7 +66,7 @@ class Int:
         )
         return span + (f", a multiple of {self.multiple_of}" if self.multiple_of > 1 else "")
 
-    def problem(self, value: Any) -> str | None:
+    def problem(self, value: object) -> str | None:
         if not _is_int(value) or value < self.low or value % self.multiple_of:
             return f"must be {self.describe()} (got {shown(value)})"
         if value > self.high:
@@ -81,11 +86,9 @@ class Number:
         above = f"> {self.low:g}" if self.low_open else f">= {self.low:g}"
         return f"a number {above}" + ("" if self.high == MAX_NUMBER else f" and <= {self.high:g}")
 
-    def problem(self, value: Any) -> str | None:
-        # an int is checked as is: YAML's may exceed any float, so it never goes through isfinite
-        number = _is_int(value) or (isinstance(value, float) and math.isfinite(value))
+    def problem(self, value: object) -> str | None:
         wanted = f"must be {self.describe()} (got {shown(value)})"
-        if not number or (value <= self.low if self.low_open else value < self.low):
+        if not _is_number(value) or (value <= self.low if self.low_open else value < self.low):
             return wanted
         if value > self.high:
             return (
@@ -103,7 +106,7 @@ class Choice:
     def describe(self) -> str:
         return "one of " + ", ".join(self.options)
 
-    def problem(self, value: Any) -> str | None:
+    def problem(self, value: object) -> str | None:
         return None if value in self.options else f"must be {self.describe()} (got {shown(value)})"
 
 
@@ -114,7 +117,7 @@ class Flag:
     def describe(self) -> str:
         return "true or false"
 
-    def problem(self, value: Any) -> str | None:
+    def problem(self, value: object) -> str | None:
         return None if isinstance(value, bool) else f"must be true or false (got {shown(value)})"
 
 
@@ -129,7 +132,7 @@ class ListOf:
         size = f"a list of {self.length}" if self.length else "a non-empty list"
         return f"{size}, each {self.item.describe()}"
 
-    def problem(self, value: Any) -> str | None:
+    def problem(self, value: object) -> str | None:
         if not isinstance(value, list) or not value or (self.length and len(value) != self.length):
             return f"must be {self.describe()} (got {shown(value)})"
         for i, v in enumerate(value):
@@ -150,7 +153,7 @@ class Shape:
     def describe(self) -> str:
         return f"[m, k, n] with m {self.m.describe()}, k {self.k.describe()}, n {self.n.describe()}"
 
-    def problem(self, value: Any) -> str | None:
+    def problem(self, value: object) -> str | None:
         if not isinstance(value, list) or len(value) != 3:
             return f"must be [m, k, n] (got {shown(value)})"
         for name, dim, v in zip("mkn", (self.m, self.k, self.n), value, strict=True):
@@ -167,7 +170,7 @@ class CalibrationPath:
     def describe(self) -> str:
         return "the path of a calibration table, or '' for the shipped one"
 
-    def problem(self, value: Any) -> str | None:
+    def problem(self, value: object) -> str | None:
         if not isinstance(value, str):
             return f"must be {self.describe()} (got {shown(value)})"
         if value:

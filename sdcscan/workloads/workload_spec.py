@@ -56,7 +56,7 @@ class WorkloadSpec:
     distributed: bool = False
     data_version: int = 1
 
-    def param_problem(self, key: str, value: Any) -> str | None:
+    def param_problem(self, key: str, value: object) -> str | None:
         """What is wrong with `value` for parameter `key` (None: accepted); `key` must be in `params`."""
         return self.params[key].problem(value)
 

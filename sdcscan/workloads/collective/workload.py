@@ -58,7 +58,7 @@ from sdcscan.collectives.ops import (
     send_to_receive_from,
 )
 from sdcscan.collectives.triage import Node, Triage, reductive_triage
-from sdcscan.collectives.world import gather_from_all
+from sdcscan.collectives.world import World, gather_from_all
 from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
 from sdcscan.workloads.base import Context, register
 from sdcscan.workloads.collective.spec import DTYPES as DTYPE_NAMES
@@ -92,7 +92,7 @@ class _Group:
     """The ranks a collective runs on: the whole world or a triage subgroup."""
 
     members: tuple[int, ...]  # global ranks, sorted: the group's ring is this order
-    handle: Any  # the process group (None: the default group)
+    handle: dist.ProcessGroup | None  # the process group (None: the default group)
     me: int  # this process's rank in the group
 
     @property
@@ -116,6 +116,10 @@ class _Group:
         """Whether any hop of the group's ring is bad (a ring of one has none)."""
         n = self.size
         return n > 1 and any(bad(self.members[i], self.members[(i + 1) % n]) for i in range(n))
+
+
+# A cache entry's key: collective, dtype, numel, group size, my rank in it, broadcast root, seed, device.
+_CacheKey: TypeAlias = tuple[str, str, int, int, int, int | None, int, str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,7 +157,7 @@ class Collective:
             for dtype in self.p["dtypes"]
             for collective in self.p["collectives"]
         ]
-        self._cache: OrderedDict[tuple[Any, ...], _Data] = OrderedDict()
+        self._cache: OrderedDict[_CacheKey, _Data] = OrderedDict()
         self._cached_bytes = 0
 
     def prepare(self, ctx: Context) -> None:
@@ -181,7 +185,7 @@ class Collective:
         # the comparison only. Exact data make any corruption visible whatever the values; the run
         # seed is the same on every rank (it fixes the plan they share) and differs between runs.
         seed = ctx.run_seed
-        result = self._execute(ctx, pick, group, seed, bad, timed=True)
+        result = self._execute(ctx, world, pick, group, seed, bad, timed=True)
         with ctx.phase("check"):
             seen = gather_from_all(world, result)
             findings = _attribute(pick.collective, members, seen)
@@ -227,7 +231,7 @@ class Collective:
         return _Pick(collective, dtype, numel, root=(occurrence // len(self.combos)) % world_size)
 
     def _execute(
-        self, ctx: Context, pick: _Pick, group: _Group, seed: int, bad: BadHop, *, timed: bool
+        self, ctx: Context, world: World, pick: _Pick, group: _Group, seed: int, bad: BadHop, *, timed: bool
     ) -> list[Pair] | int:
         """Run `pick` on `group` and check it: this rank's wrong pairs (copies) or wrong elements (sums).
 
@@ -239,7 +243,7 @@ class Collective:
             return ctx.phase(name) if timed else nullcontext()
 
         with phase("setup"):
-            data = self._data(pick, group, seed, ctx.world.device)
+            data = self._data(pick, group, seed, world.device)
             buffers = _buffers(pick, group, data)
         with phase("compute"):
             _call(pick, group, data, buffers)
@@ -264,7 +268,7 @@ class Collective:
             self._cached_bytes += size
         return data
 
-    def _triage(self, ctx: Context, pick: _Pick, seed: int, bad: BadHop, world: Any) -> Triage:
+    def _triage(self, ctx: Context, pick: _Pick, seed: int, bad: BadHop, world: World) -> Triage:
         """Reductive triage on subgroups; every rank plans the same trials and sees the same answers."""
 
         def reproduces(nodes: tuple[Node, ...]) -> bool | None:
@@ -274,7 +278,7 @@ class Collective:
             if world.rank in ranks:
                 sub = _Group(ranks, handle, ranks.index(world.rank))
                 try:
-                    result = self._execute(ctx, pick, sub, seed, bad, timed=False)
+                    result = self._execute(ctx, world, pick, sub, seed, bad, timed=False)
                     outcome = 1 if result else 0
                 except RuntimeError:  # a peer died or timed out: this trial says nothing
                     outcome = 2
@@ -435,7 +439,9 @@ def _mismatch(
     )
 
 
-def _digest(pick: _Pick, world_size: int, attribution: list[dict[str, Any]], triage: Any) -> str:
+def _digest(
+    pick: _Pick, world_size: int, attribution: list[dict[str, object]], triage: dict[str, object] | None
+) -> str:
     """The same on every rank, clean or not: what ran and what every rank concluded."""
     root = pick.root if pick.collective == BROADCAST else None
     facts = [pick.collective, pick.dtype, pick.numel, root, world_size, attribution, triage]

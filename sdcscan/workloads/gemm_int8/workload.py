@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -286,7 +286,7 @@ def _pool_seed(run_seed: int, what: str) -> int:
     return int.from_bytes(hashlib.sha256(f"gemm_int8 {what} {run_seed}".encode()).digest()[:8], "little")
 
 
-def _probe(mm: Any, device: torch.device) -> str:
+def _probe(mm: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], device: torch.device) -> str:
     """Compare `mm` with an exact fp64 reference on full-range inputs; '' when exact, else what failed."""
     g = torch.Generator().manual_seed(0x1A7)
     shape = (32, 256)  # k = 256: 128 saturated u8·s8 pairs per dot product if the kernel saturates

@@ -140,7 +140,7 @@ def case_generator(ctx: Context, seed: int) -> torch.Generator:
     return torch.Generator(device=ctx.device).manual_seed(cpu.initial_seed())  # ctx.generator's seed
 
 
-def _autocast(device: torch.device, autocast: str) -> contextlib.AbstractContextManager[Any]:
+def _autocast(device: torch.device, autocast: str) -> contextlib.AbstractContextManager[object]:
     """torch.autocast at the `autocast` parameter's dtype; nothing at all for "none" (digests unchanged)."""
     dtype = _AUTOCAST[autocast]
     return contextlib.nullcontext() if dtype is None else torch.autocast(device.type, dtype=dtype)

@@ -37,7 +37,7 @@ from sdcscan.collectives.attribution import (
     Unattributed,
     judge_state_hashes,
 )
-from sdcscan.collectives.world import gather_from_all
+from sdcscan.collectives.world import World, gather_from_all
 from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
 from sdcscan.workloads.base import Context, register
 from sdcscan.workloads.train_dp.spec import DTYPES as DTYPE_NAMES
@@ -165,7 +165,7 @@ def case_outcome(rank: int, verdict: HashVerdict, *, judged: int, digest: str, s
     mismatches = [
         _mismatch(f, judged, steps_run - 1, digest) for f in verdict.findings if rank in _accused(f)
     ]
-    detail: dict[str, Any] = {"steps": steps_run, "verdict": verdict.to_dict()}
+    detail: dict[str, object] = {"steps": steps_run, "verdict": verdict.to_dict()}
     if not verdict.ok:
         detail["finding"] = verdict.describe()
     if any(isinstance(f, Unattributed) for f in verdict.findings):
@@ -230,7 +230,7 @@ class TrainDp:
         judged, digest, step = 0, "", 0
         for step in range(steps):
             with ctx.phase("compute"):
-                loss, replica = self._step(ctx, model, opt, own, other, step, plan)
+                loss, replica = self._step(ctx, world, model, opt, own, other, step, plan)
                 losses.append(loss)
                 replicas.append(replica)
             if (step + 1) % every and step != steps - 1:
@@ -255,6 +255,7 @@ class TrainDp:
     def _step(
         self,
         ctx: Context,
+        world: World,
         model: nn.Sequential,
         opt: torch.optim.Optimizer,
         own: tuple[torch.Tensor, torch.Tensor],
@@ -263,7 +264,6 @@ class TrainDp:
         plan: _FaultPlan,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """One data-parallel step; returns this rank's loss and its replica of its predecessor's."""
-        world = ctx.world
         opt.zero_grad(set_to_none=True)
         loss = _loss(model, own, step)
         loss.backward()
@@ -276,7 +276,7 @@ class TrainDp:
         dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=world.data)
         flat.div_(world.size)
         if plan.link_step == step:
-            plan.corrupt_link_(ctx, flat)
+            plan.corrupt_link_(ctx, world.rank, flat)
         offset = 0
         for q in params:
             q.grad = flat[offset : offset + q.numel()].view_as(q)
@@ -304,7 +304,7 @@ class _FaultPlan:
     update_param: int = 0
 
     @classmethod
-    def draw(cls, world: Any, seed: int, steps: int, n_params: int) -> _FaultPlan:
+    def draw(cls, world: World, seed: int, steps: int, n_params: int) -> _FaultPlan:
         link, update = world.fault("link"), world.fault("update")
         plan: dict[str, Any] = {}
         if link is not None and random.Random(f"{seed}:link").random() < link.rate:
@@ -317,13 +317,12 @@ class _FaultPlan:
             plan.update(update_rank=update.rank)
         return cls(seed=seed, ring=tuple(world.ring), **plan)
 
-    def corrupt_link_(self, ctx: Context, flat: torch.Tensor) -> None:
+    def corrupt_link_(self, ctx: Context, rank: int, flat: torch.Tensor) -> None:
         """Flip one bit of each block the bad hop corrupts, on the ranks that hold it wrong (link_arcs).
 
         The bit: the exponent's lowest bit of the block's largest element (identical on every rank),
         which doubles or halves it: never rounded away by the optimizer, so the states always differ.
         """
-        rank = ctx.world.rank
         blocks = torch.arange(flat.numel()).tensor_split(len(self.ring))
         hit = []
         for source, holders in link_arcs(self.ring, self.link_receiver).items():
