@@ -13,7 +13,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Final, TypedDict
+from typing import Final, Literal, TypedDict
 
 from sdcscan.errors import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_PASS
 
@@ -21,7 +21,8 @@ from sdcscan.errors import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_PASS
 STATUS_OK: Final = "ok"
 STATUS_MISMATCH: Final = "mismatch"  # an invariant fired: SDC suspected on this unit
 STATUS_ERROR: Final = "error"  # the workload raised: the unit cannot be judged
-STATUSES = (STATUS_OK, STATUS_MISMATCH, STATUS_ERROR)
+StatusWord = Literal["ok", "mismatch", "error"]  # the report declares its status column with it
+STATUSES: tuple[StatusWord, ...] = (STATUS_OK, STATUS_MISMATCH, STATUS_ERROR)
 
 # Kinds of evidence (DESIGN.md, "Three independent kinds of evidence"), plus a recorded golden.
 INVARIANT: Final = "invariant"  # the case checks itself: golden value, ABFT identity, NaN/Inf
@@ -112,7 +113,7 @@ class Mismatch:
 class Outcome:
     """What a case produced on a unit. The worker fills in `seconds` and `injected`."""
 
-    status: str  # one of STATUSES
+    status: StatusWord
     digest: str | None
     mismatches: list[Mismatch] = field(default_factory=list)
     ops: float = 0.0  # useful work done, in `ops_unit`
@@ -128,7 +129,7 @@ class OutcomeRecord(TypedDict):
     """An `Outcome` as plain data: what the worker sends the parent, and the journal records
     inside each case record (beside the unit, index, attempt and workload)."""
 
-    status: str  # one of STATUSES
+    status: StatusWord
     digest: str | None
     mismatches: list[dict[str, str | None]]  # Mismatch.to_dict() each
     ops: float
@@ -138,6 +139,16 @@ class OutcomeRecord(TypedDict):
     error: str | None
     injected: dict[str, object] | None
     detail: dict[str, object]
+
+
+class CaseOutcome(OutcomeRecord):
+    """One case's outcome on one unit as the runner journals it and the judgement reads it."""
+
+    type: Literal["case"]
+    unit: str
+    index: int
+    attempt: int  # 0: the main pass; re-runs count from 1
+    workload: str
 
 
 # Text and order shared by every reader of units and files (torch-free, like the rest of this module).

@@ -29,7 +29,7 @@ from sdcscan.events import CaseFinished, CaseStarted, EventSink, PhaseChanged, U
 from sdcscan.journal import Journal
 from sdcscan.judgement.evidence import CaseResult
 from sdcscan.judgement.verdict import retest_plan
-from sdcscan.outcomes import STATUS_OK, OutcomeRecord
+from sdcscan.outcomes import STATUS_OK, CaseOutcome, OutcomeRecord
 from sdcscan.report.document import UnitPacing
 from sdcscan.rerun_schedule import MAX_RETEST_CASES, RerunSchedule, retest_window
 from sdcscan.units import Unit, cohort_key
@@ -111,7 +111,7 @@ class UnitState:
 class RunResult:
     states: dict[str, UnitState]
     retests: dict[tuple[str, int], list[str | None]]
-    outcomes: list[dict[str, object]]  # every outcome message, main pass and re-runs, in arrival order
+    outcomes: list[CaseOutcome]  # every outcome message, main pass and re-runs, in arrival order
     started: float
     ended: float
     interrupted: str | None = None  # "SIGINT" | "SIGTERM" | None: a signal stopped the run
@@ -151,7 +151,7 @@ class Runner:
         self.states = {c.unit.id: UnitState(c.unit) for c in configs}
         self.software: dict[str, object] = {}
         self.journal, self.emit = journal, on_event
-        self.outcomes: list[dict[str, object]] = []
+        self.outcomes: list[CaseOutcome] = []
         self.retests: dict[tuple[str, int], list[str | None]] = {}
         self.watchdog = Watchdog()
         self.retest_count = retest
@@ -350,7 +350,7 @@ class Runner:
         uid = state.unit.id
         state.current = None
         self._mark(state)
-        record: dict[str, object] = {
+        record: CaseOutcome = {
             "type": "case",
             "unit": uid,
             "index": index,

@@ -14,6 +14,7 @@ from typing import Any, cast
 from sdcscan.errors import ReportError
 from sdcscan.journal import read_journal
 from sdcscan.judgement.assemble import UnitFacts, judge_and_build
+from sdcscan.outcomes import CaseOutcome
 from sdcscan.report.document import Report, Run
 from sdcscan.timefmt import iso_utc
 
@@ -80,7 +81,7 @@ def _build(run: dict[str, Any], records: list[dict[str, Any]]) -> Report:
         software=next((r["software"] for r in unit_recs.values() if isinstance(r.get("software"), dict)), {}),
         cohorts={r["cohort"]: r.get("cohort_fields") or {} for r in unit_recs.values() if r.get("cohort")},
         units=cast(list[UnitFacts], units),
-        outcomes=outcomes,
+        outcomes=cast(list[CaseOutcome], outcomes),  # each one passed _is_case
         problems=problems,
         interrupted="journal",
     )

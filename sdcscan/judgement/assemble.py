@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import cast
 
 from typing_extensions import NotRequired, TypedDict
 
@@ -20,7 +20,7 @@ from sdcscan.judgement.retest import CLASSIFICATIONS, Retest, unit_classificatio
 from sdcscan.judgement.verdict import Dispute as CohortDispute
 from sdcscan.judgement.verdict import Judgement, judge
 from sdcscan.judgement.wording import finding, findings, reason
-from sdcscan.outcomes import STATUS_ERROR, STATUS_MISMATCH, STATUS_OK
+from sdcscan.outcomes import STATUS_ERROR, STATUS_MISMATCH, STATUS_OK, CaseOutcome
 from sdcscan.report.document import (
     SCHEMA_VERSION,
     Calibration,
@@ -44,9 +44,7 @@ from sdcscan.report.document import (
 
 MAX_MISMATCHES_PER_UNIT = 50  # enough to see a pattern; the per-case status column has the full count
 MAX_RETEST_RECORDS = 20
-# A case record as the runner journals it ({unit, index, attempt, workload, status, digest, seconds,
-# ops, ops_unit, phases, mismatches, error, injected}): read back from the journal, so not typed further.
-Outcome = dict[str, Any]
+Outcome = CaseOutcome  # as the runner journals it; `report --from-journal` reads it back
 
 
 class UnitFacts(TypedDict):

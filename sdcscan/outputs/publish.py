@@ -14,12 +14,15 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+from typing_extensions import TypeVarTuple, Unpack
 
 from sdcscan.errors import ReportError, RunError, SdcscanError
 from sdcscan.files import check_output_target
 from sdcscan.outputs import history
 from sdcscan.report.document import Report
+
+_Args = TypeVarTuple("_Args")
 
 
 @dataclass(frozen=True)
@@ -117,7 +120,7 @@ def publish(report: Report, outputs: Outputs) -> None:
         raise ReportError("; ".join(problems))
 
 
-def _attempt(problems: list[str], write: Callable[..., None], *args: Any) -> bool:
+def _attempt(problems: list[str], write: Callable[[Unpack[_Args]], None], *args: Unpack[_Args]) -> bool:
     """Call `write(*args)`; on an sdcscan error add its message to `problems`. True when it succeeded."""
     try:
         write(*args)

@@ -26,6 +26,8 @@ from typing import Annotated, Final, Literal
 
 from typing_extensions import NotRequired, TypedDict
 
+from sdcscan.outcomes import StatusWord
+
 __all__ = [
     "SCHEMA_PATH",
     "SCHEMA_VERSION",
@@ -100,7 +102,6 @@ Seconds = Annotated[float, Range(low=0)]
 
 # The words, as in sdcscan.outcomes (tests/test_report_document.py keeps them equal).
 VerdictWord = Literal["pass", "fail", "invalid", "interrupted"]
-StatusWord = Literal["ok", "mismatch", "error"]
 RetestClass = Literal["persistent", "transient", "case", "untested"]
 RetestEvidence = Literal["invariant", "consensus"]
 UnitKind = Literal["cpu", "cuda"]

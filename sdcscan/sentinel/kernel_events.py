@@ -16,7 +16,7 @@ import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 KINDS = ("segfault", "trap", "mce", "xid")
 # printk limits one message to 1-2 KiB, depending on the version: a longer "message" is not one the
@@ -42,7 +42,7 @@ class KernelEvent:
     xid: int | None = None
     source: str = ""  # "journal" | "kmsg" | "dmesg" | "rasdaemon"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """Every field under its own name, JSON-ready."""
         return dataclasses.asdict(self)
 

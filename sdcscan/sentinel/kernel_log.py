@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
 from sdcscan.errors import UsageError
 from sdcscan.sentinel.kernel_events import KernelEvent, ParseStats, mce_detail, parse_messages
@@ -49,7 +49,14 @@ _DMESG_RECORD = re.compile(r"(?:<(?P<pri>\d+)>)?\[\s*(?P<s>\d+\.\d+)\] ?(?P<text
 _KMSG_ESCAPE = re.compile(rb"\\x([0-9a-fA-F]{2})")
 
 Record = tuple[float | None, str]
-Runner = Callable[..., subprocess.CompletedProcess[bytes]]
+
+
+class Runner(Protocol):
+    """`subprocess.run` as the readers call it (tests pass fakes that hang, fail or flood)."""
+
+    def __call__(
+        self, args: list[str], *, capture_output: bool, timeout: float, stdin: int, env: dict[str, str]
+    ) -> subprocess.CompletedProcess[bytes]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +70,7 @@ class LogRead:
     since: float  # the window, seconds since the epoch
     until: float
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """JSON-ready: the window, sources, notes, counts and every event."""
         return dataclasses.asdict(self)
 

@@ -38,7 +38,7 @@ from sdcscan.collectives.attribution import (
     judge_state_hashes,
 )
 from sdcscan.collectives.world import World, gather_from_all
-from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
+from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome, StatusWord
 from sdcscan.workloads.base import Context, register
 from sdcscan.workloads.train_dp.spec import DTYPES as DTYPE_NAMES
 from sdcscan.workloads.train_dp.spec import SPEC
@@ -170,7 +170,7 @@ def case_outcome(rank: int, verdict: HashVerdict, *, judged: int, digest: str, s
         detail["finding"] = verdict.describe()
     if any(isinstance(f, Unattributed) for f in verdict.findings):
         detail["unattributed"] = True
-    status = STATUS_MISMATCH if mismatches else STATUS_OK
+    status: StatusWord = STATUS_MISMATCH if mismatches else STATUS_OK
     detail["state_hash"] = digest
     return Outcome(
         status=status,
