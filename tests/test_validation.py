@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from sdcscan.calibration.table import check_table_file
+from sdcscan.calibration.table import check_table_file, e_max_bounds
 from sdcscan.errors import ProfileError, UsageError
 from sdcscan.profile import check_overrides, load_profile, profile_from_data
 from sdcscan.workloads import SPECS
@@ -193,6 +193,36 @@ def test_calibration_tables_a_worker_could_not_use_are_refused(tmp_path, table, 
     with pytest.raises(UsageError) as err:
         check_table_file(path)
     assert f"calibration table {path}: " in str(err.value) and needle in str(err.value)
+
+
+SHIPPED_TABLE = json.loads(resources.files("sdcscan").joinpath("data/calibration.json").read_text())
+
+
+@pytest.mark.parametrize("scale", [1e-3, 1e-6])
+def test_a_table_scaled_far_below_what_rounding_needs_is_refused_before_work(tmp_path, scale):
+    """Issue 33: every e_max of the shipped table times 10^-3 accused healthy CPUs (exit 1). The bf16 and
+    fp16 entries then lie below a hundredth of their output's rounding: refused, exit 2, before work."""
+    entries = [{**e, "e_max": e["e_max"] * scale} for e in SHIPPED_TABLE["entries"]]
+    path = _calibration(tmp_path, {**SHIPPED_TABLE, "entries": entries})
+    with pytest.raises(UsageError, match=r"\.e_max: outside what the arithmetic allows"):
+        check_table_file(path)
+
+
+@pytest.mark.parametrize("e_max", [1.0, 1e308, 0.5])
+def test_an_e_max_no_rounding_can_need_is_refused_before_work(tmp_path, e_max):
+    """e_max 1e308 or 1.0 ran the whole budget and wrote 392,000 raised cases: now exit 2 at once."""
+    path = _calibration(tmp_path, {"schema": "sdcscan-calibration/1", "entries": [_entry(e_max=e_max)]})
+    with pytest.raises(UsageError, match=r"entries\[0\]\.e_max: outside what the arithmetic allows"):
+        check_table_file(path)
+
+
+def test_plausible_e_max_bounds_hold_every_measured_entry_with_margin():
+    """The shipped entries (clean measurements) lie at least 10x inside both bounds."""
+    for e in SHIPPED_TABLE["entries"]:
+        bounds = e_max_bounds(e["dtype"], e["checker"], e["k_max"])
+        assert bounds is not None
+        assert 10 * bounds[0] <= e["e_max"] <= bounds[1] / 10, e
+    assert e_max_bounds("float8", "float32", 4096) is None  # never used by gemm_fp: not judged here
 
 
 def test_calibration_files_that_are_not_tables_are_refused_without_reading_them(tmp_path):

@@ -317,3 +317,64 @@ def test_what_to_do_next_follows_the_problems_evidence_code_not_its_words(code, 
     (f,) = [f for f in findings(j, RUN) if f["unit"] == "cpu:0"]
     assert words in f["message"]
     assert f["next"].startswith("nothing points at cpu:0") != points_at_the_unit
+
+
+# Issue 33: a check that is wrong on this stack (a --calibration file too tight) must not fail units.
+def fp(unit, index, status="ok"):
+    return r(unit, index, "x" if status == "mismatch" else "d", status, "gemm_fp")
+
+
+def test_a_case_rerun_stops_blame_for_the_units_untested_failures_of_that_workload():
+    """One re-run that failed on the peer too shows gemm_fp's check wrong here: its other failures, not
+    re-run, are no evidence; the unit is invalid (exit 3), never fail (exit 1)."""
+    results = [fp("cpu:0", i) for i in range(4)] + [fp("cpu:1", i, "mismatch") for i in range(4)]
+    retests = {("cpu:1", 0): [None, None, None], ("cpu:0", 0): [None]}  # case 0 fails on the peer too
+    j = judge(TWO, results, retests=retests)
+    assert j.unit_verdicts["cpu:1"].value == "invalid" and not j.blame.get("cpu:1")
+    assert j.verdict.value == "invalid"
+
+
+def test_a_case_rerun_does_not_excuse_another_workloads_failures():
+    """The excuse covers the workload the re-run showed wrong, nothing else."""
+    results = [fp("cpu:0", 0), fp("cpu:1", 0, "mismatch"), r("cpu:0", 1), r("cpu:1", 1, "x", "mismatch")]
+    retests = {("cpu:1", 0): [None, None, None], ("cpu:0", 0): [None]}
+    assert judge(TWO, results, retests=retests).unit_verdicts["cpu:1"].value == "fail"
+
+
+def test_a_check_failing_on_every_unit_of_the_cohort_blames_none():
+    """Both units fail gemm_fp's check and nothing ties a failure to one unit: the check is wrong."""
+    results = [fp(u, i, "mismatch") for u in TWO for i in range(3)]
+    j = judge(TWO, results)
+    assert [j.unit_verdicts[u].value for u in sorted(TWO)] == ["invalid", "invalid"]
+    assert all("failed on all 2 units of this cohort" in (reason(j.reason(u)) or "") for u in TWO)
+
+
+@pytest.mark.parametrize(
+    ("name", "cohorts", "results", "retests", "verdicts"),
+    [
+        (
+            "one unit of two fails: it fails",
+            TWO,
+            [fp("cpu:0", 0), fp("cpu:1", 0, "mismatch")],
+            {},
+            ["pass", "fail"],
+        ),
+        (
+            "a unit alone in its cohort fails: it fails",
+            {"cpu:0": "c"},
+            [fp("cpu:0", 0, "mismatch")],
+            {},
+            ["fail"],
+        ),
+        (
+            "every unit fails, but a re-run ties cpu:1's failure to it: cpu:1 fails",
+            TWO,
+            [fp("cpu:0", 0), fp("cpu:0", 1, "mismatch"), fp("cpu:1", 0, "mismatch"), fp("cpu:1", 1)],
+            {("cpu:1", 0): [None, None, None], ("cpu:0", 0): ["d"]},  # fails again on cpu:1, not on cpu:0
+            ["fail", "fail"],
+        ),
+    ],
+)
+def test_failures_a_unit_owns_still_fail_it(name, cohorts, results, retests, verdicts):
+    j = judge(cohorts, results, retests=retests)
+    assert [j.unit_verdicts[u].value for u in sorted(cohorts)] == verdicts, name

@@ -38,6 +38,7 @@ from sdcscan.calibration.table import (
     check_table,
 )
 from sdcscan.checks import vabft
+from sdcscan.checks.limits import UNIT_ROUNDOFF, e_max_ceiling
 from sdcscan.errors import ReportError, UsageError
 from sdcscan.files import calibration_cache_dir, make_state_dir, parse_json, read_json, write_json_atomic
 from sdcscan.timefmt import iso_utc
@@ -323,7 +324,6 @@ SELF_MAX_MN = 256  # rows and columns of a self-calibration GEMM at most: second
 SELF_ROWS = 512  # clean rows (and as many columns) per distribution: 3,584 of each over the 7 distributions
 SOURCES = ("file", "cache", "shipped", "fresh")
 CHECKS = ["rows", "columns"]  # what a measurement covered; entries without it predate the column check
-UNIT_ROUNDOFF = {name: torch.finfo(dt).eps / 2 for name, dt in DTYPES.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -345,10 +345,10 @@ class Threshold:
 
 
 def ceiling_for(dtype: str, checker: str, shape: tuple[int, int, int]) -> float:
-    """`vabft.e_max_ceiling` for a GEMM of `shape` = (M, K, N) in `dtype` checked in `checker`."""
+    """`limits.e_max_ceiling` for a GEMM of `shape` = (M, K, N) in `dtype` checked in `checker`."""
     (m, k, n), u_out = shape, UNIT_ROUNDOFF[dtype]
     u_acc = min(u_out, UNIT_ROUNDOFF["float32"])  # bf16/fp16 GEMMs accumulate in fp32
-    return vabft.e_max_ceiling(k=k, width=max(m, n), u_acc=u_acc, u_chk=UNIT_ROUNDOFF[checker], u_out=u_out)
+    return e_max_ceiling(k=k, width=max(m, n), u_acc=u_acc, u_chk=UNIT_ROUNDOFF[checker], u_out=u_out)
 
 
 def fingerprint(device: torch.device, dtype: str, checker: str) -> dict[str, Any]:

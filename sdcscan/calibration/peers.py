@@ -4,7 +4,7 @@ Each unit takes e_max from a file, the cache, the shipped table or its own fresh
 (`calibration.measure.resolve`). The measurement is deterministic: correct units of one cohort (same
 device model, same software, same threads) measure bit-identical numbers, and a cache or file gives them
 all the same value. So units of one cohort that hold different e_max for one (dtype, checker, K) show
-that some measurement saw errors, not rounding. The ceiling (`vabft.e_max_ceiling`) refuses gross
+that some measurement saw errors, not rounding. The ceiling (`checks.limits.e_max_ceiling`) refuses gross
 inflation on one unit alone; this check catches what stays under it, wherever a unit has peers.
 
 Which side is out of line: the value a strict majority of the cohort holds is the reference; without

@@ -13,10 +13,16 @@ import math
 import os
 from typing import Any
 
+from sdcscan.checks.limits import UNIT_ROUNDOFF, e_max_ceiling
 from sdcscan.errors import UsageError
 from sdcscan.files import JSONFileError, read_bounded
 
 SCHEMA = "sdcscan-calibration/1"
+# An e_max's plausible range (`e_max_bounds`). The clean measurements behind the shipped table needed
+# 0.35 (bf16, fp16) to 75 (fp64) times the output's unit roundoff at K = 4096: a hundredth of it leaves a
+# margin of 35 and more, and is far above what a mistyped or scaled file holds (the issue's 10^-3).
+E_MAX_FLOOR = 0.01
+WIDEST = 2**20  # the widest GEMM (M or N) an entry may be meant for: a million columns
 MAX_TABLE_BYTES = 16 << 20  # a table holds a few entries per device model; anything larger is not one
 _KEY_FIELDS = ("device_model", "dtype", "checker")  # what `calibration.lookup` matches on
 # The GEMM dtypes a table calibrates and, per dtype, its checker precisions (docs/abft.md §3.2): fp32 in
@@ -102,7 +108,30 @@ def _entry_problem(entry: Any) -> str:
     k_max = entry.get("k_max")
     if isinstance(k_max, bool) or not isinstance(k_max, int) or k_max < 1:
         return ".k_max: must be an integer >= 1"
+    bounds = e_max_bounds(entry["dtype"], entry["checker"], k_max)
+    if bounds is not None and not bounds[0] <= e_max <= bounds[1]:
+        low, high = bounds
+        return (
+            f".e_max: outside what the arithmetic allows for {entry['dtype']} checked in {entry['checker']} "
+            f"at k_max ({low:.3g} .. {high:.3g}): it would flag clean rows, or pass corrupted ones"
+        )
     return ""
+
+
+def e_max_bounds(dtype: str, checker: str, k_max: int) -> tuple[float, float] | None:
+    """The e_max a correct device can need for `dtype` checked in `checker` at K = k_max, from the
+    arithmetic alone; None for a dtype or checker gemm_fp does not know (its entries are never used).
+
+    Above: `e_max_ceiling` for a GEMM WIDEST wide, the worst-case rounding of any summation order; more
+    accepts errors as rounding. Below: E_MAX_FLOOR of the output's own unit roundoff, since every
+    output element is rounded to its dtype once, whatever the hardware; less flags clean rows.
+    """
+    if dtype not in UNIT_ROUNDOFF or checker not in UNIT_ROUNDOFF:
+        return None
+    u_out = UNIT_ROUNDOFF[dtype]
+    u_acc = min(u_out, UNIT_ROUNDOFF["float32"])  # bf16/fp16 GEMMs accumulate in fp32
+    ceiling = e_max_ceiling(k=k_max, width=WIDEST, u_acc=u_acc, u_chk=UNIT_ROUNDOFF[checker], u_out=u_out)
+    return E_MAX_FLOOR * u_out, ceiling
 
 
 def _read_regular_file(label: str, path: str) -> bytes:

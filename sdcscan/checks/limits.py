@@ -7,6 +7,8 @@ defined once.
 
 from __future__ import annotations
 
+import math
+
 # --- int8 (sdcscan.checks.int8: its docstring explains the digits) ---------------------------------
 
 SCHEMES = ("mod2_32", "mod127")
@@ -65,3 +67,27 @@ BITS = (8, 4)  # 8-bit rows (fp32 scale, bias) and 4-bit rows (fp16 scale, bias)
 # --- V-ABFT (sdcscan.checks.vabft) ----------------------------------------------------------------
 
 SIGMA_C = 2.5  # c in the threshold: how many (bounded) standard deviations of rounding error to allow
+
+
+# --- V-ABFT's arithmetic (sdcscan.checks.vabft; docs/abft.md §3.3) -------------------------------------
+
+# Unit roundoff u = 2^-p of each float format gemm_fp computes or checks in (IEEE 754; bfloat16 keeps
+# 8 significand bits): half the distance from 1 to the next float.
+UNIT_ROUNDOFF = {"float64": 2.0**-53, "float32": 2.0**-24, "bfloat16": 2.0**-8, "float16": 2.0**-11}
+
+
+def e_max_ceiling(*, k: int, width: int, u_acc: float, u_chk: float, u_out: float) -> float:
+    """The largest e_max any correct device may need, from the arithmetic alone (docs/abft.md §3.3)::
+
+        γ_{K+2}(u_acc) + γ_{W+K+2}(u_chk) + u_out + γ_{W}(u_chk),   W = the longer of M and N
+
+    These are the coefficients of `rigorous_threshold`, which bounds |D| for any summation order: for
+    operands of one sign, N·|μA|·S1 is |A_i|·(|B|·1), so an e_max above this accepts more than worst-case
+    rounding can produce. A calibration that needs more saw errors, not rounding.
+    """
+    return gamma(k + 2, u_acc) + gamma(width + k + 2, u_chk) + u_out + gamma(width, u_chk)
+
+
+def gamma(n: int, u: float) -> float:
+    """γ_n = n·u / (1 − n·u), Higham's bound for n roundings (inf when n·u ≥ 1)."""
+    return n * u / (1.0 - n * u) if n * u < 1.0 else math.inf

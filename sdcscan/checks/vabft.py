@@ -17,7 +17,10 @@ from dataclasses import dataclass
 
 import torch
 
-from sdcscan.checks.limits import SIGMA_C  # c in the threshold (torch-free there: the catalogue reads it)
+from sdcscan.checks.limits import (  # torch-free there: the catalogue and the calibration table read them
+    SIGMA_C,
+    gamma,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,23 +287,6 @@ def rigorous_threshold(
     scale = a.to(torch.float64).abs() @ enc.abs_rowsum.to(torch.float64)  # (M,)
     out_abs = c_out.to(torch.float64).abs().sum(dim=1)  # (M,)
     return (gamma(k + 2, u_acc) + gamma(n + k + 2, u_chk)) * scale + (u_out + gamma(n, u_chk)) * out_abs
-
-
-def e_max_ceiling(*, k: int, width: int, u_acc: float, u_chk: float, u_out: float) -> float:
-    """The largest e_max any correct device may need, from the arithmetic alone (docs/abft.md §3.3)::
-
-        γ_{K+2}(u_acc) + γ_{W+K+2}(u_chk) + u_out + γ_{W}(u_chk),   W = the longer of M and N
-
-    These are the coefficients of `rigorous_threshold`, which bounds |D| for any summation order: for
-    operands of one sign, N·|μA|·S1 is |A_i|·(|B|·1), so an e_max above this accepts more than worst-case
-    rounding can produce. A calibration that needs more saw errors, not rounding.
-    """
-    return gamma(k + 2, u_acc) + gamma(width + k + 2, u_chk) + u_out + gamma(width, u_chk)
-
-
-def gamma(n: int, u: float) -> float:
-    """γ_n = n·u / (1 − n·u), Higham's bound for n roundings (inf when n·u ≥ 1)."""
-    return n * u / (1.0 - n * u) if n * u < 1.0 else math.inf
 
 
 def localize(rows: CheckResult, cols: CheckResult, limit: int = 8) -> list[tuple[int, int | None]]:

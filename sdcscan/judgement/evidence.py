@@ -50,6 +50,9 @@ class Blame:
 # Evidence code of a Problem whose unit the host's own work kept from running (background mode): nothing
 # points at the unit, so what to do next differs. Words change; readers branch on the code.
 PROBLEM_NOT_SCREENED = "not_screened"
+# A workload's invariant fails on every unit of the cohort and no re-run tied a failure to one unit: the
+# check or its configuration is wrong (a calibration file too tight), not the hardware.
+PROBLEM_FAILS_ON_EVERY_PEER = "fails_on_every_peer"
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +63,11 @@ class Problem:
     reason: str | None = None  # the runner's words (crashed, hung, late) or the exception summary
     raised: CaseResult | None = None  # the first case that raised
     case_fault: Retest | None = None  # a failing case that failed on a peer too
-    code: str | None = None  # PROBLEM_NOT_SCREENED, or None: the reason says it all
+    code: str | None = (
+        None  # PROBLEM_NOT_SCREENED, PROBLEM_FAILS_ON_EVERY_PEER, or None: the reason says it all
+    )
+    workload: str | None = None  # the workload a PROBLEM_FAILS_ON_EVERY_PEER is about
+    peers: int = 0  # ... and how many units of the cohort it failed on
 
 
 @dataclass(frozen=True, slots=True)

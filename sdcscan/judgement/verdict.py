@@ -30,6 +30,7 @@ from sdcscan.judgement.evidence import (
     BLAME_INVARIANT,
     BLAME_NOT_REPRODUCIBLE,
     BLAME_UNDECIDED,
+    PROBLEM_FAILS_ON_EVERY_PEER,
     Blame,
     CaseResult,
     GoldenCheck,
@@ -297,6 +298,7 @@ class _Judge:
 
     def invariants(self, results: list[CaseResult]) -> None:
         failed: dict[str, list[CaseResult]] = defaultdict(list)
+        checked: list[tuple[CaseResult, Retest]] = []
         for r in results:
             if r.status == STATUS_MISMATCH and _runs_with_peers(r.workload):
                 failed[r.unit].append(r)  # never re-run alone: its peers judged it with it, in its case
@@ -304,10 +306,54 @@ class _Judge:
                 rec = self.classify(
                     r.unit, r.index, r.workload, INVARIANT, lambda x: x is None, self.peers_of(r.unit)
                 )
-                if rec.classification != CASE:
-                    failed[r.unit].append(r)
+                checked.append((r, rec))
+        not_the_unit = self._not_the_units(checked)
+        for r, rec in checked:
+            if rec.classification != CASE and (r.unit, r.workload) not in not_the_unit:
+                failed[r.unit].append(r)
         for unit, rs in sorted(failed.items(), key=lambda kv: unit_order(kv[0])):
             self.accuse(Blame(unit, BLAME_INVARIANT, rs[0].index, rs[0].workload, cases=len(rs)))
+
+    def _not_the_units(self, checked: list[tuple[CaseResult, Retest]]) -> set[tuple[str, str]]:
+        """(unit, workload) pairs whose invariant failures are no evidence against the unit.
+
+        - A re-run that failed on a peer too (`case`) shows the workload's check is wrong on this stack:
+          the unit's failures of that workload that were not re-run are no evidence either.
+        - A workload whose check failed on every unit of a cohort (two or more), with no re-run that
+          tied a failure to one unit (`persistent` or `transient`), is wrong itself, e.g. a calibration
+          file too tight: each of those units cannot be judged, none is blamed.
+        Failures a re-run tied to the unit (`persistent`, `transient`) always stay evidence.
+        """
+        by_pair: dict[tuple[str, str], list[Retest]] = defaultdict(list)
+        for r, rec in checked:
+            by_pair[(r.unit, r.workload)].append(rec)
+        tied = {
+            pair
+            for pair, recs in by_pair.items()
+            if any(rec.classification in (PERSISTENT, TRANSIENT) for rec in recs)
+        }
+        shown_software = {
+            pair for pair, recs in by_pair.items() if any(rec.classification == CASE for rec in recs)
+        }
+        out = shown_software - tied
+        members: dict[str, list[str]] = defaultdict(list)
+        for unit, cohort in self.cohorts.items():
+            members[cohort].append(unit)
+        for units in members.values():
+            if len(units) < 2:
+                continue
+            for workload in sorted({w for (u, w) in by_pair if u in units}):
+                pairs = {(u, workload) for u in units}
+                if pairs <= by_pair.keys() and not pairs & tied:
+                    out |= pairs
+                    for unit in sorted(units, key=unit_order):
+                        self.case_problems.setdefault(
+                            unit,
+                            Problem(
+                                unit, code=PROBLEM_FAILS_ON_EVERY_PEER, workload=workload, peers=len(units)
+                            ),
+                        )
+        return out
 
     def settle(self, d: Dispute) -> None:
         """Blame the minority, or use re-runs where there is no majority."""

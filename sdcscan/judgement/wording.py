@@ -15,6 +15,7 @@ from sdcscan.judgement.evidence import (
     BLAME_INVARIANT,
     BLAME_NOT_REPRODUCIBLE,
     BLAME_UNDECIDED,
+    PROBLEM_FAILS_ON_EVERY_PEER,
     PROBLEM_NOT_SCREENED,
     Blame,
     GoldenGap,
@@ -147,6 +148,11 @@ def _problem(p: Problem) -> str:
     if p.case_fault is not None:
         c = p.case_fault
         return f"case {c.index} ({c.workload}) failed on peer {', '.join(c.peers)} too: a software or determinism problem"
+    if p.code == PROBLEM_FAILS_ON_EVERY_PEER:
+        return (
+            f"{p.workload}'s check failed on all {p.peers} units of this cohort and no re-run tied a failure "
+            f"to one unit: the check or its configuration (a --calibration file too tight?) is wrong, not this unit"
+        )
     return p.reason or "unknown problem"
 
 
