@@ -12,6 +12,7 @@ stuck is `watchdog.Watchdog`'s decision, and which re-run goes where and when is
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import multiprocessing as mp
 import pickle
@@ -75,6 +76,20 @@ def warm_up_workers() -> None:
         resource_tracker.ensure_running()
         with interrupts.blocked_in_children():
             forkserver.ensure_running()
+
+
+def cannot_start(err: BaseException) -> str:
+    """A unit's reason when its worker process could not be started, naming the limit to raise."""
+    limits = {
+        errno.EAGAIN: "the host's or its cgroup's process limit is reached (raise ulimit -u or pids.max)",
+        errno.EMFILE: "this process has too many open files (raise ulimit -n)",
+        errno.ENFILE: "the host has too many open files (raise fs.file-max)",
+        errno.ENOMEM: "the host is out of memory",
+    }
+    why = limits.get(err.errno) if isinstance(err, OSError) and err.errno is not None else None
+    if why is None and isinstance(err, EOFError | ConnectionError):
+        why = "the fork server that starts workers died (its output above says why)"
+    return f"could not start its worker: {why or f'{type(err).__name__}: {err}'}"
 
 
 @dataclass
@@ -199,21 +214,34 @@ class Runner:
         (seconds), and a Ctrl-C then must stop the run, not be ignored. The workers have SIGINT and
         SIGTERM blocked (see `warm_up_workers`), so only this process reacts.
         """
-        warm_up_workers()
+        try:
+            warm_up_workers()
+        except (OSError, EOFError) as err:  # the fork server could not be started: no worker can be
+            for state in self.states.values():
+                self._fail(state, cannot_start(err))
+            return
         for uid, state in self.states.items():
-            parent_end, child_end = self.ctx.Pipe(duplex=True)
-            state.conn = parent_end
-            state.proc = self.ctx.Process(
-                target=worker_main, args=(self.configs[uid], child_end), name=f"sdcscan-{uid}", daemon=True
-            )
             try:
-                state.proc.start()
-            finally:
-                child_end.close()  # the worker holds its own copy; ours would hide its exit (no EOF)
+                self._start_worker(uid, state)
+            except (OSError, EOFError) as err:  # a limit of this host, or the fork server died: not SDC
+                state.proc = None
+                self._fail(state, cannot_start(err))
+                continue
             state.busy = True
             self._mark(state)
             self._send(state, ("plan", deadline))
         self.spawned_at = time.time()
+
+    def _start_worker(self, uid: str, state: UnitState) -> None:
+        parent_end, child_end = self.ctx.Pipe(duplex=True)
+        state.conn = parent_end
+        state.proc = self.ctx.Process(
+            target=worker_main, args=(self.configs[uid], child_end), name=f"sdcscan-{uid}", daemon=True
+        )
+        try:
+            state.proc.start()
+        finally:
+            child_end.close()  # the worker holds its own copy; ours would hide its exit (no EOF)
 
     def _retest(self, until: float) -> None:
         """Re-run failing cases on their units and on peers (see verdict.retest_plan), all units at once."""
