@@ -370,6 +370,50 @@ def test_npd_wrapper_maps_exit_codes(
     assert message in out.splitlines()[0]
 
 
+# --- Issue 33: a wrapper's own failure is never "fail" ------------------------------------------
+
+TABLE_LINE = (
+    " cpu:3  fail       12  matmul_golden, train           2  invariant failed"  # the run's verdict table
+)
+
+
+@pytest.mark.skipif(shutil.which("hostname") is None, reason="needs hostname(1)")
+def test_slurm_drains_on_exit_1_only_when_a_unit_is_named(fake_env: dict[str, str], tmp_path: Path) -> None:
+    """Exit 1 without a report (it could not be written) drains on the unit the log names, and not at all
+    when nothing names one: `sdcscan: fail ` with no unit drained nodes for a full disk."""
+    code, _, calls = _run(SLURM, fake_env, tmp_path, 1, None)
+    assert code == 0 and calls == []
+    code, _, calls = _run(SLURM, fake_env, tmp_path, 1, None, FAKE_STDERR=TABLE_LINE)
+    assert code == 1
+    _assert_drained(calls, "sdcscan: fail cpu:3")
+
+
+def _unwritable_log(fake_env: dict[str, str], name: str) -> None:
+    """The wrapper's log path is a directory: bash's redirect fails (status 1), as on a full disk."""
+    path = Path(fake_env["SDCSCAN_STATE_DIR"]) / name
+    path.unlink(missing_ok=True)
+    path.mkdir(parents=True)
+
+
+def test_slurm_does_not_screen_or_drain_when_its_log_cannot_be_written(
+    fake_env: dict[str, str], tmp_path: Path
+) -> None:
+    _unwritable_log(fake_env, "last-report.log")
+    code, _, calls = _run(SLURM, fake_env, tmp_path, 0, make_report(fail_unit=None))
+    assert code == 0 and calls == []
+    assert not Path(fake_env["FAKE_ARGV_LOG"]).exists()  # sdcscan was not started
+
+
+def test_npd_reports_its_own_failures_as_unknown(fake_env: dict[str, str], tmp_path: Path) -> None:
+    code, out, _ = _run(NPD, fake_env, tmp_path, 1, None)
+    assert code == 2 and "names a failing unit" in out and "silent data corruption" not in out
+    code, out, _ = _run(NPD, fake_env, tmp_path, 1, None, FAKE_STDERR=TABLE_LINE)
+    assert code == 1 and out.splitlines()[0] == "sdcscan: silent data corruption suspected on cpu:3"
+    _unwritable_log(fake_env, "last-run.log")
+    code, out, _ = _run(NPD, fake_env, tmp_path, 1, make_report(fail_unit="cpu:1"))
+    assert code == 2 and "cannot write" in out
+
+
 # --- Kubernetes --------------------------------------------------------------------------------
 
 

@@ -2,8 +2,11 @@
 # node-problem-detector custom plugin: run sdcscan and map its exit code to NPD's convention.
 #
 #   sdcscan exit 0 and no unit flagged        -> 0 OK
-#   sdcscan exit 1 (SDC suspected), or a unit
-#   still flagged from an earlier failure     -> 1 NonOK  (condition SilentDataCorruption=True)
+#   sdcscan exit 1 (SDC suspected) naming a unit,
+#   or a unit still flagged from an earlier
+#   failure                                   -> 1 NonOK  (condition SilentDataCorruption=True)
+#   exit 1 that names no unit, or the log
+#   cannot be written (a full state disk)     -> 2 Unknown, saying so
 #   anything else: 2 usage, 3 invalid, 130/143
 #   interrupted, another run active           -> 2 Unknown
 #
@@ -43,6 +46,8 @@ except Exception:
 }
 
 mkdir -p "$STATE" || { echo "sdcscan: cannot create $STATE"; exit $UNKNOWN; }
+# Bash fails a redirect it cannot open with status 1, which must never read as sdcscan's "fail".
+: >"$LOG" 2>/dev/null || { echo "sdcscan: cannot write $LOG (state disk full or read-only?); not screened"; exit $UNKNOWN; }
 rm -f "$REPORT"
 # Every run leaves its journal (last-report.<run id>.journal.jsonl): keep a week of them.
 find "$STATE" -maxdepth 1 -type f -name 'last-report.*.journal.jsonl' -mtime +7 -delete 2>/dev/null
@@ -54,7 +59,13 @@ rc=$?
 case $rc in
 0) ;;
 1)
-    echo "sdcscan: silent data corruption suspected on $(units_with fail)"
+    failed=$(units_with fail)
+    failed=${failed:-$(grep -oE '^ *(cpu|cuda):[0-9]+ +fail ' "$LOG" 2>/dev/null | awk '{print $1}' | head -n 6 | paste -sd, -)}
+    if [ -z "$failed" ]; then
+        echo "sdcscan: exited 1 but neither its report nor its log names a failing unit, see $LOG"
+        exit $UNKNOWN
+    fi
+    echo "sdcscan: silent data corruption suspected on $failed"
     exit $NONOK
     ;;
 3)

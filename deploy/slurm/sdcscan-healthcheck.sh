@@ -10,7 +10,10 @@
 # Drain policy:
 #   a unit still flagged from an earlier failure (sticky until `sdcscan clear UNIT --reason TEXT`)
 #                                  -> drain "sdcscan: flagged cpu:3 ..." (checked first; no run)
-#   sdcscan exit 1 (SDC suspected) -> drain "sdcscan: fail cpu:3"
+#   sdcscan exit 1 (SDC suspected) -> drain "sdcscan: fail cpu:3", the unit named by the report or,
+#                                     when the report could not be written, by the run's log; an exit 1
+#                                     that names no unit is logged and never drained on
+#   the log cannot be written (a full or read-only state disk) -> logged, not screening, never drained
 #   sdcscan exit 3 (invalid: could not judge a unit) -> drain "sdcscan: invalid cpu:3"
 #   exit 3 "another sdcscan run is active", exit 2 (configuration), 130/143 (interrupted),
 #   124/137 (stopped by the time bound, report marked interrupted), anything else
@@ -42,6 +45,11 @@ NODE=$(hostname -s)
 LOG="${REPORT%.json}.log"
 
 log() { logger -t sdcscan-healthcheck -- "$*" 2>/dev/null; echo "sdcscan-healthcheck: $*" >&2; }
+
+# Units the run's log shows failing (its verdict table), for a report that could not be written.
+failed_in_log() {
+    grep -oE '^ *(cpu|cuda):[0-9]+ +fail ' "$LOG" 2>/dev/null | awk '{print $1}' | head -n 6 | paste -sd, -
+}
 
 # Units with a given verdict in the report, comma-separated, at most 6 named (a drain reason is short).
 units_with() {
@@ -92,7 +100,16 @@ run_screen() {
 act_on() {
     case $1 in
     0) exit 0 ;;
-    1) drain "sdcscan: fail $(units_with fail)" ;;
+    1)
+        local failed
+        failed=$(units_with fail)
+        failed=${failed:-$(failed_in_log)}
+        if [ -z "$failed" ]; then
+            log "sdcscan exited 1 but neither its report nor its log names a failing unit; not draining; see $LOG"
+            exit 0
+        fi
+        drain "sdcscan: fail $failed"
+        ;;
     3)
         if grep -q "another sdcscan run is active" "$LOG"; then
             log "skipped: another sdcscan run is active"
@@ -123,6 +140,11 @@ if [ -n "$flagged" ]; then
     drain "sdcscan: flagged $flagged (sdcscan clear UNIT --reason TEXT)"
 fi
 rm -f "$REPORT"
+# Bash fails a redirect it cannot open with status 1, which must never read as sdcscan's "fail".
+if ! : >"$LOG" 2>/dev/null; then
+    log "cannot write $LOG (state disk full or read-only?); not screening"
+    exit 0
+fi
 prune_journals
 run_screen
 act_on $?
