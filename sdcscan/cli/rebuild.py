@@ -20,6 +20,7 @@ from sdcscan.timefmt import iso_utc
 
 _RUN_KEYS = ("id", "profile", "seed", "budget_s", "started_at", "units", "hostname")
 _STATUSES = ("ok", "mismatch", "error")
+LATEST_TIME = 1e11  # seconds since the epoch: the year 5138
 
 
 def report_from_journal(path: str | os.PathLike[str]) -> Report:
@@ -68,11 +69,12 @@ def _build(run: dict[str, Any], records: list[dict[str, Any]]) -> Report:
         }
         for u in run["units"]
     ]
-    last_t = max([float(r.get("t", 0.0)) for r in records] + [float(run.get("t", 0.0))])
+    started = _time(run)
+    last_t = max([t for r in records if (t := _time(r)) is not None] + [started or 0.0])
     run_doc = {k: v for k, v in run.items() if k not in ("type", "t", "hostname", "host", "units")}
     run_doc.update(
         ended_at=iso_utc(last_t),
-        duration_s=round(max(0.0, last_t - float(run.get("t", last_t))), 3),
+        duration_s=round(max(0.0, last_t - (last_t if started is None else started)), 3),
         interrupted_by="journal",  # rebuilt: the run never wrote its own report
     )
     return judge_and_build(  # the run record's keys were checked above (_RUN_KEYS); its units are the run's
@@ -85,6 +87,15 @@ def _build(run: dict[str, Any], records: list[dict[str, Any]]) -> Report:
         problems=problems,
         interrupted="journal",
     )
+
+
+def _time(r: dict[str, Any]) -> float | None:
+    """A record's time (`t`, seconds since the epoch), or None when absent or not a finite number: a
+    damaged time must not cost the rebuilt report the cases around it."""
+    t = r.get("t")
+    if isinstance(t, bool) or not isinstance(t, int | float) or not 0 <= t < LATEST_TIME:
+        return None  # also NaN, Infinity and a time no clock gives, which no date can show
+    return float(t)
 
 
 def _is_case(r: dict[str, Any]) -> bool:
