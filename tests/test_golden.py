@@ -195,6 +195,13 @@ def test_golden_file_round_trip_and_errors(tmp_path: Path):
         bad["entries"][0]["cases"][column][0] = value
         cases.append((json.dumps(bad), "malformed golden entry"))
     cases.append((json.dumps({**g, "entries": [{**entry, "seed": True}]}), "malformed golden entry"))
+    # One case index twice, with two digests (issue 33: accepted, it failed every unit of the cohort).
+    twice = json.loads(json.dumps(g))
+    cols = twice["entries"][0]["cases"]
+    for column in ("index", "workload"):
+        cols[column].append(cols[column][0])
+    cols["digest"].append("f" * len(cols["digest"][0]))
+    cases.append((json.dumps(twice), r"a case index appears twice"))
     for text, message in cases:
         p.write_text(text)
         with pytest.raises(GoldenError, match=message) as err:

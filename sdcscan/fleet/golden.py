@@ -211,6 +211,10 @@ def validate_golden(data: object, *, label: str = "golden") -> Golden:
             raise GoldenError(
                 f"{label}: malformed golden entry (a case index, workload or digest of the wrong type)"
             )
+        if len(set(cols["index"])) != len(cols["index"]):
+            # One case, two reference digests: whichever a reader kept, the other would fail every
+            # unit that computes the case right. A recorded golden never repeats an index.
+            raise GoldenError(f"{label}: malformed golden entry (a case index appears twice)")
     return cast(Golden, data)  # every field a reader relies on was checked above
 
 
