@@ -38,6 +38,8 @@ class Journal:
         """
         self.path = path
         self._fd: int | None = None if path is None else _create(path)
+        self.failed: str | None = None  # why writing stopped (a full disk, a removed directory): what
+        # the journal holds then is not every finished case, and no message may say it is
 
     def write(self, record: Mapping[str, object]) -> None:
         """Append one record with one unbuffered write: it survives a SIGKILL of this process."""
@@ -47,9 +49,10 @@ class Journal:
         try:
             while data:
                 data = data[os.write(self._fd, data) :]
-        except OSError:
+        except OSError as err:
             # A full disk must not kill the run: the results are still in memory for the report.
             # A torn last line is skipped by read_journal.
+            self.failed = err.strerror or str(err)
             self.close()
 
     def close(self) -> None:

@@ -32,7 +32,7 @@ from sdcscan.outputs.publish import Outputs, check_targets, history_path, publis
 from sdcscan.plan import week_seed
 from sdcscan.profile import Profile
 from sdcscan.report.document import Distributed, Report, Run, Telemetry
-from sdcscan.runner import Runner, RunResult, warm_up_workers
+from sdcscan.runner import Runner, RunResult, end_bound_s, warm_up_workers
 from sdcscan.sentinel import window as sentinel
 from sdcscan.telemetry.sampler import Sampler, telemetry_findings
 from sdcscan.timefmt import iso_utc, parse_iso_utc
@@ -250,6 +250,10 @@ def run_and_judge(opts: ScanOptions, setup: Setup, on_event: EventSink) -> Repor
         else:
             result = _not_screened(runner, started, pacing)
     journal.close()
+    if journal.failed is not None or not jpath.exists():
+        # It no longer holds every finished case (or is gone): the report must not point to it as if it did.
+        run_doc["journal"] = None
+        run_doc["journal_lost"] = f"{jpath}: {journal.failed or 'removed during the run'}"
     return finish(opts, setup, run_doc, result, sampler.summary())
 
 
@@ -333,7 +337,9 @@ def finish(
         telemetry=telemetry,
         telemetry_findings=telemetry_findings(telemetry),
     )
-    _add_kernel_evidence(report, opts.started, result.ended, unit_docs)
+    # The run's end bound (README: budget + 10 s + re-run window + 3 s): the kernel log never holds it past.
+    bound = opts.started + end_bound_s(opts.budget)
+    _add_kernel_evidence(report, opts.started, result.ended, unit_docs, deadline=bound)
     return report
 
 
@@ -368,11 +374,13 @@ def _rank_doc(rank: RankSetup, result: RunResult) -> Distributed:
     )
 
 
-def _add_kernel_evidence(report: Report, started: float, ended: float, unit_docs: list[UnitFacts]) -> None:
+def _add_kernel_evidence(
+    report: Report, started: float, ended: float, unit_docs: list[UnitFacts], *, deadline: float
+) -> None:
     """The kernel's own log of the run's window (segfaults per core, machine checks, Xids) beside the
     tests: its findings say what to screen, and never change the run's verdict or exit code."""
     gpus = {u["pci"]: u["id"] for u in unit_docs if u.get("pci")}
-    found = sentinel.scan_window_quietly(started, ended, gpus)
+    found = sentinel.scan_window_quietly(started, ended, gpus, deadline=deadline)
     if found is not None:
         report["sentinel"] = found.section
         report["findings"] += found.findings

@@ -31,16 +31,32 @@ def test_no_history_records_nothing(tmp_path: Path) -> None:
     assert not db.exists()
 
 
-def test_publish_writes_the_report_first_and_says_where_the_journal_is(tmp_path: Path) -> None:
-    """The report file is written (0644); when it cannot be, the error names the journal to rebuild from."""
+def test_publish_writes_the_report_first_and_says_where_the_results_are(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The report file is written (0644). When it cannot be, the report goes to the state directory;
+    failing that, the error names the journal only while it holds every case, else the printed copy."""
     report = make_report(run_id="r1")
     publish(report, Outputs(report=tmp_path / "r.json", record_history=False))
     assert json.loads((tmp_path / "r.json").read_text())["run"]["id"] == "r1"
     assert (tmp_path / "r.json").stat().st_mode & 0o777 == 0o644
-    report["run"]["journal"] = "r.journal.jsonl"
-    with pytest.raises(ReportError, match=r"sdcscan report --from-journal r\.journal\.jsonl"):
-        publish(report, Outputs(report=tmp_path / "gone" / "r.json", junit=tmp_path / "j.xml"))
+    gone = Outputs(report=tmp_path / "gone" / "r.json", junit=tmp_path / "j.xml")
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    fallback = tmp_path / "state" / "sdcscan" / "fallback-reports" / "r1.json"
+    with pytest.raises(ReportError, match=f"the report was written to {fallback} instead"):
+        publish(report, gone)
+    assert json.loads(fallback.read_text()) == report
     assert not (tmp_path / "j.xml").exists()  # nothing after a lost report: the run's own file comes first
+    (tmp_path / "no-state").write_text("")  # a file where the state directory would be: unwritable
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "no-state"))
+    journal = tmp_path / "r.journal.jsonl"
+    journal.write_text("{}\n")
+    report["run"]["journal"] = str(journal)
+    with pytest.raises(ReportError, match=f"sdcscan report --from-journal {journal}"):
+        publish(report, gone)
+    journal.unlink()  # removed during the run: naming it would send the user to nothing
+    with pytest.raises(ReportError, match=r"the report this command prints \(--json\) is the only copy"):
+        publish(report, gone)
 
 
 def test_run_lock_refuses_a_second_run_and_tolerates_readonly_state(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ import click
 from sdcscan.cli.common import emit_json, reports_errors
 from sdcscan.errors import EXIT_FAIL, UsageError
 from sdcscan.outputs import history as hist
-from sdcscan.outputs.publish import Outputs, history_path, publish
+from sdcscan.outputs.publish import Outputs, check_distinct, check_file_path, history_path, publish
 
 F = TypeVar("F", bound=Callable[..., object])
 UNIT_ID = re.compile(r"^(cpu|cuda):[0-9]+$")
@@ -59,11 +59,15 @@ def export_cmd(report: str, junit: str | None, prom: str | None) -> None:
 
     if junit is None and prom is None:
         raise UsageError("export needs --junit PATH and/or --prom PATH")
-    for option, path in (("--junit", junit), ("--prom", prom)):
-        if path is not None:
-            check_output_target(path, option=option)  # exit 2 before reading anything
+    outputs = Outputs(junit=junit, prom=prom, record_history=False, lock=False)
+    given = [(option, path) for option, path in (("--junit", junit), ("--prom", prom)) if path is not None]
+    for option, path in given:
+        check_file_path(path, option=option)
+    check_distinct(outputs, inputs=(("REPORT", report),))  # neither may replace the other, nor the report
+    for option, path in given:
+        check_output_target(path, option=option)  # exit 2 before reading anything
     data = load_report(report)
-    publish(data, Outputs(junit=junit, prom=prom, record_history=False))
+    publish(data, outputs)
     print_written([p for p in (junit, prom) if p])
 
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from sdcscan.cli.common import emit_json, report_options, reports_errors
+from sdcscan.cli.common import emit_json, reports_errors
 from sdcscan.cli.ops import output_options
 from sdcscan.cli.run_args import RunArgs, typed_args
 from sdcscan.cli.run_distributed import distributed_options
@@ -34,7 +35,10 @@ if TYPE_CHECKING:  # for the types only: `sdcscan --help` imports neither the ru
     type=click.IntRange(0, 2**63 - 1),
     help="Replay a plan exactly (default: from profile and ISO week).",
 )
-@report_options
+# report_options' -o and --json, but -o kept as typed: a Path would drop the "/" of `-o newdir/` and
+# write a file named newdir; `_options` refuses it (one line, exit 2) and makes the Path.
+@click.option("-o", "--out", type=click.Path(dir_okay=False), help="Write the report JSON here (atomically).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report JSON on stdout.")
 @click.option("--hostname", help="Host label in the report (containers, tests).")
 @click.option(
     "--inject",
@@ -105,8 +109,9 @@ def run_cmd(args: RunArgs) -> None:
 
     console = stderr_console()
     interrupts.install()  # from here on, Ctrl-C and SIGTERM end in 130/143 and a report
+    notes: list[str] = []  # what publishing left undone without failing the run (a locked history)
     try:
-        opts = _options(args, started)  # refused options exit 2 before anything starts
+        opts = _options(args, started, on_note=notes.append)  # refused options exit 2 before anything starts
         if args.distributed:
             from sdcscan.cli.run_distributed import run_distributed
 
@@ -114,12 +119,22 @@ def run_cmd(args: RunArgs) -> None:
         with render.Progress(console) as progress:
             report = library.scan(opts, on_event=progress)
     except library.OutputError as err:
+        _show_notes(notes, console)
         sys.exit(_output_failed(err, args.as_json, console))
     except interrupts.Interrupted as stop:
         console.print("interrupted before any case ran\nexit: interrupted")
         sys.exit(stop.exit_code)
+    _show_notes(notes, console)
     _show(report, args.as_json, console)
     sys.exit(_exit_code(report, console))
+
+
+def _show_notes(notes: list[str], console: Console) -> None:
+    """What publishing left undone without failing the run, one unwrapped line each (logs grep them)."""
+    from sdcscan.render.console import cell
+
+    for note in notes:
+        console.print(cell(f"note: {note}"), soft_wrap=True)
 
 
 def _exit_code(report: Report, console: Console) -> int:
@@ -138,9 +153,20 @@ def _exit_code(report: Report, console: Console) -> int:
 
 def _output_failed(err: OutputError, as_json: bool, console: Console) -> int:
     """Judged, but an output could not be written: show the report, say what failed, and exit 1 if a
-    unit was judged to miscompute (that must not be hidden by a full disk), else 3."""
+    unit was judged to miscompute (that must not be hidden by a full disk), else 3; but 130/143 when
+    SIGINT or SIGTERM stopped the run or came while its outputs were written, as without the failure."""
+    from sdcscan import interrupts
+
     _show(err.report, as_json, console)
     click.echo(f"Error: {err}", err=True)
+    signum = interrupts.received()
+    if signum is not None:
+        console.print("exit: interrupted")
+        return (
+            int(err.report["exit_code"])
+            if err.report["run"].get("interrupted_by")
+            else interrupts.exit_code(signum)
+        )
     code = EXIT_FAIL if err.report["exit_code"] == EXIT_FAIL else EXIT_INVALID
     console.print("exit: fail" if code == EXIT_FAIL else "exit: invalid (an output could not be written)")
     return code
@@ -154,18 +180,21 @@ def _show(report: Report, as_json: bool, console: Console) -> None:
         emit_json(report)
 
 
-def _options(args: RunArgs, started: float) -> ScanOptions:
+def _options(args: RunArgs, started: float, *, on_note: Callable[[str], None] | None = None) -> ScanOptions:
     """The scan's options from the command line, every one checked here, before any worker starts.
 
     A given but blank `--units` or `--workloads` is an error, not "all"; `--calibration` is read and
-    checked as a calibration table now, not by each worker after the run started.
+    checked as a calibration table now, not by each worker after the run started. `on_note` hears
+    what publishing the outputs left undone without failing the run (`Outputs.on_note`).
 
     Raises:
         UsageError, ProfileError: exit 2, naming the option or the file and key.
     """
+    from pathlib import Path
+
     from sdcscan.errors import UsageError
     from sdcscan.faults import parse_inject
-    from sdcscan.outputs.publish import Outputs
+    from sdcscan.outputs.publish import Outputs, check_file_path
     from sdcscan.profile import check_overrides, load_profile, parse_budget
     from sdcscan.scan import ScanOptions, background_mode
     from sdcscan.units import parse_units_spec
@@ -194,7 +223,16 @@ def _options(args: RunArgs, started: float) -> ScanOptions:
             raise UsageError("--calibration '' names no file (leave it out for the shipped table)")
         overrides = {"gemm_fp": {"calibration": args.calibration}}
     check_overrides(profile, overrides, source="--calibration")
-    outputs = Outputs(args.out, args.junit, args.prom, args.history, record_history=not args.no_history)
+    if args.out is not None:
+        check_file_path(args.out, option="--out")
+    outputs = Outputs(
+        Path(args.out) if args.out is not None else None,
+        args.junit,
+        args.prom,
+        args.history,
+        record_history=not args.no_history,
+        on_note=on_note,
+    )
     return ScanOptions(
         profile=profile,
         seed=args.seed,

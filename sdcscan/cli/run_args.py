@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 
@@ -23,7 +22,7 @@ class RunArgs:
     units_spec: str | None
     workloads: str | None
     seed: int | None
-    out: Path | None
+    out: str | None  # as typed: `_options` refuses `newdir/` before making it a Path
     as_json: bool
     hostname: str | None
     inject: tuple[str, ...]

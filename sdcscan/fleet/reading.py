@@ -24,6 +24,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from sdcscan.errors import ReportError, UsageError
+from sdcscan.files import JSONFileError, read_bounded
 from sdcscan.fleet.inputs import expand_paths, looks_like_report
 from sdcscan.fleet.model import Extractor, HostReport, Interner, Skipped
 from sdcscan.fleet.report_file import read_report
@@ -173,19 +174,19 @@ def _strip_label(message: str) -> str:
 def read_hosts(path: str) -> tuple[str, ...]:
     """One hostname per line; blank lines and `#` comments are ignored.
 
-    A FIFO is read (`--hosts <(inventory-query)`), but never more than MAX_HOSTS_BYTES (`/dev/zero`).
+    Read as every file sdcscan reads (`files.read_bounded`): it must be a regular file, so a FIFO
+    (which would wait for a writer forever, `--hosts <(query)` included), a device such as
+    `/dev/zero` or a socket is refused without reading, and at most MAX_HOSTS_BYTES are read.
 
     Raises:
-        UsageError: the file cannot be read, is too large, is not UTF-8 or lists no host.
+        UsageError: the file cannot be read, is not a regular file, is too large, is not UTF-8 or
+            lists no host.
     """
     shown_path = printable(path)
     try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_HOSTS_BYTES + 1)
-    except OSError as err:
-        raise UsageError(f"--hosts {shown_path}: cannot read: {err.strerror or err}") from None
-    if len(raw) > MAX_HOSTS_BYTES:
-        raise UsageError(f"--hosts {shown_path}: larger than {MAX_HOSTS_BYTES} bytes; not a list of hosts")
+        raw = read_bounded(path, what="host list", max_bytes=MAX_HOSTS_BYTES)
+    except JSONFileError as err:
+        raise UsageError(f"--hosts {shown_path}: {printable(err.reason)}") from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:

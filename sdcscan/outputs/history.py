@@ -6,8 +6,9 @@ flagged until an operator clears it with a reason (recorded with the time and th
 later runs pass: a part that miscomputed once is not trusted again by default (cf. gpud #1072,
 OpenDCDiag's service query). Kernel-log scans (`sdcscan sentinel`) are recorded beside the runs
 (`sdcscan.outputs.sentinel_history`). Two overlapping cron runs must not corrupt the database or
-each other's reports: writers take an immediate transaction with a busy timeout, and `run_lock`
-(`sdcscan.outputs.run_lock`) refuses a second concurrent run.
+each other's reports: writers take an immediate transaction, and `run_lock`
+(`sdcscan.outputs.run_lock`) refuses a second concurrent run. Readers and writers wait for another
+process's lock at most HISTORY_WAIT_S, then give up with `HistoryBusyError`.
 
 Writers and readers are kept apart (`sdcscan.outputs.history_db`). Readers (`runs`, `flagged`,
 `status`, `coverage`, `last_sentinel_scan`) open the database read-only (`mode=ro`): they never
@@ -43,16 +44,24 @@ from sdcscan.outputs.coverage import (
     screened_seconds,
     window_coverage,
 )
-from sdcscan.outputs.history_db import BUSY_TIMEOUT_S, now_iso, quick_check, reading, writing
+from sdcscan.outputs.history_db import (
+    HISTORY_WAIT_S,
+    HistoryBusyError,
+    now_iso,
+    quick_check,
+    reading,
+    writing,
+)
 from sdcscan.outputs.history_schema import DB_VERSION, READABLE_VERSIONS, has_column
 from sdcscan.outputs.run_lock import LOCK_MODE, LOCK_NAME, RunActiveError, run_lock
 from sdcscan.outputs.sentinel_history import SentinelScan, last_scan, last_sentinel_scan, record_sentinel_scan
 from sdcscan.report.document import Report, Unit
 
 __all__ = [
-    "BUSY_TIMEOUT_S", "DB_VERSION", "LOCK_MODE", "LOCK_NAME", "READABLE_VERSIONS", "RunActiveError",
-    "check_health", "clear", "coverage", "coverage_by_day", "default_history_path", "default_state_dir",
-    "flagged", "last_sentinel_scan", "record_run", "record_sentinel_scan", "run_lock", "runs", "status",
+    "DB_VERSION", "HISTORY_WAIT_S", "LOCK_MODE", "LOCK_NAME", "READABLE_VERSIONS", "HistoryBusyError",
+    "RunActiveError", "check_health", "clear", "coverage", "coverage_by_day", "default_history_path",
+    "default_state_dir", "flagged", "last_sentinel_scan", "record_run", "record_sentinel_scan", "run_lock",
+    "runs", "status",
 ]  # fmt: skip
 
 COVERAGE_WINDOW_S = 86400.0  # `status` shows what each unit screened in the last 24 h
@@ -133,15 +142,21 @@ def check_health(db_path: str | os.PathLike[str]) -> None:
 
     Opens the database read-only, if it exists, and checks it is an sdcscan history of a version
     this sdcscan reads (an older one is migrated by the run) that passes SQLite's `quick_check`. A
-    missing database is fine: the first run creates it.
+    missing database is fine: the first run creates it. So is one another process holds locked for
+    HISTORY_WAIT_S: nothing says it is bad, and the history is a record, not the judgement; the run
+    goes on, and says at its end if the lock kept it from recording (`publish`).
 
     Raises:
         UsageError: one line naming the file: not a regular file, empty (0 bytes), unreadable, not an
             SQLite database, not an sdcscan history, another version, or damaged.
+        Interrupted: SIGINT or SIGTERM while waiting for the lock.
     """
-    with reading(db_path) as db:
-        if db is not None:
-            quick_check(db, Path(db_path))
+    try:
+        with reading(db_path) as db:
+            if db is not None:
+                quick_check(db, Path(db_path))
+    except HistoryBusyError:
+        return
 
 
 def record_run(db_path: str | os.PathLike[str], report: Report, report_path: str | None) -> None:
@@ -151,6 +166,8 @@ def record_run(db_path: str | os.PathLike[str], report: Report, report_path: str
 
     Raises:
         RunError: the database could not be created, opened or written (a full disk included).
+        HistoryBusyError: another process held it locked for HISTORY_WAIT_S, or a signal came while
+            waiting; nothing was recorded.
     """
     run, host = report["run"], report["host"]["hostname"]
     now = now_iso()

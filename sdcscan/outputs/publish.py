@@ -2,9 +2,15 @@
 
 Used by `sdcscan run` (through `sdcscan.scan`) and `sdcscan export`. `check_targets` runs before any
 work, so a path that could never be written (a device, a directory, a symlink, a missing directory)
-or a damaged history is exit 2 at once, not exit 3 after the whole budget. The report file comes
+or a damaged history is exit 2 at once, not exit 3 after the whole budget; so are two outputs that
+name one file (`-o x.json --junit x.json` wrote the XML over the report). The report file comes
 first, so a failure later loses nothing; every other output is attempted even if an earlier one fails.
 The history comes before the Prometheus file, whose coverage families are read back from it.
+
+The report file, JUnit and Prometheus are what a run hands over: one that cannot be written is an
+error (exit 3). The history is a record for later, not the judgement: when another process holds it
+locked past the bounded wait (`history.HISTORY_WAIT_S`), or a signal ends that wait, the run keeps
+its verdict and the history not being updated is a note (`Outputs.on_note`), never exit 3.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from pathlib import Path
 
 from typing_extensions import TypeVarTuple, Unpack
 
-from sdcscan.errors import ReportError, RunError, SdcscanError
+from sdcscan.errors import ReportError, RunError, SdcscanError, UsageError
 from sdcscan.files import check_output_target
 from sdcscan.outputs import history
 from sdcscan.report.document import Report
@@ -35,6 +41,7 @@ class Outputs:
     history: str | os.PathLike[str] | None = None  # the database; None: the default in the state directory
     record_history: bool = True  # False: --no-history
     lock: bool = True  # False: a distributed rank (its launcher holds the host's lock for all its ranks)
+    on_note: Callable[[str], None] | None = None  # told what `publish` could not do but the run survives
 
 
 def history_path(path: str | os.PathLike[str] | None) -> Path:
@@ -46,16 +53,79 @@ def check_targets(outputs: Outputs) -> None:
     """Refuse, before any work, outputs that could not or must not be written.
 
     Raises:
-        UsageError: one line naming the option and the path: empty or a directory, an existing
-            device, FIFO, socket or symlink, a missing or unwritable directory (`--out`, `--junit`,
-            `--prom`); or, when the run is to be recorded, a history database that is unreadable,
-            empty, foreign or damaged (`history.check_health`).
+        UsageError: one line naming the option and the path: empty or a directory (a path that ends
+            in a separator included), an existing device, FIFO, socket or symlink, a missing or
+            unwritable directory (`--out`, `--junit`, `--prom`); two outputs that name the same
+            file (`check_distinct`); or, when the run is to be recorded, a history database that is
+            unreadable, empty, foreign or damaged (`history.check_health`).
     """
-    for option, path in (("--out", outputs.report), ("--junit", outputs.junit), ("--prom", outputs.prom)):
-        if path is not None:
-            check_output_target(path, option=option)
+    given = [(o, p) for o, p in _files(outputs) if p is not None]
+    for option, path in given:
+        check_file_path(path, option=option)
+    if outputs.record_history and outputs.history:
+        check_file_path(outputs.history, option="--history")
+    check_distinct(outputs)
+    for option, path in given:
+        check_output_target(path, option=option)
     if outputs.record_history:
         history.check_health(history_path(outputs.history))
+
+
+def _files(outputs: Outputs) -> tuple[tuple[str, str | os.PathLike[str] | None], ...]:
+    """The files a run writes whole (atomically), by the option that names each."""
+    return (("--out", outputs.report), ("--junit", outputs.junit), ("--prom", outputs.prom))
+
+
+def check_file_path(path: str | os.PathLike[str], *, option: str) -> None:
+    """Refuse a path that ends in a separator: it names a directory (`Path("new/")` is `new`, so
+    `--junit new/` wrote a file named `new`).
+
+    Raises:
+        UsageError: `OPTION PATH: ends in "/", so it names a directory; give a file path`.
+    """
+    text = os.fspath(path)
+    seps = tuple(s for s in (os.sep, os.altsep) if s)
+    if text and text.endswith(seps):
+        raise UsageError(f"{option} {text}: ends in {text[-1]!r}, so it names a directory; give a file path")
+
+
+def check_distinct(outputs: Outputs, inputs: tuple[tuple[str, str | os.PathLike[str]], ...] = ()) -> None:
+    """Refuse two outputs that name one file, however spelt: `x.json` and `./x.json`, a symbolic link
+    to the other, a path through a link to the other's directory, the history's default path. One
+    would overwrite the other (`-o x.json --junit x.json` left the XML where the report should be).
+
+    Compared by where each path resolves to (`os.path.realpath`; a file that does not exist yet by its
+    resolved directory and name). The history counts only when the run records into it, with its
+    SQLite journal beside it; the run lock beside it whenever the run takes the lock. `inputs` are
+    files the command reads, `(what, path)`, which no output may replace either.
+
+    Raises:
+        UsageError: one line naming both options and the file.
+    """
+    claimed: dict[str, str] = {}
+
+    def claim(option: str, path: str | os.PathLike[str]) -> None:
+        if Path(path).name in ("", ".", ".."):  # names no file: `check_output_target` says so
+            return
+        where = os.path.realpath(path)
+        if where in claimed:
+            raise UsageError(
+                f"{claimed[where]} and {option} name the same file {os.fspath(path)}; give each its own path"
+            )
+        claimed[where] = option
+
+    for what, path in inputs:
+        claim(what, path)
+    for option, out in _files(outputs):
+        if out is not None:
+            claim(option, out)
+    db = history_path(outputs.history)
+    named = "--history" if outputs.history else "the history database"
+    if outputs.record_history:
+        claim(named, db)
+        claim(f"the journal of {named}", f"{db}-journal")
+    if outputs.lock:
+        claim(f"the run lock beside {named}", db.parent / history.LOCK_NAME)
 
 
 @contextlib.contextmanager
@@ -86,15 +156,48 @@ def run_lock(outputs: Outputs) -> Iterator[str | None]:
         yield note
 
 
-def publish(report: Report, outputs: Outputs) -> None:
+def _kept_elsewhere(report: Report) -> str:
+    """Where a run's results are when its report file could not be written, in words that are true.
+
+    The report goes to the state directory instead (`fallback-reports/RUN_ID.json`). Failing that, the
+    journal is named only when it holds every finished case: the run marks one that stopped on a
+    write error or was removed (`run.journal_lost`), and it must still be a file now. Else the report
+    printed by this command (`--json`) is the only copy, and the message says so.
+    """
+    from sdcscan.files import default_state_dir, make_state_dir, write_json_atomic
+
+    fallback = default_state_dir() / "fallback-reports" / f"{report['run']['id']}.json"
+    try:
+        make_state_dir(fallback.parent)
+        write_json_atomic(fallback, report)
+        return f"the report was written to {fallback} instead"
+    except (OSError, SdcscanError) as err:
+        why_not = getattr(err, "strerror", None) or str(err)
+    journal = report["run"].get("journal")
+    if journal and os.path.isfile(journal):
+        return f"every finished case is in {journal}: sdcscan report --from-journal {journal}"
+    lost = report["run"].get("journal_lost") or f"{journal or 'the journal'}: removed"
+    return (
+        f"nor in the state directory ({why_not}), and the journal does not hold every finished case "
+        f"({lost}): the report this command prints (--json) is the only copy"
+    )
+
+
+def publish(report: Report, outputs: Outputs) -> list[str]:
     """Write the report file, then JUnit, the history and Prometheus, as `outputs` asks.
 
     The history is recorded before the Prometheus file is written, so the file's 24 h coverage
     families (`history.coverage`) include this run; without a recorded history it has none.
 
+    Returns:
+        Notes on what was left undone without failing the run: the history not updated because
+        another process held it locked past `history.HISTORY_WAIT_S`, or a signal ended that wait.
+        Each is also passed to `outputs.on_note` as it happens (before any error is raised).
+
     Raises:
-        ReportError: an output could not be written; the message names each (and, when the report
-            file itself failed, where the journal still holds every finished case).
+        ReportError: the report file, JUnit or Prometheus could not be written, or the history could
+            not be (for any reason but another process's lock); the message names each (and, when
+            the report file itself failed, where the results still are: `_kept_elsewhere`).
     """
     from sdcscan.files import write_json_atomic  # imported here: `sdcscan --help` stays fast
     from sdcscan.outputs.junit import write_junit
@@ -103,21 +206,30 @@ def publish(report: Report, outputs: Outputs) -> None:
         try:
             write_json_atomic(outputs.report, report)
         except ReportError as err:  # full disk, directory gone: say where the results still are
-            journal = report["run"].get("journal")
-            raise ReportError(
-                f"{err}; every finished case is in {journal}: sdcscan report --from-journal {journal}"
-            ) from None
+            raise ReportError(f"{err}; {_kept_elsewhere(report)}") from None
     problems: list[str] = []
+    notes: list[str] = []
     if outputs.junit is not None:  # an empty path is refused by the writer, never skipped in silence
         _attempt(problems, write_junit, report, outputs.junit)
     recorded = None
     if outputs.record_history:
-        db, path = history_path(outputs.history), str(outputs.report) if outputs.report else None
-        recorded = db if _attempt(problems, history.record_run, db, report, path) else None
+        db = history_path(outputs.history)
+        try:
+            history.record_run(db, report, str(outputs.report) if outputs.report else None)
+            recorded = db
+        except history.HistoryBusyError as err:
+            notes.append(
+                f"the history was not updated: {err}; this run and any unit it failed are not recorded there"
+            )
+            if outputs.on_note is not None:
+                outputs.on_note(notes[-1])
+        except SdcscanError as err:
+            problems.append(str(err))
     if outputs.prom is not None:
         _attempt(problems, _write_prom, report, outputs.prom, recorded)
     if problems:
         raise ReportError("; ".join(problems))
+    return notes
 
 
 def _attempt(problems: list[str], write: Callable[[Unpack[_Args]], None], *args: Unpack[_Args]) -> bool:

@@ -198,6 +198,15 @@ class Run(TypedDict):
     workloads: NotRequired[Annotated[list[str], WRITTEN]]
     injections: NotRequired[Annotated[list[dict[str, object]], WRITTEN, UNCHECKED]]
     journal: NotRequired[str | None]
+    journal_lost: NotRequired[
+        Annotated[
+            str,
+            Doc(
+                "Why the journal does not hold every finished case (a full disk, a removed directory), "
+                "when it does not; `journal` is null then."
+            ),
+        ]
+    ]
     interrupted_by: NotRequired[str | None]
     distributed: NotRequired[Annotated[Distributed, UNCHECKED]]
     background: NotRequired[Annotated[Background, UNCHECKED]]

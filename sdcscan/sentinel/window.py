@@ -18,6 +18,7 @@ from sdcscan.sentinel.outliers import KIND_OUTLIER, core_outliers, findings, hos
 from sdcscan.timefmt import iso_utc
 
 FIRST_WINDOW_S = 7 * 86400.0  # the first scan of a host looks back a week (the journal usually has it)
+RUN_READ_S = 10.0  # the most a run's own window may spend reading the kernel log (a healthy read: < 1 s)
 
 
 @dataclass(frozen=True)
@@ -88,13 +89,25 @@ def default_since(last_until: str | None, *, now: float | None = None) -> float:
     return now - FIRST_WINDOW_S
 
 
-def scan_window_quietly(started: float, ended: float, gpus: Mapping[str, str]) -> SentinelScan | None:
+def scan_window_quietly(
+    started: float, ended: float, gpus: Mapping[str, str], *, deadline: float | None = None
+) -> SentinelScan | None:
     """The kernel-log evidence of a run's own window, for its report; None if it could not be had.
 
-    `gpus`: PCI bus id -> `cuda:N`. Never raises: the run's verdict rests on its tests, and this is
+    `gpus`: PCI bus id -> `cuda:N`. `deadline` (seconds since the epoch): the run's end bound; the
+    read is over by then and within RUN_READ_S whatever is given (a tool that hangs or floods is
+    killed and named in the section's notes), and a signal the run holds ends it within
+    `kernel_log.SIGNAL_GRACE_S`. Never raises: the run's verdict rests on its tests, and this is
     extra evidence beside them.
     """
+    read_by = time.time() + RUN_READ_S
+    read_by = read_by if deadline is None else min(read_by, deadline)
     try:
-        return scan_window(started, max(started, ended), gpu_units=gpus)
+        return scan_window(
+            started,
+            max(started, ended),
+            gpu_units=gpus,
+            read=lambda since, until: read_kernel_log(since, until, deadline=read_by),
+        )
     except Exception:  # a reader bug must not cost a judged run its report
         return None

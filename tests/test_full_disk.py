@@ -1,0 +1,71 @@
+"""Issue 33, "nothing lost": a report that cannot be written on a full filesystem loses no case, and no
+message claims the journal holds what it does not.
+
+With `-o` on a tmpfs of 12 KiB the run finished 303 cases, said "every finished case is in
+…journal.jsonl", and the journal (on the same full filesystem) held 17. Now the report goes to the
+state directory instead, and where that is full too the journal is named only if it holds every case.
+
+Real full filesystems: a small tmpfs mounted inside a private mount namespace (`unshare -m`), skipped
+where the machine does not allow that.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.cli import CPUS, child_env, sdcscan_cmd
+
+pytestmark = pytest.mark.slow
+
+
+def _can_mount_tmpfs(tmp_path: Path) -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    cmd = f"mount -t tmpfs -o size=16k tmpfs {shlex.quote(str(probe))}"
+    return subprocess.run(["unshare", "-m", "sh", "-c", cmd], capture_output=True).returncode == 0
+
+
+def _run_on_full_disk(tmp_path: Path, *, state_on_tmpfs: bool) -> subprocess.CompletedProcess[str]:
+    """`sdcscan run -o FULL/r.json --json` with FULL a 12 KiB tmpfs (and the state directory in it too)."""
+    if not _can_mount_tmpfs(tmp_path):
+        pytest.skip("cannot mount a tmpfs in a private mount namespace here")
+    full = tmp_path / "full"
+    full.mkdir()
+    env = child_env()
+    env["XDG_STATE_HOME"] = str(full / "state" if state_on_tmpfs else tmp_path / "state")
+    args = ["run", "-p", "quick", "--budget", "4s", "--units", f"cpu:{CPUS[0]}", "-o", str(full / "r.json")]
+    run = " ".join(shlex.quote(a) for a in sdcscan_cmd(*args, "--json", "--no-history"))
+    script = f"mount -t tmpfs -o size=12k tmpfs {shlex.quote(str(full))} && exec {run}"
+    return subprocess.run(
+        ["unshare", "-m", "sh", "-c", script], env=env, capture_output=True, text=True, timeout=180
+    )
+
+
+def test_the_report_goes_to_the_state_directory_when_its_disk_is_full(tmp_path: Path) -> None:
+    proc = _run_on_full_disk(tmp_path, state_on_tmpfs=False)
+    assert proc.returncode == 3, proc.stderr
+    printed = json.loads(proc.stdout)
+    assert "every finished case is in" not in proc.stderr  # the journal there is as full as the report
+    (fallback,) = (tmp_path / "state" / "sdcscan" / "fallback-reports").glob("*.json")
+    assert f"the report was written to {fallback} instead" in proc.stderr
+    kept = json.loads(fallback.read_text())
+    assert kept["units"][0]["cases"] == printed["units"][0]["cases"]
+    assert kept["units"][0]["cases_run"] > 20  # far more cases than the full journal could hold
+    assert kept["run"]["journal"] is None and "journal_lost" in kept["run"]
+
+
+def test_with_nowhere_to_write_the_message_names_the_only_copy(tmp_path: Path) -> None:
+    proc = _run_on_full_disk(tmp_path, state_on_tmpfs=True)
+    assert proc.returncode == 3, proc.stderr
+    printed = json.loads(proc.stdout)  # the whole report, on stdout
+    assert printed["units"][0]["cases_run"] > 20
+    assert "every finished case is in" not in proc.stderr
+    assert "the report this command prints (--json) is the only copy" in proc.stderr
