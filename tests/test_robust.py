@@ -172,8 +172,13 @@ def test_unwritable_report_path_is_exit_3_and_the_journal_keeps_the_results(run_
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 3, stderr
     lines = [ln for ln in stderr.splitlines() if ln.startswith("Error:")]
-    assert len(lines) == 1 and "cannot write" in lines[0] and "--from-journal" in lines[0]
+    assert len(lines) == 1 and "cannot write" in lines[0] and "fallback-reports" in lines[0]
     assert stderr.rstrip().splitlines()[-1].startswith("exit: invalid")  # the last line, not the Error
+    # The report went to the state directory instead (issue 33: nothing lost), naming the journal too.
+    (fallback,) = (tmp_path / "state" / "sdcscan" / "fallback-reports").glob("*.json")
+    assert f"written to {fallback} instead" in lines[0]
+    kept = json.loads(fallback.read_text())
+    assert kept["run"]["journal"] == str(journal) and units_of(kept)["cpu:0"]["cases_run"] >= 1
     assert "Traceback" not in stderr
     p = run_cli("report", "--from-journal", str(journal), "--json")
     units = units_of(json.loads(p.stdout))
