@@ -36,9 +36,9 @@ from sdcscan.calibration.table import (
     SCHEMA,
     check_schema,
     check_table,
+    gemm_e_max_ceiling,
 )
 from sdcscan.checks import vabft
-from sdcscan.checks.limits import UNIT_ROUNDOFF, e_max_ceiling
 from sdcscan.errors import ReportError, UsageError
 from sdcscan.files import calibration_cache_dir, make_state_dir, parse_json, read_json, write_json_atomic
 from sdcscan.timefmt import iso_utc
@@ -345,10 +345,9 @@ class Threshold:
 
 
 def ceiling_for(dtype: str, checker: str, shape: tuple[int, int, int]) -> float:
-    """`limits.e_max_ceiling` for a GEMM of `shape` = (M, K, N) in `dtype` checked in `checker`."""
-    (m, k, n), u_out = shape, UNIT_ROUNDOFF[dtype]
-    u_acc = min(u_out, UNIT_ROUNDOFF["float32"])  # bf16/fp16 GEMMs accumulate in fp32
-    return e_max_ceiling(k=k, width=max(m, n), u_acc=u_acc, u_chk=UNIT_ROUNDOFF[checker], u_out=u_out)
+    """`table.gemm_e_max_ceiling` for a GEMM of `shape` = (M, K, N) in `dtype` checked in `checker`."""
+    m, k, n = shape
+    return gemm_e_max_ceiling(dtype, checker, k=k, width=max(m, n))
 
 
 def fingerprint(device: torch.device, dtype: str, checker: str) -> dict[str, Any]:

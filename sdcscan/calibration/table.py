@@ -128,10 +128,15 @@ def e_max_bounds(dtype: str, checker: str, k_max: int) -> tuple[float, float] | 
     """
     if dtype not in UNIT_ROUNDOFF or checker not in UNIT_ROUNDOFF:
         return None
+    return E_MAX_FLOOR * UNIT_ROUNDOFF[dtype], gemm_e_max_ceiling(dtype, checker, k=k_max, width=WIDEST)
+
+
+def gemm_e_max_ceiling(dtype: str, checker: str, *, k: int, width: int) -> float:
+    """`limits.e_max_ceiling` for a GEMM in `dtype` (K deep, `width` the longer of M and N) checked in
+    `checker`: the unit roundoffs of its output, its accumulation and its checker."""
     u_out = UNIT_ROUNDOFF[dtype]
     u_acc = min(u_out, UNIT_ROUNDOFF["float32"])  # bf16/fp16 GEMMs accumulate in fp32
-    ceiling = e_max_ceiling(k=k_max, width=WIDEST, u_acc=u_acc, u_chk=UNIT_ROUNDOFF[checker], u_out=u_out)
-    return E_MAX_FLOOR * u_out, ceiling
+    return e_max_ceiling(k=k, width=width, u_acc=u_acc, u_chk=UNIT_ROUNDOFF[checker], u_out=u_out)
 
 
 def _read_regular_file(label: str, path: str) -> bytes:
