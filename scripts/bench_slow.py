@@ -28,9 +28,10 @@ from statistics import median
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
-from sdcscan.fleet.findings import Collector, FleetFinding
+from sdcscan.fleet.compare import Options, summarize
+from sdcscan.fleet.findings import FleetFinding
 from sdcscan.fleet.model import HostReport, UnitRecord
-from sdcscan.fleet.perf import robust_z, slow_findings
+from sdcscan.fleet.perf import robust_z
 
 PROFILE = "b" * 64
 NOMINAL = {"train": 2.0e9, "matmul_golden": 3.0e10}  # flop/s of a healthy unit, as simulate_fleet has
@@ -44,11 +45,24 @@ def unit_record(uid: str, throughput: dict[str, float], cohort: str = "c1") -> U
 
 
 def host_report(
-    host: str, units: list[UnitRecord], *, ended_at: float = 0.0, run_id: str = "", profile: str = PROFILE
+    host: str,
+    units: list[UnitRecord],
+    *,
+    ended_at: float = 0.0,
+    run_id: str = "",
+    profile: str = PROFILE,
+    seed: int = 7,
 ) -> HostReport:
     """A host's report extract around `units` (the reader's dedupe is not needed here)."""
     return HostReport(
-        f"{host}.json", "", host, run_id or f"{host}-run", (profile, 7), ended_at, "pass", tuple(units)
+        f"{host}-{run_id}.json",
+        "",
+        host,
+        run_id or f"{host}-run",
+        (profile, seed),
+        ended_at,
+        "pass",
+        tuple(units),
     )
 
 
@@ -61,8 +75,10 @@ def generate(
     factor: float = 0.75,
     slow: set[tuple[str, str]] | None = None,
     seed: int = 0,
+    reports: int = 1,
 ) -> list[HostReport]:
     """`hosts` hosts `h00000`..., units `cpu:0`...; the (host, unit) pairs in `slow` run at `factor`.
+    Each host sends `reports` reports (runs of the profile with seeds 7, 8, ...), slow units slow in all.
 
     Each workload's noise is its own (sd `spread`); `shared` adds a factor common to all workloads
     of a unit (its clock, its cooling), which defeats rules that trust workloads to be independent.
@@ -72,14 +88,19 @@ def generate(
     out = []
     for i in range(hosts):
         host = f"h{i:05d}"
-        records = []
-        for k in range(units):
-            uid = f"cpu:{k}"
-            speed = (factor if (host, uid) in slow else 1.0) * (rng.gauss(1.0, shared) if shared else 1.0)
-            records.append(
-                unit_record(uid, {w: x * speed * rng.gauss(1.0, spread) for w, x in NOMINAL.items()})
-            )
-        out.append(host_report(host, records))
+        # A unit's own speed (`shared`) stays with it from run to run; each run's noise is new.
+        speed = {
+            f"cpu:{k}": (factor if (host, f"cpu:{k}") in slow else 1.0)
+            * (rng.gauss(1.0, shared) if shared else 1.0)
+            for k in range(units)
+        }
+        for run in range(reports):
+            records = [
+                unit_record(uid, {w: x * v * rng.gauss(1.0, spread) for w, x in NOMINAL.items()})
+                for uid, v in speed.items()
+            ]
+            run_id = f"{host}-run" if reports == 1 else f"{host}-run{run}"
+            out.append(host_report(host, records, ended_at=3600.0 * run, run_id=run_id, seed=7 + run))
     return out
 
 
@@ -104,9 +125,8 @@ def flagged_units(findings: tuple[FleetFinding, ...]) -> set[tuple[str, str]]:
 
 def current_rule(reports: list[HostReport]) -> tuple[FleetFinding, ...]:
     """The findings of sdcscan/fleet/perf.py with compare's default options."""
-    col = Collector()
-    slow_findings(reports, col, z=DEFAULT_Z, drop=DEFAULT_DROP, min_units=MIN_UNITS)
-    return col.findings()
+    opts = Options(slow_z=DEFAULT_Z, slow_drop=DEFAULT_DROP, slow_min_units=MIN_UNITS)
+    return tuple(f for f in summarize(reports, options=opts).findings if f.kind == "slow")
 
 
 def old_rule(reports: list[HostReport]) -> set[tuple[str, str]]:
@@ -127,10 +147,20 @@ def old_rule(reports: list[HostReport]) -> set[tuple[str, str]]:
 
 
 def scenario(
-    hosts: int, units: int, slow: set[tuple[str, str]], *, spread: float, shared: float, old: bool
+    hosts: int,
+    units: int,
+    slow: set[tuple[str, str]],
+    *,
+    spread: float,
+    shared: float,
+    old: bool,
+    factor: float = 0.75,
+    reports_per_host: int = 1,
 ) -> dict[str, Any]:
     """Generate, judge with the current (and optionally the old) rule, count."""
-    reports = generate(hosts, units=units, spread=spread, shared=shared, slow=slow)
+    reports = generate(
+        hosts, units=units, spread=spread, shared=shared, slow=slow, factor=factor, reports=reports_per_host
+    )
     t0 = time.perf_counter()
     findings = current_rule(reports)
     seconds = time.perf_counter() - t0
@@ -167,8 +197,40 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--spread", type=float, default=0.03, help="sd of each workload's noise")
     ap.add_argument("--shared", type=float, default=0.0, help="sd of a per-unit factor on all workloads")
     ap.add_argument("--no-old", action="store_true", help="skip the old rule (it is slower)")
+    ap.add_argument(
+        "--grid",
+        action="store_true",
+        help="recall table instead: every --grid-spreads x --grid-losses x --fractions at --batch-hosts, "
+        "one JSON line each (the README's table)",
+    )
+    ap.add_argument("--grid-spreads", default="0.02,0.035,0.05")
+    ap.add_argument("--grid-losses", default="0.15,0.3")
+    ap.add_argument("--reports", type=int, default=1, help="reports per host (recent runs of the profile)")
     args = ap.parse_args(argv)
-    kw: dict[str, Any] = {"spread": args.spread, "shared": args.shared, "old": not args.no_old}
+    if args.grid:
+        for spread in (float(x) for x in args.grid_spreads.split(",")):
+            for loss in (float(x) for x in args.grid_losses.split(",")):
+                for p in (float(x) for x in args.fractions.split(",")):
+                    slow = pick_slow_units(args.batch_hosts, args.units, p)
+                    row = scenario(
+                        args.batch_hosts,
+                        args.units,
+                        slow,
+                        spread=spread,
+                        shared=args.shared,
+                        old=False,
+                        factor=1 - loss,
+                        reports_per_host=args.reports,
+                    )
+                    head = {"spread": spread, "loss": loss, "fraction": p, "reports_per_host": args.reports}
+                    print(json.dumps({**head, **row}), flush=True)
+        return 0
+    kw: dict[str, Any] = {
+        "spread": args.spread,
+        "shared": args.shared,
+        "old": not args.no_old,
+        "reports_per_host": args.reports,
+    }
     out: dict[str, Any] = {"spread": args.spread, "shared": args.shared, "units_per_host": args.units}
     out["healthy"] = [scenario(int(n), args.units, set(), **kw) for n in args.healthy.split(",") if n]
     out["batches"] = [

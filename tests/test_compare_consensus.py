@@ -16,12 +16,12 @@ from click.testing import CliRunner
 from sdcscan.cli.fleet import compare
 from sdcscan.errors import ReportError
 from sdcscan.fleet.compare import Options, summarize
-from sdcscan.fleet.consensus import fleet_decision
-from sdcscan.fleet.golden import index_golden, record
+from sdcscan.fleet.golden import index_golden
+from sdcscan.fleet.golden_record import record
 from sdcscan.fleet.model import Extractor
 from sdcscan.report import SCHEMA_PATH
 from sdcscan.units import machine_id
-from tests.helpers.fleet import extract, report, unit
+from tests.helpers.fleet import extract, good, report, unit
 from tests.helpers.scripts import load_script
 
 SIM = load_script("simulate_fleet")
@@ -72,8 +72,66 @@ def wrong1(tag: str) -> str:
     ],
 )
 def test_fleet_decision_rule(votes: dict[str, int], decision: str | None):
-    """Hosts decide a disputed case only with >= 3 voters, more than 2/3 of them and a lead of 2."""
-    assert fleet_decision(votes) == decision
+    """Hosts decide a disputed case only with >= 3 voters, more than 2/3 of them and a lead of 2: one
+    single-unit host per vote, judged by the SQL rule. Decided: the other digests' hosts are divergent
+    against it; open: every host is undecided; one digest only: nothing to judge."""
+    held = [d for d, n in sorted(votes.items()) for _ in range(n)]
+    digests = {d: good("c1", 1) if d == "a" else wrong1(d) for d in votes}
+    reports = [report(f"h{k}", [unit("cpu:0", digests={1: digests[d]})]) for k, d in enumerate(held)]
+    s = summarize(extract(reports)) if reports else None
+    if s is None or len(votes) == 1:
+        assert s is None or found(s) == []
+        return
+    if decision is None:
+        assert found(s) == [("undecided", f"h{k}", None) for k in range(len(held))]
+        return
+    wrong = [("divergent", f"h{k}", "cpu:0") for k, d in enumerate(held) if d != decision]
+    assert found(s) == wrong
+    assert {one(s, *w)["reference_digest"] for w in wrong} == {digests[decision]}
+
+
+@pytest.mark.parametrize(
+    ("wrong", "healthy", "peers"),
+    [(5, 3, 1), (5, 3, 2), (3, 1, 1), (3, 1, 2), (2, 1, 1), (2, 1, 2)],
+)
+def test_a_host_whose_majority_is_wrong_does_not_get_its_healthy_units_accused(wrong, healthy, peers):
+    """Issue 30: most of one host's units share a wrong digest, and the 1 or 2 other hosts of the cohort
+    agree with its healthy minority. Too few hosts to decide: the host is undecided, and its healthy
+    units are never named divergent on their own host's vote (they were, basis "host", exit 1)."""
+    units = [unit(f"cpu:{k}", digests={1: wrong1("big")}) for k in range(wrong)]
+    units += [unit(f"cpu:{wrong + k}") for k in range(healthy)]
+    peer_reports = [
+        report(f"peer{k}", [unit(f"cpu:{j}") for j in range(wrong + healthy)]) for k in range(peers)
+    ]
+    s = summarize(extract([report("big", units), *peer_reports]))
+    assert not [f for f in s.findings if f.kind == "divergent"], found(s)
+    assert ("undecided", "big", None) in found(s)
+    e = one(s, "undecided", "big", None)
+    assert e["host_digest"] == wrong1("big") and e["sides"][0]["hosts"] == peers
+    assert s.exit_code == 0
+
+
+@pytest.mark.parametrize("peers", [3, 4, 6])
+def test_a_host_whose_majority_is_wrong_is_accused_once_the_fleet_can_decide(peers):
+    """The other direction: with 3 or more other hosts (4+ in the cohort) the fleet decides, the host's
+    wrong majority is divergent (basis fleet) and its healthy minority is not."""
+    units = [unit(f"cpu:{k}", digests={1: wrong1("big")}) for k in range(5)]
+    units += [unit(f"cpu:{5 + k}") for k in range(3)]
+    peer_reports = [report(f"peer{k}", [unit(f"cpu:{j}") for j in range(8)]) for k in range(peers)]
+    s = summarize(extract([report("big", units), *peer_reports]))
+    assert found(s) == [("divergent", "big", f"cpu:{k}") for k in range(5)]
+    assert {one(s, "divergent", "big", f"cpu:{k}")["basis"] for k in range(5)} == {"fleet"}
+    assert s.exit_code == 1
+
+
+def test_a_unit_against_its_host_is_still_divergent_when_the_fleet_is_split():
+    """The exception is narrow: where the other hosts do not all hold the minority's digest, a unit
+    that differs from its host's majority on an open case stays divergent (basis host)."""
+    units = [unit(f"cpu:{k}", digests={1: wrong1("x")}) for k in range(3)] + [unit("cpu:3")]
+    others = [report("p0", [unit("cpu:0")]), report("p1", [unit("cpu:0", digests={1: wrong1("y")})])]
+    s = summarize(extract([report("big", units), *others]))
+    assert ("divergent", "big", "cpu:3") in found(s)
+    assert one(s, "divergent", "big", "cpu:3")["basis"] == "host"
 
 
 def test_an_8_unit_host_cannot_outvote_two_healthy_2_unit_hosts():
@@ -338,3 +396,29 @@ def test_a_host_rolls_up_only_when_all_its_units_agree_with_each_other():
     ]
     one_bad = report("half", [unit("cpu:0", digests={1: "e" * 16}), unit("cpu:1")])
     assert found(summarize(extract([*peers, one_bad]))) == [("divergent", "half", "cpu:0")]
+
+
+def test_a_case_with_many_digests_lists_the_largest_sides_and_counts_the_rest():
+    """Issue 30: `sides` is capped at MAX_SIDES digests (the most hosts first), always with the finding's
+    own digest and its reference, and `sides_omitted` counts what was left out; nothing is capped below."""
+    from sdcscan.fleet.divergence import MAX_SIDES
+
+    healthy = [report(f"ok{k}", [unit("cpu:0")]) for k in range(30)]  # > 2/3 of the hosts
+    wrong = [
+        report(f"bad{k:02d}", [unit("cpu:0", digests={1: wrong1(f"w{k}")})]) for k in range(MAX_SIDES + 4)
+    ]
+    s = summarize(extract(healthy + wrong))
+    assert found(s) == [("divergent", f"bad{k:02d}", "cpu:0") for k in range(MAX_SIDES + 4)]
+    for k in range(MAX_SIDES + 4):
+        e = one(s, "divergent", f"bad{k:02d}", "cpu:0")
+        digests = [side["digest"] for side in e["sides"]]
+        assert digests[0] == good("c1", 1) and e["digest"] in digests
+        assert len(digests) in (MAX_SIDES, MAX_SIDES + 1)
+        shown_wrong = len(digests) - 1
+        assert e["sides_omitted"] == {
+            "digests": MAX_SIDES + 4 - shown_wrong,
+            "hosts": MAX_SIDES + 4 - shown_wrong,
+            "units": MAX_SIDES + 4 - shown_wrong,
+        }
+    small = summarize(extract(healthy + wrong[:3]))
+    assert all("sides_omitted" not in f.evidence for f in small.findings)

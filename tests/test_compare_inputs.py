@@ -29,7 +29,6 @@ from sdcscan.fleet.compare import Options, summarize
 from sdcscan.fleet.findings import Collector
 from sdcscan.fleet.host_coverage import (
     FUTURE_SKEW_S,
-    coverage_findings,
     distinct_days,
     future_findings,
     match_inventory,
@@ -442,9 +441,8 @@ def test_coverage_counts_an_older_report_of_the_same_plan_behind_a_future_one():
     """coverage_findings given every report of a host: the future one is set aside, the older one counts."""
     ahead = report("clock", run_id="ahead", ended_at=iso(NOW + 400 * DAY))
     older = report("clock", run_id="older", ended_at=iso(NOW - 10 * DAY))
-    col = Collector()
-    assert coverage_findings(extract([ahead, older]), col, ("clock",), now=NOW, stale_s=60 * DAY) == 0
-    assert [f.kind for f in col.findings()] == ["future"]
+    s = summarize(extract([ahead, older]), options=Options(hosts=("clock",), now=NOW, stale_s=60 * DAY))
+    assert [f.kind for f in s.findings] == ["future"] and s.counts["unlisted_hosts"] == 0
 
 
 def test_a_small_clock_skew_is_not_the_future():
@@ -533,13 +531,13 @@ def test_an_internal_error_exits_3_with_one_line(tmp_path: Path, monkeypatch):
         raise RuntimeError("boom")
 
     put(tmp_path / "a.json", report("a"))
-    monkeypatch.setattr("sdcscan.fleet.compare.summarize", boom)  # the command imports it when it runs
+    monkeypatch.setattr("sdcscan.fleet.compare.compare_files", boom)  # the command imports it when it runs
     result = cli(str(tmp_path), "--json")
     assert result.exit_code == 3 and result.stdout == ""
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: internal error (RuntimeError: boom)"), lines
     # `golden record` keeps the same contract.
-    monkeypatch.setattr("sdcscan.fleet.golden.record_extracted", boom)
+    monkeypatch.setattr("sdcscan.fleet.golden_record.record_extracted", boom)
     result = CliRunner().invoke(golden, ["record", str(tmp_path), "-o", str(tmp_path / "g.json")])
     assert result.exit_code == 3 and result.stderr.startswith("Error: internal error (RuntimeError: boom)")
     assert len(result.stderr.strip().splitlines()) == 1

@@ -12,15 +12,16 @@ import io
 import json
 import random
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from rich.console import Console
 
-from sdcscan.fleet.compare import summarize
-from sdcscan.fleet.findings import Collector, FleetFinding
+from sdcscan.fleet.compare import Options, summarize
+from sdcscan.fleet.findings import FleetFinding
 from sdcscan.fleet.model import HostReport
-from sdcscan.fleet.perf import slow_findings, slow_threshold
+from sdcscan.fleet.perf import slow_threshold
 from sdcscan.render.fleet import describe, render_compare
 from tests.helpers.fleet import extract, report, unit
 from tests.helpers.scripts import load_script
@@ -31,10 +32,8 @@ GRID = (96.0, 98.0, 100.0, 102.0, 104.0)  # healthy speeds, cycled: median 100, 
 
 def judge(reports: Iterable[HostReport], **kw: Any) -> tuple[FleetFinding, ...]:
     """The slow findings of `reports` with compare's defaults (z 3.5, drop 10%, 5 peers)."""
-    col = Collector()
-    opts = {"z": 3.5, "drop": 0.10, "min_units": 5, **kw}
-    slow_findings(list(reports), col, **opts)
-    return col.findings()
+    opts = {"slow_z": 3.5, "slow_drop": 0.10, "slow_min_units": 5, **kw}
+    return tuple(f for f in summarize(list(reports), options=Options(**opts)).findings if f.kind == "slow")
 
 
 def where(findings: Iterable[FleetFinding]) -> set[tuple[str, str | None]]:
@@ -268,3 +267,44 @@ def test_compare_reports_a_slow_host_once_and_fails():
     render_compare(s, out)
     text = out.file.getvalue()  # type: ignore[attr-defined]
     assert "all 4 units are slow, typically 40% below" in text
+
+
+def test_a_unit_slow_run_after_run_is_found_by_its_combined_score():
+    """Issue 30: 15% slow on both workloads in each of 3 reports, among units whose speed varies 5% from
+    run to run. One report alone cannot tell it from the healthy tail (t_n = 5.2 at 8,000 units; it is
+    3 spreads deep): its three reports together can, and the evidence says so."""
+    slow = {("h00007", "cpu:3")}
+    one_report = bench.generate(1000, spread=0.05, factor=0.85, slow=slow, reports=1, seed=3)
+    assert where(judge(one_report)) == set()
+    reports = bench.generate(1000, spread=0.05, factor=0.85, slow=slow, reports=3, seed=3)
+    (f,) = judge(reports)
+    assert (f.host, f.unit) == ("h00007", "cpu:3")
+    c = f.evidence["combined"]
+    assert c["reports"] == 3 and c["z"] <= -c["z_threshold"] and c["loss"] >= 0.10
+    if not f.evidence["slow_workloads"]:  # found by the combined score alone: the text says how
+        assert "over 3 report(s) its combined z is" in describe(f)
+
+
+def test_the_combined_score_accuses_no_healthy_unit_nor_a_fixed_or_glitching_one():
+    """The other way: healthy fleets with 3 reports per host give no finding; a unit slow in its two
+    older reports but fixed in the newest is not slow; one slow workload in every report (the other at
+    full speed) is not a throttle."""
+    for seed in range(3):
+        assert judge(bench.generate(2000, spread=0.05, reports=3, seed=seed)) == ()
+    reports = bench.generate(1000, spread=0.05, factor=0.7, slow={("h00007", "cpu:3")}, reports=3, seed=4)
+    newest = max((r for r in reports if r.host == "h00007"), key=lambda r: r.ended_at)
+    healthy = bench.unit_record("cpu:3", {w: x for w, x in bench.NOMINAL.items()})
+    fixed = [
+        r if r is not newest else replace(r, units=(*r.units[:3], healthy, *r.units[4:])) for r in reports
+    ]
+    assert judge(fixed) == ()
+    glitch = []
+    for r in bench.generate(1000, spread=0.05, reports=3, seed=5):
+        if r.host == "h00007":
+            odd = bench.unit_record(
+                "cpu:3",
+                {"train": 0.8 * bench.NOMINAL["train"], "matmul_golden": bench.NOMINAL["matmul_golden"]},
+            )
+            r = replace(r, units=(*r.units[:3], odd, *r.units[4:]))
+        glitch.append(r)
+    assert judge(glitch) == ()

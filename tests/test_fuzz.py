@@ -15,9 +15,10 @@ from rich.console import Console
 
 import sdcscan.fleet.report_file as report_file
 from sdcscan.errors import ProfileError, ReportError
-from sdcscan.fleet.compare import FAILING_KINDS, summarize
+from sdcscan.fleet.compare import summarize
 from sdcscan.fleet.model import Extractor, HostReport
 from sdcscan.fleet.reading import read_report
+from sdcscan.fleet.summary import FAILING_KINDS
 from sdcscan.profile import Profile, load_profile, profile_from_data
 from sdcscan.render.fleet import render_compare
 from sdcscan.report import load_report, validate_report

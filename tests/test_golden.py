@@ -10,7 +10,8 @@ import jsonschema
 import pytest
 
 from sdcscan.fleet.compare import Options, summarize
-from sdcscan.fleet.golden import GoldenError, check_report, index_golden, load_golden, record
+from sdcscan.fleet.golden import GoldenError, check_report, index_golden, load_golden
+from sdcscan.fleet.golden_record import record
 from sdcscan.judgement.assemble import judge_and_build
 from sdcscan.report import SCHEMA_PATH, case_records
 from tests.helpers.fleet import PLAN_SHA, extract, good, report, unit

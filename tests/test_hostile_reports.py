@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from sdcscan.cli import cli
 from sdcscan.errors import ReportError
-from sdcscan.fleet.compare import FAILING_KINDS
+from sdcscan.fleet.summary import FAILING_KINDS
 from sdcscan.report import validate_report
 from tests.helpers.cli import child_env, sdcscan_cmd
 from tests.helpers.hostile import (

@@ -27,8 +27,8 @@ from click.testing import CliRunner
 
 from sdcscan.cli import cli
 from sdcscan.errors import ReportError, UsageError
-from sdcscan.fleet import warehouse
-from sdcscan.fleet.compare import FleetSummary, Options, summarize
+from sdcscan.fleet import steps
+from sdcscan.fleet.compare import FleetSummary, Options, compare_from, summarize
 from sdcscan.fleet.golden import index_golden, load_golden
 from sdcscan.fleet.ingest import FORMAT_VERSION, MARKER, SCHEMA, ingest, partition_of
 from sdcscan.fleet.reading import read_reports
@@ -56,7 +56,7 @@ def json_path(reports: Path, opts: Options) -> FleetSummary:
 def parquet_path(reports: Path, dataset: Path, opts: Options) -> FleetSummary:
     """What `ingest REPORTS --to DATASET` then `compare --from DATASET` decide."""
     ingest([str(reports)], dataset, workers=1)
-    return warehouse.compare_from(dataset, opts)
+    return compare_from(dataset, opts)
 
 
 def assert_same(reports: Path, dataset: Path, opts: Options) -> dict[str, Any]:
@@ -82,7 +82,7 @@ def test_every_scenario_decides_the_same_with_and_without_its_golden(tmp_path: P
     codes = set()
     for opts in (Options(now=parse_iso_utc(NOW)), Options(now=parse_iso_utc(NOW), golden=golden)):
         expected = summarize(found, options=opts, skipped=skipped).to_dict()
-        assert warehouse.compare_from(tmp_path / "ds", opts).to_dict() == expected
+        assert compare_from(tmp_path / "ds", opts).to_dict() == expected
         codes.add(expected["exit_code"])
     assert codes <= {0, 1}
 
@@ -310,8 +310,8 @@ def test_hostile_sentinel_sections_give_the_same_findings_on_both_paths(tmp_path
 
 
 def test_a_lone_surrogate_in_a_sentinel_section_keeps_the_report(tmp_path: Path):
-    """Text Parquet cannot hold, in optional evidence, does not cost the report its votes: it is ingested
-    and its finding made, with U+FFFD where `compare` on the JSON shows the lone surrogate."""
+    """Text Parquet cannot hold, in optional evidence, does not cost the report its votes: it is kept
+    and its finding made, with U+FFFD for the lone surrogate, whether compare reads the JSON or a dataset."""
     doc = sentinel_report("s", ("cpu:7",))
     doc["host"]["cpu_model"] = "HIGH-model"
     doc["sentinel"]["outliers"][0]["examples"] = ["py-LOW"]
@@ -321,22 +321,21 @@ def test_a_lone_surrogate_in_a_sentinel_section_keeps_the_report(tmp_path: Path)
     (reports / "s.json").write_text(text)
     opts = Options(now=parse_iso_utc(NOW))
     expected = json.dumps(json_path(reports, opts).to_dict())
-    assert "\\ud800-model" in expected and "py-\\udc80" in expected  # what compare writes
+    assert "\\ufffd-model" in expected and "py-\\ufffd" in expected and "\\ud800" not in expected
     result = parquet_path(reports, tmp_path / "ds", opts)
     assert result.counts["skipped"] == 0
-    shown = json.dumps(result.to_dict())
-    assert shown == expected.replace("\\ud800", "\\ufffd").replace("\\udc80", "\\ufffd")
+    assert json.dumps(result.to_dict()) == expected
 
 
 def test_a_dataset_that_repeats_sentinel_rows_is_refused(tmp_path: Path):
     """A copied sentinel part file would count a host twice: exit 3, not a guess."""
     write_reports([sentinel_report("a", ("cpu:1",)), sentinel_report("b", ("cpu:1",))], tmp_path / "reports")
     ingest([str(tmp_path / "reports")], tmp_path / "ds", workers=1)
-    assert len(sentinel_rows(warehouse.compare_from(tmp_path / "ds").to_dict())) == 3  # fine as written
+    assert len(sentinel_rows(compare_from(tmp_path / "ds").to_dict())) == 3  # fine as written
     part = next((tmp_path / "ds" / "sentinel_outliers").glob("*/*/*.parquet"))
     shutil.copy(part, part.with_name("part-copied.parquet"))
     with pytest.raises(ReportError, match="repeats a report's sentinel rows"):
-        warehouse.compare_from(tmp_path / "ds")
+        compare_from(tmp_path / "ds")
 
 
 def test_a_dataset_of_an_older_format_is_refused_with_what_to_do(tmp_path: Path):
@@ -348,7 +347,7 @@ def test_a_dataset_of_an_older_format_is_refused_with_what_to_do(tmp_path: Path)
     assert marker["version"] == FORMAT_VERSION == 2
     (tmp_path / "ds" / MARKER).write_text(json.dumps({**marker, "version": 1}))
     with pytest.raises(UsageError, match="ingest the reports into a new directory"):
-        warehouse.compare_from(tmp_path / "ds")
+        compare_from(tmp_path / "ds")
     with pytest.raises(UsageError, match="ingest the reports into a new directory"):
         ingest([str(tmp_path / "reports")], tmp_path / "ds", workers=1)
 
@@ -413,24 +412,24 @@ def test_a_dataset_with_two_reports_of_one_id_is_refused(tmp_path: Path):
     sim = load_script("simulate_fleet")
     sim.write_scenario("adept", tmp_path / "fleet")
     ingest([str(tmp_path / "fleet" / "reports")], tmp_path / "ds", workers=1)
-    warehouse.compare_from(tmp_path / "ds")  # fine as written
+    compare_from(tmp_path / "ds")  # fine as written
     part = next((tmp_path / "ds" / "reports").glob("*/*/*.parquet"))
     shutil.copy(part, part.with_name("part-copied.parquet"))
     with pytest.raises(ReportError, match="two reports with id"):
-        warehouse.compare_from(tmp_path / "ds")
+        compare_from(tmp_path / "ds")
 
 
 def test_compare_from_refuses_what_is_not_a_dataset(tmp_path: Path):
     """No marker: a usage error naming the command that makes one."""
     (tmp_path / "empty").mkdir()
     with pytest.raises(UsageError, match="not an sdcscan dataset"):
-        warehouse.compare_from(tmp_path / "empty")
+        compare_from(tmp_path / "empty")
 
 
 def test_the_sql_is_portable():
     """The consensus SQL calls only functions every engine has (ANSI aggregates and windows), and no
     DuckDB-only syntax: it must run unchanged on Spark and Trino."""
-    texts = [sql for _, sql, _ in warehouse.STEPS] + list(warehouse.RESULTS.values())
+    texts = [sql for _, sql, _ in steps.STEPS] + list(steps.RESULTS.values())
     called = {m.upper() for t in texts for m in re.findall(r"\b([A-Za-z_]+)\s*\(", t)}
     keywords = {
         "IN",
@@ -462,8 +461,8 @@ def test_the_sql_is_portable():
             "STRUCT",
         ):
             assert duckdb_only not in upper, (duckdb_only, text)
-    script = warehouse.sql_script()
-    assert script.count("CREATE OR REPLACE TEMPORARY VIEW") == len(warehouse.STEPS)
+    script = steps.sql_script()
+    assert script.count("CREATE OR REPLACE TEMPORARY VIEW") == len(steps.STEPS)
 
 
 def test_the_docs_name_every_table_and_column():
@@ -517,17 +516,19 @@ def test_ingest_refuses_bad_targets_and_inputs_before_writing(tmp_path: Path):
 def test_without_the_fleet_extra_ingest_says_how_to_install_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
-    """pyarrow or duckdb missing: exit 2, one line naming `pip install 'sdcscan[fleet]'`."""
+    """pyarrow or duckdb missing (a broken install: both are dependencies): exit 2, one line saying how to
+    install them."""
     monkeypatch.setitem(sys.modules, "duckdb", None)  # `import duckdb` now raises ImportError
     (tmp_path / "r.json").write_text("{}")
     result = CliRunner().invoke(cli, ["ingest", str(tmp_path / "r.json"), "--to", str(tmp_path / "ds")])
     assert result.exit_code == 2
     assert result.stderr.strip().splitlines() == [
-        "Error: the Parquet path needs pyarrow and duckdb (duckdb is not installed): pip install 'sdcscan[fleet]'"
+        "Error: comparing a fleet needs pyarrow and duckdb (duckdb is not installed): "
+        "pip install 'pyarrow>=15' 'duckdb>=1.0'"
     ]
     assert not (tmp_path / "ds").exists()
-    with pytest.raises(UsageError, match=re.escape("pip install 'sdcscan[fleet]'")):
-        warehouse.compare_from(tmp_path)
+    with pytest.raises(UsageError, match=re.escape("pip install 'pyarrow>=15' 'duckdb>=1.0'")):
+        compare_from(tmp_path)
 
 
 @pytest.mark.parametrize(
@@ -558,10 +559,42 @@ def test_compare_takes_paths_or_a_dataset(tmp_path: Path):
         ]
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["{r}", "--engine", "spark"], "--engine spark judges a dataset"),
+        (
+            ["--from", "{d}", "--spark-master", "local[2]"],
+            "--spark-master and --spark-remote go with --engine spark",
+        ),
+        (
+            [
+                "--from",
+                "{d}",
+                "--engine",
+                "spark",
+                "--spark-master",
+                "local[2]",
+                "--spark-remote",
+                "sc://h:15002",
+            ],
+            "give --spark-master or --spark-remote, not both",
+        ),
+    ],
+)
+def test_engine_options_that_cannot_work_exit_2_before_anything_is_read(
+    tmp_path: Path, args: list[str], message: str
+):
+    (tmp_path / "ds").mkdir()
+    filled = [a.format(r=tmp_path / "r.json", d=tmp_path / "ds") for a in args]
+    result = CliRunner().invoke(cli, ["compare", *filled])
+    assert result.exit_code == 2 and message in result.stderr
+
+
 def test_importing_the_command_line_loads_neither_pyarrow_nor_duckdb():
     """They are imported when ingest or compare --from runs, never on `import sdcscan.cli`."""
     probe = (
-        "import sys, sdcscan.cli, sdcscan.fleet.ingest, sdcscan.fleet.warehouse\n"
+        "import sys, sdcscan.cli, sdcscan.fleet.ingest, sdcscan.fleet.compare\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pyarrow', 'duckdb', 'torch')))"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT)

@@ -78,7 +78,7 @@ def _now(text: str | None) -> float:
     "--from",
     "from_dir",
     type=click.Path(file_okay=False),
-    help="Compare a dataset written by `sdcscan ingest` (Parquet, in DuckDB) instead of report PATHS.",
+    help="Compare a dataset written by `sdcscan ingest` (Parquet) instead of report PATHS.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 @click.option(
@@ -112,6 +112,22 @@ def _now(text: str | None) -> float:
     multiple=True,
     help="Also exit 3 when a host is undecided (the fleet could not judge a case it ran); 1 still wins.",
 )
+@click.option(
+    "--engine",
+    "engine_name",
+    type=click.Choice(["duckdb", "spark"]),
+    default="duckdb",
+    show_default=True,
+    help="Where --from DIR is judged: DuckDB in this process, or Apache Spark (pip install 'sdcscan[spark]').",
+)
+@click.option(
+    "--spark-master",
+    help="Spark master URL for --engine spark (default local[*]: every CPU of this machine).",
+)
+@click.option(
+    "--spark-remote",
+    help="Spark Connect URL (sc://HOST:PORT) of an existing cluster, for --engine spark.",
+)
 @jobs_option
 @click.option(
     "--now",
@@ -131,13 +147,16 @@ def compare(
     slow_z: float,
     slow_drop: float,
     fail_on: tuple[str, ...],
+    engine_name: str,
+    spark_master: str | None,
+    spark_remote: str | None,
     jobs: int,
     now_text: str | None,
 ) -> None:
     """Compare reports from many hosts: name divergent, failing, slow, stale and missing units.
 
     PATHS are report files, directories and globs; or --from DIR, a dataset `sdcscan ingest` wrote,
-    compared with the same rules in DuckDB (docs/fleet_sql.md). Directories are searched recursively, following
+    compared with the same rules in DuckDB, or on Spark with --engine spark (docs/fleet_sql.md). Directories are searched recursively, following
     symbolic links (each directory once), for *.json and *.json.gz in any case; gzip is read wherever
     it is found. Every input not read is listed with the reason. Digests are compared among units of
     the same plan (profile and seed) and cohort. Units vote within their host, each host casts one
@@ -159,13 +178,23 @@ def compare(
         sdcscan compare reports/ --hosts fleet.txt --stale 45d
         sdcscan compare 'reports/2025-W23/*.json' --json > findings.json
     """
-    from sdcscan.fleet.compare import Options, summarize
+    from sdcscan.fleet.compare import compare_files, compare_from
+    from sdcscan.fleet.engine import Engine
     from sdcscan.fleet.golden import index_golden, load_golden
-    from sdcscan.fleet.reading import read_hosts, read_reports
+    from sdcscan.fleet.reading import read_hosts
+    from sdcscan.fleet.summary import Options
     from sdcscan.render.fleet import render_compare
 
     if bool(paths) == bool(from_dir):
         raise UsageError("give report PATHS, or --from DIR (a dataset written by `sdcscan ingest`), not both")
+    if engine_name == "spark" and not from_dir:
+        raise UsageError(
+            "--engine spark judges a dataset: ingest the reports, then compare --from DIR --engine spark"
+        )
+    if (spark_master or spark_remote) and engine_name != "spark":
+        raise UsageError("--spark-master and --spark-remote go with --engine spark")
+    if spark_master and spark_remote:
+        raise UsageError("give --spark-master or --spark-remote, not both")
     stale_s = parse_age(stale)
     hosts = read_hosts(hosts_file) if hosts_file else None
     golden = index_golden(load_golden(golden_path)) if golden_path else None
@@ -179,14 +208,15 @@ def compare(
         golden=golden,
         fail_on_undecided="undecided" in fail_on,
     )
-    if from_dir:
-        from sdcscan.fleet.warehouse import compare_from  # pyarrow and duckdb load only here
+    engine = Engine(threads=jobs or None)
+    if from_dir and engine_name == "spark":
+        from sdcscan.fleet.engine_spark import compare_from_spark
 
-        summary = compare_from(from_dir, opts)
+        summary = compare_from_spark(from_dir, opts, master=spark_master, remote=spark_remote)
+    elif from_dir:
+        summary = compare_from(from_dir, opts, engine)
     else:
-        reports, skipped = read_reports(paths, workers=jobs or None)
-        summary = summarize(reports, options=opts, skipped=skipped)
-        del reports  # the summary holds what is printed; let the extracts go before rendering
+        summary = compare_files(paths, opts, jobs=jobs or None, engine=engine)
     if as_json:  # first: a failure while drawing the table must not cost automation its JSON
         emit_json(summary.to_dict())
         sys.stdout.flush()
@@ -237,15 +267,13 @@ def record(reports: tuple[str, ...], out_path: str, min_votes: int) -> None:
         sdcscan golden record a.json b.json c.json -o golden.json --min-votes 2
     """
     from sdcscan.files import check_output_target
-    from sdcscan.fleet.golden import record_extracted
-    from sdcscan.fleet.model import dedupe
+    from sdcscan.fleet.golden_record import record_extracted
     from sdcscan.fleet.reading import read_reports
     from sdcscan.render.fleet import render_golden_record
 
     check_output_target(out_path, option="--out")  # exit 2 before reading the reports
     found, skipped = read_reports(reports)
-    kept, dups = dedupe(found)
-    data = record_extracted(kept, min_votes=min_votes)
+    data, dups = record_extracted(found, min_votes=min_votes)
     if not data["entries"]:
         raise UsageError(f"no case had a clear majority of at least {min_votes} unit(s): nothing recorded")
     write_json_atomic(out_path, data)

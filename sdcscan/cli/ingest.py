@@ -37,8 +37,8 @@ def ingest_cmd(paths: tuple[str, ...], to_dir: str, jobs: int, as_json: bool) ->
     `compare` reads them; every input not used is listed with the reason. The dataset holds one row
     per (host, unit, case) and per report, unit, workload, partitioned by plan (profile and seed) and
     by the day the run ended. Ingesting again appends (repeated reports are dropped by compare).
-    Spark and Trino read the same files: see docs/fleet_sql.md. Needs pyarrow and duckdb
-    (pip install 'sdcscan[fleet]').
+    `compare --from DIR` judges them (DuckDB, or Spark with --engine spark); Trino reads the same
+    files: see docs/fleet_sql.md.
 
     Exit 0 when reports were written; 2 when nothing usable was found, DIR is not a dataset, or
     pyarrow or duckdb is missing; 3 when writing fails.

@@ -1,32 +1,20 @@
 """Goldens: the fleet's consensus digest per (plan, cohort, case), so one host can be judged with no peers.
 
-`record` keeps only cases the fleet settles as `compare` would (one vote per host) and lists the rest as
-refused; `check_report`
-compares a report's units with the golden of the same plan and cohort (`sdcscan.judgement.verdict.check_golden`,
+`fleet.golden_record` writes one, keeping only cases the fleet settles as `compare` would (one vote per
+host); `check_report` compares a report's units with the golden of the same plan and cohort (`sdcscan.judgement.verdict.check_golden`,
 the comparison `sdcscan run --golden` weighs as evidence). No I/O except `load_golden`.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
 from typing import cast
 
 from typing_extensions import NotRequired, TypedDict
 
-from sdcscan import __version__
 from sdcscan.errors import ReportError, UsageError
 from sdcscan.files import read_json
-from sdcscan.fleet.consensus import CohortConsensus, HostUnits, comparison_groups, why_undecided
-from sdcscan.fleet.model import (
-    Extractor,
-    HostReport,
-    PlanKey,
-    UnitRecord,
-    dedupe,
-    newest_per_plan,
-    separate_machines,
-)
+from sdcscan.fleet.model import Extractor, PlanKey, UnitRecord
 from sdcscan.judgement.evidence import GoldenCheck, GoldenEntry, check_golden
 
 GOLDEN_VERSION = 1
@@ -87,93 +75,6 @@ class Golden(TypedDict):
 
 class GoldenError(UsageError):
     """A golden file is unreadable or not a golden: exit 2, the message says why."""
-
-
-def record(reports: Iterable[object], *, min_votes: int = 1) -> Golden:
-    """Build a golden from parsed reports: the fleet's reference digest per (plan, cohort, case).
-
-    Args:
-        reports: parsed report documents (duplicates of one host and run are counted once).
-        min_votes: fewest units that must have produced the winning digest for a case to be recorded.
-
-    Raises:
-        ReportError: a document is not a usable report.
-    """
-    ex = Extractor()
-    kept, _ = dedupe([ex.extract(r, source=f"report {n}") for n, r in enumerate(reports)])
-    return record_extracted(kept, min_votes=min_votes)
-
-
-def record_extracted(reports: list[HostReport], *, min_votes: int = 1) -> Golden:
-    """Like `record`, from extracted, de-duplicated reports (what `sdcscan golden record` reads).
-
-    The digest recorded per case is the one `compare` would take as the reference with no golden
-    (`consensus.CohortConsensus`): the digest every unit agrees on, else the hosts' decision, one vote per
-    host from its newest report of the plan. A case the hosts do not settle is refused with the reason, so
-    one many-unit host, or re-runs of one host, cannot write its digests into the golden. `votes` and
-    `voters` count units: those that produced the recorded digest, and all that ran the case.
-    """
-    kept, _ = separate_machines(reports)
-    current, _ = newest_per_plan(kept)
-    entries: list[GoldenPlan] = []
-    refused: list[RefusedCase] = []
-    for (plan, cohort), hosts in sorted(comparison_groups(current).items()):
-        cc = CohortConsensus(hosts, None)
-        cols: GoldenCases = {"index": [], "workload": [], "digest": [], "votes": [], "voters": []}
-        workload = _workloads(hosts)
-        for i in sorted(cc.unit_counts):
-            units = cc.unit_counts[i]
-            ref = cc.reference.get(i)
-            if ref is None or units[ref[0]] < min_votes:
-                reason = (
-                    why_undecided(cc.host_counts.get(i, {}), host_abstained=False)
-                    if ref is None
-                    else f"only {units[ref[0]]} unit(s) produced it; at least {min_votes} required"
-                )
-                refused.append(
-                    {
-                        "profile_sha256": plan[0],
-                        "seed": plan[1],
-                        "cohort": cohort,
-                        "index": i,
-                        "workload": workload[i],
-                        "reason": reason,
-                    }
-                )
-            else:
-                cols["index"].append(i)
-                cols["workload"].append(workload[i])
-                cols["digest"].append(ref[0])
-                cols["votes"].append(units[ref[0]])
-                cols["voters"].append(sum(units.values()))
-        if cols["index"]:
-            n_units = sum(len(u) for _, u in hosts)
-            entries.append(
-                {
-                    "profile_sha256": plan[0],
-                    "seed": plan[1],
-                    "cohort": cohort,
-                    "units": n_units,
-                    "cases": cols,
-                }
-            )
-    return {
-        "golden_version": GOLDEN_VERSION,
-        "tool": {"name": "sdcscan", "version": __version__},
-        "reports": len(current),
-        "entries": entries,
-        "refused": refused,
-    }
-
-
-def _workloads(hosts: HostUnits) -> dict[int, str]:
-    """Case index -> workload; within a plan every unit ran the same workload for a given index."""
-    out: dict[int, str] = {}
-    for _, units in hosts:
-        for u in units:
-            for i, w in zip(u.indices, u.workloads, strict=True):
-                out.setdefault(i, w)
-    return out
 
 
 def validate_golden(data: object, *, label: str = "golden") -> Golden:

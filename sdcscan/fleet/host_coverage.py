@@ -28,6 +28,7 @@ import ipaddress
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from sdcscan.fleet.findings import Collector
 from sdcscan.fleet.model import HostReport
@@ -38,8 +39,17 @@ DAY_S = 86400.0
 MAX_DECIMALS = 12
 
 
+class Covered(NamedTuple):
+    """A kept report (no cases), and what its units tested: all coverage needs of it."""
+
+    report: HostReport
+    units: int
+    case_rows: int  # cases over all its units
+    tested_units: int  # units that left a digest or failed an invariant check
+
+
 def coverage_findings(
-    reports: list[HostReport], col: Collector, hosts: tuple[str, ...], *, now: float, stale_s: float
+    reports: list[Covered], col: Collector, hosts: tuple[str, ...], *, now: float, stale_s: float
 ) -> int:
     """Add `missing`, `stale`, `alias`, `unlisted` and `future` findings for an inventory of hosts.
 
@@ -53,10 +63,10 @@ def coverage_findings(
     Returns:
         How many reported hosts are not in the inventory (an alias counts as listed).
     """
-    future_findings(reports, col, now=now)
-    by_host: dict[str, list[HostReport]] = {}
-    for r in reports:
-        by_host.setdefault(r.host, []).append(r)
+    future_findings([c.report for c in reports], col, now=now)
+    by_host: dict[str, list[Covered]] = {}
+    for c in reports:
+        by_host.setdefault(c.report.host, []).append(c)
     match = match_inventory(hosts, by_host)
     for name in sorted(set(hosts)):
         reported = match.reported_as.get(name)
@@ -102,13 +112,13 @@ def _newer(a: HostReport, b: HostReport) -> bool:
     return (a.ended_at, a.run_id) > (b.ended_at, b.run_id)
 
 
-def _judge_host(name: str, reports: list[HostReport], col: Collector, *, now: float, stale_s: float) -> None:
+def _judge_host(name: str, reports: list[Covered], col: Collector, *, now: float, stale_s: float) -> None:
     """`missing` when no report of the host covers it, `stale` when the newest that does is too old."""
-    covering = [r for r in reports if not_covering(r, now=now) is None]
+    covering = [c for c in reports if not_covering(c, now=now) is None]
     if not covering:
         col.add_host(name, None, "missing", {"reason": _missing_reason(reports, (), now=now)})
         return
-    when = max(r.ended_at for r in covering)
+    when = max(c.report.ended_at for c in covering)
     age = now - when
     if age > stale_s:  # exactly stale_s old is still fresh
         age_days, limit_days = distinct_days(age, stale_s)
@@ -128,30 +138,30 @@ def _judge_host(name: str, reports: list[HostReport], col: Collector, *, now: fl
         )
 
 
-def not_covering(report: HostReport, *, now: float = math.inf) -> str | None:
-    """Why `report` does not cover its host (it tested nothing, or its time is in the future), or None."""
-    if report.ended_at > now + FUTURE_SKEW_S:
-        return f"it ends {iso_utc(report.ended_at)}, in the future (clock ahead): its age is unknown"
-    if not report.units:
+def not_covering(c: Covered, *, now: float = math.inf) -> str | None:
+    """Why a report does not cover its host (it tested nothing, or its time is in the future), or None."""
+    if c.report.ended_at > now + FUTURE_SKEW_S:
+        return f"it ends {iso_utc(c.report.ended_at)}, in the future (clock ahead): its age is unknown"
+    if not c.units:
         return "it has no unit"
-    if not any(u.indices for u in report.units):
+    if not c.case_rows:
         return "its units ran no case"
-    if not any(u.invariant is not None or any(d is not None for d in u.digests) for u in report.units):
+    if not c.tested_units:
         return "its cases left no digest to compare (every case failed to run)"
     return None
 
 
-def _missing_reason(reports: list[HostReport], near: tuple[str, ...], *, now: float = math.inf) -> str:
+def _missing_reason(reports: list[Covered], near: tuple[str, ...], *, now: float = math.inf) -> str:
     """`no usable report`, or why the reports it sent do not count, plus any near-matching names."""
     if not reports:
         reason = "no usable report"
     else:
-        newest = max(reports, key=lambda r: (r.ended_at, r.run_id))
+        newest = max(reports, key=lambda c: (c.report.ended_at, c.report.run_id))
         why = not_covering(newest, now=now)
         more = (
             f" (and {len(reports) - 1} other report(s) that do not count either)" if len(reports) > 1 else ""
         )
-        reason = f"no report that tested this host: in {newest.source}, {why}{more}"
+        reason = f"no report that tested this host: in {newest.report.source}, {why}{more}"
     if near:
         reason += f"; near-matches that reported: {', '.join(near)} (differ by case or domain)"
     return reason
@@ -188,11 +198,15 @@ def name_key(name: str) -> str:
     are not a domain).
     """
     bare = name.strip().rstrip(".").casefold()
-    try:
-        ipaddress.ip_address(bare)
-        return bare
-    except ValueError:
-        return bare.split(".", 1)[0]
+    # Only a name of digits and dots (IPv4) or with a colon (IPv6) can be an address: parsing every
+    # hostname as one cost tens of seconds at a million hosts.
+    if ":" in bare or bare.replace(".", "").isdigit():
+        try:
+            ipaddress.ip_address(bare)
+            return bare
+        except ValueError:
+            pass
+    return bare.split(".", 1)[0]
 
 
 @dataclass(frozen=True)

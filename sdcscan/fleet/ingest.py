@@ -65,7 +65,7 @@ from sdcscan.outcomes import printable
 FORMAT = "sdcscan-fleet-parquet"
 FORMAT_VERSION = 2  # 2: the sentinel tables (a version-1 dataset lacks its reports' kernel-log evidence)
 MARKER = "sdcscan-fleet.json"
-INSTALL_HINT = "pip install 'sdcscan[fleet]'"
+INSTALL_HINT = "pip install 'pyarrow>=15' 'duckdb>=1.0'"  # dependencies of sdcscan: a broken install
 # Written in this order at commit: a `reports` row is what makes a report's other rows count.
 TABLES = ("cases", "units", "throughput", "calibrations", "sentinel_sections", "sentinel_outliers", "reports")
 SKIPPED_TABLE = "skipped"
@@ -184,7 +184,7 @@ def require_fleet_extra() -> None:
             importlib.import_module(name)
     except ImportError as err:
         raise UsageError(
-            f"the Parquet path needs pyarrow and duckdb ({err.name or 'one'} is not installed): {INSTALL_HINT}"
+            f"comparing a fleet needs pyarrow and duckdb ({err.name or 'one'} is not installed): {INSTALL_HINT}"
         ) from None
 
 
@@ -295,10 +295,11 @@ class _Columns:
                 list(own),
             )
             _append(self.data["units"], (*head, n, digests, *_invariant_columns(u.invariant)))
-            for workload, value, value_unit in u.throughput:
-                if math.isfinite(value):
-                    row = (rid, sha, seed, u.cohort, u.unit, workload, "ops_per_s", value, value_unit)
-                    _append(self.data["throughput"], row)
+            for measure, readings in (("ops_per_s", u.throughput), ("efficiency", u.efficiency)):
+                for workload, value, value_unit in readings:
+                    if math.isfinite(value):
+                        row = (rid, sha, seed, u.cohort, u.unit, workload, measure, value, value_unit)
+                        _append(self.data["throughput"], row)
             for dtype, checker, k, e_max in u.calibration:
                 held = (rid, sha, seed, u.cohort, u.unit, dtype, checker, str(k), e_max)
                 _append(self.data["calibrations"], held)
@@ -408,7 +409,7 @@ def convert_chunk(paths: list[str], ingest: str, first: int) -> ChunkResult:
     tables: list[tuple[Partition, dict[str, Any]]] = []
     converted = 0
     for part, reports in sorted(by_partition.items()):
-        made, refused = _tables(reports)
+        made, refused = report_tables(reports)
         skipped += refused
         if made is not None:
             tables.append((part, made))
@@ -416,7 +417,7 @@ def convert_chunk(paths: list[str], ingest: str, first: int) -> ChunkResult:
     return ChunkResult(tables, converted, skipped)
 
 
-def _tables(reports: list[tuple[HostReport, int]]) -> tuple[dict[str, Any] | None, list[Skipped]]:
+def report_tables(reports: list[tuple[HostReport, int]]) -> tuple[dict[str, Any] | None, list[Skipped]]:
     """Arrow tables of some reports; a report whose text is not Unicode is refused, alone."""
     cols = _Columns()
     for r, rid in reports:
@@ -638,7 +639,7 @@ def ingest(paths: Iterable[str], to: str | os.PathLike[str], *, workers: int | N
     writer = DatasetWriter(root, ingest_id)
     reports = 0
     try:
-        for result in _convert_all(
+        for result in convert_all(
             files, ingest_id, worker_count(workers, len(files), files_per_worker=CHUNK_FILES)
         ):
             reports += result.reports
@@ -658,7 +659,7 @@ def ingest(paths: Iterable[str], to: str | os.PathLike[str], *, workers: int | N
     return IngestResult(str(root), reports, dict(writer.rows), written, tuple(skipped))
 
 
-def _convert_all(files: list[str], ingest: str, workers: int) -> Iterator[ChunkResult]:
+def convert_all(files: list[str], ingest: str, workers: int) -> Iterator[ChunkResult]:
     """Each chunk's result in file order; at most a few chunks in flight per worker (bounded memory)."""
     chunks = [(files[i : i + CHUNK_FILES], i) for i in range(0, len(files), CHUNK_FILES)]
     if workers <= 1:

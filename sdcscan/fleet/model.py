@@ -9,8 +9,7 @@ Pure: no I/O.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TypeGuard, TypeVar, cast
 
 from sdcscan.errors import ReportError
@@ -89,7 +88,7 @@ class HostReport:
     # (unit id, CONVICTING_FINDINGS kinds) for each unit the report's own findings name failing, sorted.
     # Kept on the report, not the unit, because it comes from the report's top-level `findings`.
     blamed: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    machine_tag: str | None = None  # set by `separate_machines` when machines share this hostname
+    machine_tag: str | None = None  # set where machines share this hostname (the machine id)
     cpu_model: str | None = None  # host.cpu_model: groups hosts for the fleet's sentinel signal
     sentinel: SentinelSection | None = None  # the report's kernel-log evidence (`fleet.sentinel`), if any
 
@@ -337,97 +336,3 @@ def parse_time(text: object) -> float:
         return parse_iso_utc(text)
     except (ValueError, OverflowError):  # OverflowError: year 1 or 9999 moved out of range by its zone
         raise ReportError(f"report: run.ended_at {shown(text)} is not an ISO-8601 time") from None
-
-
-def dedupe(reports: list[HostReport]) -> tuple[list[HostReport], list[Skipped]]:
-    """Drop repeated reports: the same (hostname, machine id, run id) or byte-identical files.
-
-    The survivor does not depend on input order: the newest, then the one with the most cases, then
-    the smallest content hash, then the smallest path.
-
-    Returns:
-        (kept reports sorted by host, run id; skipped duplicates sorted by path)
-    """
-
-    def rank(r: HostReport) -> tuple[float, int, str, str]:
-        return (-r.ended_at, -sum(len(u.indices) for u in r.units), r.sha256, r.source)
-
-    kept: dict[tuple[str, str | None, str], HostReport] = {}
-    by_hash: dict[str, HostReport] = {}
-    skipped: list[Skipped] = []
-    for r in sorted(reports, key=rank):
-        twin = by_hash.get(r.sha256) if r.sha256 else None
-        if twin is not None:
-            skipped.append(Skipped(r.source, f"duplicate of {twin.source} (identical content)"))
-            continue
-        first = kept.get((r.host, r.machine_id, r.run_id))
-        if first is not None:
-            skipped.append(Skipped(r.source, f"duplicate of {first.source} (same host and run id)"))
-            continue
-        kept[(r.host, r.machine_id, r.run_id)] = r
-        if r.sha256:
-            by_hash[r.sha256] = r
-    ordered = sorted(kept.values(), key=lambda r: (r.host, r.run_id))
-    return ordered, sorted(skipped, key=lambda s: (s.path, s.reason))
-
-
-def separate_machines(reports: list[HostReport]) -> tuple[list[HostReport], list[Collision]]:
-    """Keep machines that share a hostname apart: each becomes `name (machine ID)`.
-
-    Two reports are of one host when their hostnames are equal and their machine ids are equal or one
-    is absent. Where a hostname carries two or more different machine ids, the reports with an id are
-    tagged with it and those without one stay under the bare name: which machine wrote them is unknown,
-    so they are neither merged into one of the machines nor dropped.
-
-    Returns:
-        (the reports, tagged where needed, in input order; one `Collision` per shared hostname, sorted)
-    """
-    ids: dict[str, set[str]] = {}
-    for r in reports:
-        if r.machine_id is not None:
-            ids.setdefault(r.host, set()).add(r.machine_id)
-    shared = {h for h, m in ids.items() if len(m) > 1}
-    if not shared:
-        return reports, []
-    out = [
-        replace(r, machine_tag=r.machine_id) if r.host in shared and r.machine_id is not None else r
-        for r in reports
-    ]
-    collisions = [
-        Collision(
-            hostname=h,
-            machines=tuple(sorted(f"{h} (machine {m})" for m in ids[h])),
-            untagged_reports=sum(1 for r in reports if r.host == h and r.machine_id is None),
-        )
-        for h in sorted(shared)
-    ]
-    return out, collisions
-
-
-def newest_per_plan(reports: Iterable[HostReport]) -> tuple[list[HostReport], list[Superseded]]:
-    """One report per (host, plan) votes: the newest. Re-runs of one host never add votes.
-
-    Newest is the latest `run.ended_at`; ties go to the greater run id (sdcscan's run ids start with
-    the time), then content hash, then path, so the choice does not depend on input order.
-
-    Returns:
-        (current reports sorted by host key and run id; superseded reports sorted by host key, time, run)
-    """
-
-    def rank(r: HostReport) -> tuple[float, str, str, str]:
-        return (r.ended_at, r.run_id, r.sha256, r.source)
-
-    newest: dict[tuple[str, PlanKey], HostReport] = {}
-    older: list[HostReport] = []
-    for r in reports:
-        key = (r.key, r.plan)
-        held = newest.get(key)
-        if held is None:
-            newest[key] = r
-        else:
-            keep, drop = (r, held) if rank(r) > rank(held) else (held, r)
-            newest[key] = keep
-            older.append(drop)
-    superseded = [Superseded(r, newest[(r.key, r.plan)]) for r in older]
-    superseded.sort(key=lambda s: (s.report.key, s.report.ended_at, s.report.run_id, s.report.source))
-    return sorted(newest.values(), key=lambda r: (r.key, r.run_id)), superseded

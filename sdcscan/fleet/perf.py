@@ -37,13 +37,17 @@ it, efficiency (achieved over the unit's own plain-op peak); see `MEASURES`.
 5. Host roll-up. When at least 2 units of a host are slow and they are a strict majority of its
    judged units, the host gets one finding (unit None). Its evidence carries each unit's details, so
    the output shows one row ("all 8 units are 25% slow"), not 8 unrelated ones.
-6. One sample per host and profile: its newest report. A re-run does not add peers, and a host that
-   was fixed stops being slow.
+6. One sample per host and profile for the reference: its newest report. A re-run does not add
+   peers, and a host that was fixed stops being slow.
+7. Combined evidence (`fleet.slow`): a unit whose every workload is slow in each of its host's recent
+   reports is judged on one score over all of them, standardized by the cohort's own spread of that
+   score (`score_reference`), against the same t_n.
 
 The price of step 2: a loss is only found when it is t_n spreads deep. A 25% loss is 8 spreads deep
 in a fleet with 3% spread, and every such unit is found (scripts/bench_slow.py). With 5% spread it is
-5 spreads deep, below t_n for 80,000 peers, and most such units are missed. A lower --slow-z trades
-false findings for recall at every size.
+5 spreads deep, below t_n for 80,000 peers, and one report cannot find it; step 7 can when the spread
+is run-to-run noise and the host has several reports (README: the measured recall table). A lower
+--slow-z trades false findings for recall at every size.
 
 Evidence of a unit: the worst slow workload's `workload`, `measure`, `value`, `value_unit`,
 `healthy_median`, `drop`, `z` (None when the healthy MAD is 0), `z_threshold`, `peers` and
@@ -59,15 +63,14 @@ The host-level consensus (`compare`) makes it, not this module.
 from __future__ import annotations
 
 import math
-from array import array
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
-from typing import Any
+from typing import Any, NamedTuple
 
 from sdcscan.fleet.findings import Collector
-from sdcscan.fleet.model import HostReport, UnitRecord
+from sdcscan.fleet.model import HostReport
 
 MAD_TO_SIGMA = 0.6745  # robust z = 0.6745 (x - median) / MAD (Iglewicz and Hoaglin)
 REFERENCE_PEERS = 40  # up to this many peers the threshold is --slow-z; beyond, it rises (Bonferroni)
@@ -76,19 +79,26 @@ _NORMAL = NormalDist()
 Z_UPPER = _NORMAL.inv_cdf(UPPER_Q)  # 1.2816
 QUANTILE_GAP = Z_UPPER - _NORMAL.inv_cdf(LOWER_Q)  # 0.6071: q90 - q75 of a standard normal
 HEALTHY_BAND = 3.0  # healthy peers lie within this many first-estimate spreads of the centre
+REFERENCE_MIN_UNITS = 20  # fewest units whose combined scores can show their own spread
 
 Reading = tuple[str, float, str]  # (workload, value, value unit), higher is better
-# Measure name -> the per-workload readings of a unit. A workload is slow when any measure is.
-# Throughput sees a unit that is slow at everything (clocks, power, cooling). Efficiency (achieved over
-# the unit's own plain-op peak, measured at its start) sees a workload running far below the same unit's
-# plain op; a unit throttled as a whole keeps its efficiency, and throughput sees it.
-MEASURES: dict[str, Callable[[UnitRecord], Iterable[Reading]]] = {
-    "ops_per_s": lambda u: u.throughput,
-    "efficiency": lambda u: u.efficiency,
-}
+# Measures (the `measure` column of the samples), each a list of readings per workload. A workload is
+# slow when any measure is. Throughput sees a unit that is slow at everything (clocks, power, cooling).
+# Efficiency (achieved over the unit's own plain-op peak, measured at its start) sees a workload running
+# far below the same unit's plain op; a unit throttled as a whole keeps its efficiency, and throughput
+# sees it.
+MEASURES = ("ops_per_s", "efficiency")
+UnitReadings = dict[str, list[Reading]]  # measure -> readings
 
 GroupKey = tuple[str, str, str, str]  # (profile sha256, cohort, workload, measure)
-Judged = tuple[HostReport, UnitRecord]
+
+
+class Judged(NamedTuple):
+    """One unit's samples in its host's newest report of a profile."""
+
+    unit: str
+    cohort: str
+    readings: UnitReadings
 
 
 def robust_z(x: float, med: float, mad: float) -> float:
@@ -166,6 +176,49 @@ def healthy_reference(values: Sequence[float], *, z: float, drop: float) -> Refe
     return Reference(len(v), len(healthy), med, mad, slow_threshold(z, len(v)), drop)
 
 
+@dataclass(frozen=True, slots=True)
+class ScoreReference:
+    """Where the healthy units of a cohort stand on the combined score (`fleet.slow`), and where slow
+    begins: `cut`, t_n robust spreads below their median."""
+
+    units: int
+    median: float
+    mad: float
+    z_threshold: float
+
+    @property
+    def cut(self) -> float:
+        return self.median - self.z_threshold * self.mad / MAD_TO_SIGMA
+
+    def z(self, score: float) -> float:
+        return robust_z(score, self.median, self.mad)
+
+
+def score_reference(scores: Sequence[float], *, z: float) -> ScoreReference | None:
+    """The healthy reference of a cohort's combined scores, or None when it cannot be told (too few
+    units, or healthy scores that do not vary).
+
+    The scores are robust z-scores combined over a unit's workloads and recent reports. How far their
+    spread shrinks below 1 depends on how independent the averaged samples are, which the cohort shows
+    and no assumption does: their own spread is measured, from the healthy units only (the upper
+    quantiles, as in `healthy_reference`, so a slow batch cannot absorb it), and the threshold is the
+    same t_n in those units. Where a unit's samples move together (its clock), nothing is gained and
+    nothing is lost; where they are independent, a loss is found at 1/sqrt(samples) of the depth.
+    """
+    v = sorted(scores)
+    if len(v) < REFERENCE_MIN_UNITS:
+        return None
+    hi, lo = _quantile(v, UPPER_Q), _quantile(v, LOWER_Q)
+    spread = (hi - lo) / QUANTILE_GAP
+    centre = hi - Z_UPPER * spread
+    healthy = v[bisect_left(v, centre - HEALTHY_BAND * spread) :]
+    med = _sorted_median(healthy)
+    mad = _sorted_median(sorted(abs(x - med) for x in healthy))
+    if not mad > 0:
+        return None
+    return ScoreReference(len(v), med, mad, slow_threshold(z, len(v)))
+
+
 def _quantile(v: list[float], p: float) -> float:
     """The p-quantile of sorted `v`, interpolating linearly between order statistics."""
     h = (len(v) - 1) * p
@@ -180,132 +233,85 @@ def _sorted_median(v: list[float]) -> float:
     return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
 
 
-def slow_findings(
-    reports: list[HostReport], col: Collector, *, z: float, drop: float, min_units: int
-) -> None:
-    """Add `slow` findings: units, or whole hosts, far below the healthy peers of their cohort.
-
-    See the module docstring for the rule. Profiles are kept apart because they may size a workload
-    differently.
-
-    Args:
-        reports: de-duplicated reports; only each host's newest per profile is judged.
-        col: where findings go.
-        z: the robust z-score floor (positive); larger groups use a higher threshold.
-        drop: fraction below the healthy median, e.g. 0.10.
-        min_units: fewest peers needed to judge a (profile, cohort, workload, measure).
-    """
-    judged = [(r, u) for r in _newest_per_host(reports) for u in r.units]
-    groups = _gather(judged)
-    refs: dict[GroupKey, Reference] = {}
-    suspects: set[int] = set()
-    for key, (values, owners) in groups.items():
-        if len(values) < min_units or (ref := healthy_reference(values, z=z, drop=drop)) is None:
-            continue
-        refs[key] = ref
-        cut = ref.median * (1.0 - drop)  # cheap first filter: only these can be slow
-        suspects.update(o for x, o in zip(values, owners, strict=True) if x <= cut and ref.is_slow(x))
-    slow_units: dict[int, list[tuple[UnitRecord, dict[str, Any]]]] = {}
-    for o in sorted(suspects):
-        r, u = judged[o]
-        ev = _unit_evidence(r, u, refs)
-        if ev is not None:
-            slow_units.setdefault(id(r), []).append((u, ev))
-    reports_by_id = {id(r): r for r, _ in judged}
-    for rid, units in slow_units.items():
-        _add_host_or_units(reports_by_id[rid], units, refs, col)
-
-
-def _newest_per_host(reports: list[HostReport]) -> list[HostReport]:
-    """Each host's newest report per profile: one sample per host, and a fixed host stops being slow.
-
-    A host is a `HostReport.key`: two machines that share a hostname are two hosts.
-    """
-    newest: dict[tuple[str, str], HostReport] = {}
-    for r in reports:
-        key = (r.key, r.plan[0])
-        prior = newest.get(key)
-        if prior is None or (r.ended_at, r.run_id) > (prior.ended_at, prior.run_id):
-            newest[key] = r
-    return sorted(newest.values(), key=lambda r: (r.key, r.plan[0]))
-
-
-def _gather(judged: list[Judged]) -> dict[GroupKey, tuple[array[float], array[int]]]:
-    """Per group, its finite values and, beside each, the index of its (report, unit) in `judged`.
-
-    Arrays, not lists: 100k hosts of 8 units and 2 workloads are 1.6M samples.
-    """
-    groups: dict[GroupKey, tuple[array[float], array[int]]] = {}
-    for o, (r, u) in enumerate(judged):
-        for measure, readings in MEASURES.items():
-            for workload, x, _ in readings(u):
-                if math.isfinite(x):
-                    key = (r.plan[0], u.cohort, workload, measure)
-                    if key not in groups:
-                        groups[key] = (array("d"), array("q"))
-                    values, owners = groups[key]
-                    values.append(x)
-                    owners.append(o)
-    return groups
-
-
-def _unit_evidence(r: HostReport, u: UnitRecord, refs: dict[GroupKey, Reference]) -> dict[str, Any] | None:
-    """The evidence of a unit that is slow on a strict majority of its judged workloads, else None."""
+def unit_evidence(
+    profile: str, u: Judged, refs: dict[GroupKey, Reference], combined: dict[str, Any] | None = None
+) -> dict[str, Any] | None:
+    """The evidence of a slow unit, else None: slow on a strict majority of its judged workloads, or by
+    the combined score (`fleet.slow`), whose evidence `combined` is then."""
     entries = []
-    for measure, readings in MEASURES.items():
-        for workload, x, value_unit in readings(u):
-            ref = refs.get((r.plan[0], u.cohort, workload, measure))
+    for measure, readings in sorted(u.readings.items()):
+        for workload, x, value_unit in readings:
+            ref = refs.get((profile, u.cohort, workload, measure))
             if ref is not None and math.isfinite(x):
                 head = {"workload": workload, "measure": measure, "value": x, "value_unit": value_unit}
                 entries.append({**head, **ref.evidence(x), "slow": ref.is_slow(x)})
     judged = {e["workload"] for e in entries}
     slow = {e["workload"] for e in entries if e["slow"]}
-    if len(slow) * 2 <= len(judged):
+    by_workloads = len(slow) * 2 > len(judged)
+    if not entries or not (by_workloads or combined):
         return None
     entries.sort(key=lambda e: (e["workload"], e["measure"]))
-    worst = max((e for e in entries if e["slow"]), key=lambda e: (e["drop"], e["workload"], e["measure"]))
+    # The headline: the worst slow workload, or (found by the combined score alone) the largest loss.
+    worst = max(
+        (e for e in entries if e["slow"] or not by_workloads),
+        key=lambda e: (e["drop"], e["workload"], e["measure"]),
+    )
     headline = {k: v for k, v in worst.items() if k != "slow"}
-    return {
-        "profile_sha256": r.plan[0],
+    ev: dict[str, Any] = {
+        "profile_sha256": profile,
         "cohort": u.cohort,
         **headline,
         "slow_workloads": sorted(slow),
         "judged_workloads": len(judged),
         "workloads": entries,
     }
+    if combined is not None:
+        ev["combined"] = combined
+    return ev
 
 
-def _add_host_or_units(
+def _drops(ev: dict[str, Any]) -> list[float]:
+    """A slow unit's losses: those of its slow workloads, or its combined loss."""
+    return [e["drop"] for e in ev["workloads"] if e["slow"]] or [ev["combined"]["loss"]]
+
+
+def add_host_or_units(
     r: HostReport,
-    slow: list[tuple[UnitRecord, dict[str, Any]]],
+    units: Sequence[Judged],
+    slow: list[tuple[Judged, dict[str, Any]]],
     refs: dict[GroupKey, Reference],
     col: Collector,
 ) -> None:
-    """One host-level finding when most of the host's judged units are slow; else one per slow unit."""
-    judged_units = sum(1 for u in r.units if _is_judged(r, u, refs))
+    """One host-level finding when most of the host's judged units are slow; else one per slow unit.
+
+    Args:
+        r: the report.  units: all its units' samples.  slow: its slow units and their evidence.
+    """
+    judged_units = sum(1 for u in units if _is_judged(r.plan[0], u, refs))
     if len(slow) >= 2 and len(slow) * 2 > judged_units:
-        drops = sorted(e["drop"] for _, ev in slow for e in ev["workloads"] if e["slow"])
+        drops = sorted(d for _, ev in slow for d in _drops(ev))
+        drop = round(_sorted_median(drops), 4)
         ev = {
             "profile_sha256": r.plan[0],
             "cohorts": sorted({u.cohort for u, _ in slow}),
             "units_slow": len(slow),
             "units_judged": judged_units,
-            "drop": round(_sorted_median(drops), 4),
+            "drop": drop,
             "drop_min": drops[0],
             "drop_max": drops[-1],
             "units": [{"unit": u.unit, **unit_ev} for u, unit_ev in sorted(slow, key=lambda s: s[0].unit)],
         }
-        col.add(r, None, "slow", ev, tiebreak=ev["drop"])
+        col.add(r, None, "slow", ev, tiebreak=drop)
         return
-    for u, ev in slow:
-        col.add(r, u.unit, "slow", ev, tiebreak=ev["drop"])
+    for u, unit_ev in slow:
+        col.add(r, u.unit, "slow", unit_ev, tiebreak=unit_ev["drop"])
 
 
-def _is_judged(r: HostReport, u: UnitRecord, refs: dict[GroupKey, Reference]) -> bool:
+def _is_judged(profile: str, u: Judged, refs: dict[GroupKey, Reference]) -> bool:
     """Whether any of the unit's readings could be compared with enough peers."""
     return any(
-        (r.plan[0], u.cohort, workload, measure) in refs
-        for measure, readings in MEASURES.items()
-        for workload, x, _ in readings(u)
+        (profile, u.cohort, workload, measure) in refs
+        for measure, readings in u.readings.items()
+        for workload, x, _ in readings
         if math.isfinite(x)
     )

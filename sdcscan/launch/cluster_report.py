@@ -27,10 +27,11 @@ from dataclasses import dataclass
 from typing_extensions import TypedDict
 
 from sdcscan.errors import ReportError
-from sdcscan.fleet.compare import summarize
-from sdcscan.fleet.consensus import FLEET, GOLDEN, HOST, CohortConsensus, comparison_groups
+from sdcscan.fleet.compare import judged_reports, summarize
+from sdcscan.fleet.consensus import FLEET, GOLDEN, HOST
 from sdcscan.fleet.findings import FleetFinding
 from sdcscan.fleet.model import Extractor, HostReport
+from sdcscan.fleet.steps import CASE_REFERENCES, COMPARISON_GROUPS
 from sdcscan.judgement.wording import finding, replay_args
 from sdcscan.outcomes import Verdict, unit_order
 from sdcscan.report import validate_report, verdict_exit_code
@@ -441,28 +442,30 @@ def _replay(uid: str, units: Mapping[str, Unit], run_of: Mapping[str, Run]) -> s
 def _cross_rank_disputes(reports: Sequence[HostReport]) -> list[Dispute]:
     """Every case whose digests disagree across ranks, with compare's reference digest where it has one
     (`majority`: golden, agreed or the hosts' decision; None where it stays open or only a host decides)."""
+    with judged_reports(reports) as db:
+        groups = {key: ((sha, seed), cohort) for key, sha, seed, cohort, _ in db.rows(COMPARISON_GROUPS)}
+        reference = {(groups[key], i): d for key, i, _, d, _, _ in db.rows(CASE_REFERENCES)}
+    held: dict[tuple[tuple[str, int], str], dict[int, dict[str, str]]] = {}
+    workload: dict[int, str] = {}
+    for r in reports:
+        for u in r.units:
+            cases = held.setdefault((r.plan, u.cohort), {})
+            for i, d, w in zip(u.indices, u.digests, u.workloads, strict=True):
+                if d is not None:
+                    cases.setdefault(i, {})[u.unit] = d
+                    workload.setdefault(i, w)
     out: list[Dispute] = []
-    for (_, cohort), hosts in sorted(comparison_groups(reports).items()):
-        cc = CohortConsensus(hosts, None)
-        held: dict[int, dict[str, str]] = {}
-        workload: dict[int, str] = {}
-        for _, units in hosts:
-            for u in units:
-                for i, d, w in zip(u.indices, u.digests, u.workloads, strict=True):
-                    if d is not None:
-                        held.setdefault(i, {})[u.unit] = d
-                        workload.setdefault(i, w)
-        for i, digests in sorted(held.items()):
+    for group, cases in sorted(held.items()):
+        for i, digests in sorted(cases.items()):
             if len(set(digests.values())) < 2:
                 continue
-            reference = cc.reference.get(i)
             out.append(
                 {
                     "index": i,
                     "workload": workload[i],
-                    "cohort": cohort,
+                    "cohort": group[1],
                     "digests": dict(sorted(digests.items(), key=lambda kv: unit_order(kv[0]))),
-                    "majority": reference[0] if reference else None,
+                    "majority": reference.get((group, i)),
                 }
             )
     return out

@@ -29,6 +29,7 @@ from sdcscan.errors import (
     SdcscanError,
     UsageError,
 )
+from sdcscan.fleet.ingest import require_fleet_extra
 from sdcscan.launch.rank import DistOptions, cluster_report_path, run_rank
 from sdcscan.scan import ScanOptions
 
@@ -88,7 +89,9 @@ def launch(opts: ScanOptions, dist_opts: DistOptions, where: LaunchOptions) -> L
 
     Raises:
         RendezvousFailed: the nodes did not all join within --join-timeout (exit 3).
+        UsageError: pyarrow or duckdb, which judge the cluster report, is missing (exit 2, before any rank).
     """
+    require_fleet_extra()  # the cluster report is judged by compare's engine: know now, not after the run
     from torch.distributed.elastic.multiprocessing.api import SignalException
 
     # torch's elastic modules read LOGLEVEL when each one is first imported, some of them during the run.

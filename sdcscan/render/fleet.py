@@ -11,7 +11,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from sdcscan.fleet.compare import FleetSummary, SupersededReport
+from sdcscan.fleet.summary import FleetSummary, SupersededReport
 from sdcscan.fleet.findings import KINDS, FleetFinding
 from sdcscan.fleet.golden import Golden
 from sdcscan.fleet.model import Skipped
@@ -50,6 +50,13 @@ def describe(f: FleetFinding) -> str:
                 f"{share} {e['units_judged']} units are slow, typically {e['drop']:.0%} below their cohort's "
                 f"healthy median ({e['drop_min']:.0%} to {e['drop_max']:.0%}): "
                 + ", ".join(u["unit"] for u in e["units"])
+            )
+        c = e.get("combined")
+        if c is not None and not e["slow_workloads"]:  # found by the combined score alone (fleet.slow)
+            return (
+                f"every workload at least {c['loss']:.0%} below the healthy median in its newest report; "
+                f"over {c['reports']} report(s) its combined z is {c['z']} (limit -{c['z_threshold']} among "
+                f"{c['units']} units); {e['workload']}: {e['value']:.4g} {e['value_unit']}"
             )
         z = "healthy peers agree exactly" if e["z"] is None else f"z {e['z']}, limit -{e['z_threshold']}"
         worst = (e["workload"], e["measure"])
@@ -126,6 +133,9 @@ def _undecided(e: dict[str, Any]) -> str:
         f"{s['hosts']} host(s)/{s['units']} unit(s){' (this host)' if s['digest'] == e['host_digest'] else ''}"
         for s in e["sides"]
     )
+    more = e.get("sides_omitted")
+    if more:
+        sides += f" vs {more['digests']} other digest(s): {more['hosts']} host(s)/{more['units']} unit(s)"
     tie = "; its own units tie" if e["host_digest"] is None else ""
     return (
         f"{e['undecided_cases']} case(s) undecided on {', '.join(e['units'])}, first case "
