@@ -25,8 +25,8 @@ def reach_ins(path: Path) -> list[str]:
             for alias in node.names:
                 if _private(alias.name):
                     found.append(f"{path.name}:{node.lineno} imports {node.module}.{alias.name}")
-                if not alias.name[:1].isupper():
-                    modules.add(alias.asname or alias.name)  # may be a module (`from sdcscan.fleet import perf`)
+                if not alias.name[:1].isupper():  # may be a module: `from sdcscan.fleet import perf`
+                    modules.add(alias.asname or alias.name)
         elif isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name.startswith("sdcscan"):

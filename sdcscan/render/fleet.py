@@ -11,10 +11,10 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from sdcscan.fleet.summary import FleetSummary, SupersededReport
 from sdcscan.fleet.findings import KINDS, FleetFinding
 from sdcscan.fleet.golden import Golden
 from sdcscan.fleet.model import Skipped
+from sdcscan.fleet.summary import FleetSummary, SupersededReport
 from sdcscan.render.console import cell, stderr_console
 
 MAX_ROWS = 200  # beyond this a table is not read by people; --json has everything
