@@ -16,7 +16,7 @@ the dataset's size on disk, and whether the findings are exactly the planted one
 files: `compare` (the JSON path), `ingest` into a dataset, and `compare --from` on it; the findings of
 both paths must be identical.
 
-The child calls `sdcscan.fleet.warehouse.compare_from` (what `compare --from` runs, without the table
+The child calls `sdcscan.fleet.compare.compare_from` (what `compare --from` runs, without the table
 drawn on stderr) and writes what was found (host, unit, kind; `--full-json`: the whole document, as
 `compare --json` does); `--cli` runs `python -m sdcscan compare --from --json` instead. The JSON-path
 comparison always uses whole documents. A benchmark, not a test:
@@ -67,7 +67,7 @@ CHILD = """
 import json, sys
 from sdcscan.fleet.compare import Options
 from sdcscan.fleet.reading import read_hosts
-from sdcscan.fleet.warehouse import compare_from
+from sdcscan.fleet.compare import compare_from
 from sdcscan.timefmt import parse_iso_utc
 root, now, hosts, full = sys.argv[1:5]
 summary = compare_from(root, Options(hosts=read_hosts(hosts), now=parse_iso_utc(now)))
