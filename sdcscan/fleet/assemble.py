@@ -55,10 +55,12 @@ class _Assembler:
     def summary(self) -> FleetSummary:
         db, opts = self.db, self.opts
         self._check_keys()
-        current, hosts, units, plans = db.rows(
-            "SELECT COUNT(*), COUNT(DISTINCT host_key), COALESCE(SUM(units), 0), "
-            "COUNT(DISTINCT profile_sha256 || ' ' || CAST(seed AS VARCHAR)) FROM current_reports"
+        current, hosts, units = db.rows(
+            "SELECT COUNT(*), COUNT(DISTINCT host_key), COALESCE(SUM(units), 0) FROM current_reports"
         )[0]
+        plans = db.rows("SELECT COUNT(*) FROM (SELECT DISTINCT profile_sha256, seed FROM current_reports) p")[
+            0
+        ][0]
         superseded = self._superseded()
         counts: dict[str, int] = {
             "reports": current,
