@@ -50,10 +50,10 @@ import pyarrow as pa  # type: ignore[import-untyped]  # noqa: E402
 import simulate_fleet as sim  # noqa: E402
 from bench_compare import run_child  # noqa: E402  (scripts/ is on sys.path, above)
 
+from sdcscan.fleet.case_rows import digest_key  # noqa: E402
 from sdcscan.fleet.ingest import (  # noqa: E402
     DatasetWriter,
     comparison_group,
-    digest_key,
     partition_of,
     prepare_dataset,
     report_id,

@@ -87,6 +87,32 @@ def test_every_scenario_decides_the_same_with_and_without_its_golden(tmp_path: P
     assert codes <= {0, 1}
 
 
+def test_compare_on_files_beyond_memory_spills_to_a_temporary_dataset_and_decides_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """`compare REPORTS` keeps the converted reports in memory up to SPILL_BYTES, then writes them to a
+    temporary dataset (without the case columns no step reads): the same document either way, and the
+    temporary dataset is gone afterwards."""
+    from sdcscan.fleet import compare as fleet_compare
+
+    sim = load_script("simulate_fleet")
+    sim.write_scenario("adept", tmp_path / "fleet")
+    reports = [str(tmp_path / "fleet" / "reports")]
+    opts = Options(now=parse_iso_utc(NOW))
+    in_memory = fleet_compare.compare_files(reports, opts, jobs=1).to_dict()
+    monkeypatch.setattr(fleet_compare, "SPILL_BYTES", 1)
+    made: list[str] = []
+    real = fleet_compare.duckdb_dataset
+
+    def spy(root: Path, *args: Any) -> Any:
+        made.append(str(root))
+        return real(root, *args)
+
+    monkeypatch.setattr(fleet_compare, "duckdb_dataset", spy)
+    assert fleet_compare.compare_files(reports, opts, jobs=1).to_dict() == in_memory
+    assert len(made) == 1 and not Path(made[0]).exists()
+
+
 def test_a_simulated_fleet_with_planted_faults_decides_the_same(tmp_path: Path):
     """Partition group, persistent and intermittent faults, invariants, slow and invalid units, corrupt
     and duplicate files, a stale and two missing hosts: the same document, and exit 1."""

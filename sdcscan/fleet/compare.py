@@ -42,9 +42,12 @@ from sdcscan.fleet.reading import first_reasons, worker_count
 from sdcscan.fleet.summary import FleetSummary, Options
 from sdcscan.outcomes import printable
 
-# Arrow bytes of converted reports kept in memory; beyond this `compare FILES` writes them to a
-# temporary dataset and DuckDB reads them from disk (spilling its own work beyond its memory limit).
-SPILL_BYTES = 384 * 2**20
+# Arrow bytes of converted reports kept in memory (about 44 per case row: 10,000 hosts of 8 units and
+# 100 cases are 350 MB); beyond this `compare FILES` writes them to a temporary dataset and DuckDB reads
+# them from disk (spilling its own work beyond its memory limit).
+SPILL_BYTES = 512 * 2**20
+# Columns of `cases` no step reads (a dataset keeps them for other engines' own queries): not held.
+UNREAD_CASE_COLUMNS = ("profile_sha256", "seed", "cohort")
 CHUNK_FILES = 128  # report files one worker converts per task
 IN_MEMORY = "memory"  # the ingest id of tables that never leave this process
 
@@ -84,7 +87,8 @@ def judged_reports(
     references a golden records, the cases a distributed run disputes)."""
     require_fleet_extra()
     opts = options or Options()
-    tables, refused = report_tables([(r, report_id(IN_MEMORY, k)) for k, r in enumerate(reports)])
+    numbered = [(r, report_id(IN_MEMORY, k)) for k, r in enumerate(reports)]
+    tables, refused = report_tables(numbered, without=UNREAD_CASE_COLUMNS)
     with duckdb_tables(tables or {}, [*skipped, *refused], opts.golden, engine or Engine()) as db:
         yield db
 
@@ -115,7 +119,7 @@ def compare_files(
     workers = worker_count(jobs, len(files), files_per_worker=CHUNK_FILES)
     with tempfile.TemporaryDirectory(prefix="sdcscan-compare-") as spill:
         held = _Held(Path(spill))
-        for result in convert_all(files, IN_MEMORY, workers):
+        for result in convert_all(files, IN_MEMORY, workers, without=UNREAD_CASE_COLUMNS):
             skipped += result.skipped
             held.add(result.reports, result.tables)
         if not held.reports:
@@ -184,7 +188,7 @@ class _Held:
                 self.parts[name].append((part, made[name]))
                 self.bytes += made[name].nbytes
         if self.writer is None and self.bytes > SPILL_BYTES:
-            self.writer = DatasetWriter(self.root, IN_MEMORY)
+            self.writer = DatasetWriter(self.root, IN_MEMORY, without=UNREAD_CASE_COLUMNS)
             held, self.parts = self.parts, {t: [] for t in TABLES}
             for name, pieces in held.items():
                 for part, table in pieces:

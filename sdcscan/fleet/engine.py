@@ -26,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from sdcscan.errors import ReportError
+from sdcscan.fleet.case_rows import digest_key
 from sdcscan.fleet.ingest import (
     SCHEMA,
     SKIPPED_TABLE,
@@ -33,7 +34,6 @@ from sdcscan.fleet.ingest import (
     arrow,
     arrow_schema,
     comparison_group,
-    digest_key,
 )
 from sdcscan.fleet.model import Skipped
 from sdcscan.fleet.steps import GOLDEN_COLUMNS, STEPS

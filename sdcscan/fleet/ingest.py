@@ -56,6 +56,7 @@ from typing import Any
 
 from sdcscan.errors import ReportError, UsageError
 from sdcscan.files import FILE_MODE, write_json_atomic
+from sdcscan.fleet.case_rows import CaseRows
 from sdcscan.fleet.inputs import expand_paths
 from sdcscan.fleet.kernel_evidence import SentinelSection
 from sdcscan.fleet.model import HostReport, Invariant, Skipped
@@ -233,17 +234,6 @@ def comparison_group(profile_sha256: str, seed: int, cohort: str) -> int:
     return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "big") >> 1
 
 
-def digest_key(digest: str) -> int:
-    """The 63-bit key of a digest. `compare --from` refuses a dataset where two digests of one case
-    share a key (about one chance in 10^13 for a case with a thousand different digests)."""
-    return (
-        int.from_bytes(
-            hashlib.blake2b(digest.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "big"
-        )
-        >> 1
-    )
-
-
 def report_id(ingest: str, position: int) -> int:
     """A 63-bit id for the report at `position` of one ingest (`compare --from` refuses a collision)."""
     digest = hashlib.blake2b(f"{ingest}:{position}".encode(), digest_size=8).digest()
@@ -259,10 +249,9 @@ class _Columns:
     """The rows of one partition, column by column, for every partitioned table."""
 
     data: dict[str, dict[str, list[object]]] = field(
-        default_factory=lambda: {t: {c: [] for c, _ in SCHEMA[t]} for t in TABLES}
+        default_factory=lambda: {t: {c: [] for c, _ in SCHEMA[t]} for t in TABLES if t != "cases"}
     )
-    # digests -> their keys: the units of a healthy fleet share one digests tuple (`model.Interner`)
-    keys: dict[tuple[str | None, ...], tuple[int | None, ...]] = field(default_factory=dict)
+    cases: CaseRows = field(default_factory=CaseRows)  # the bulk, built with numpy
 
     def add(self, r: HostReport, rid: int) -> None:
         """Append the rows of one report."""
@@ -280,7 +269,9 @@ class _Columns:
             digests = n - u.digests.count(None)
             if digests or u.invariant is not None:
                 tested += 1
-            self._cases(rid, sha, seed, u.cohort, group, u.unit, u.indices, u.workloads, u.digests, not own)
+            self.cases.add(
+                (rid, sha, seed, u.cohort, group, u.unit, not own), u.indices, u.workloads, u.digests
+            )
             head = (
                 rid,
                 sha,
@@ -320,42 +311,13 @@ class _Columns:
             held = (rid, c.unit, c.programs, c.expected, c.p_value, [_unicode(e) for e in c.examples])
             _append(self.data["sentinel_outliers"], held)
 
-    def _cases(
-        self,
-        rid: int,
-        sha: str,
-        seed: int,
-        cohort: str,
-        group: int,
-        unit: str,
-        indices: Sequence[int],
-        workloads: Sequence[str],
-        digests: tuple[str | None, ...],
-        voter: bool,
-    ) -> None:
-        cols, n = self.data["cases"], len(indices)
-        for name, value in (
-            ("report", rid),
-            ("profile_sha256", sha),
-            ("seed", seed),
-            ("cohort", cohort),
-            ("comparison_group", group),
-            ("unit", unit),
-            ("voter", voter),
-        ):
-            cols[name].extend([value] * n)
-        cols["case_index"].extend(indices)
-        cols["workload"].extend(workloads)
-        cols["digest"].extend(digests)
-        keys = self.keys.get(digests)
-        if keys is None:
-            keys = self.keys[digests] = tuple(None if d is None else digest_key(d) for d in digests)
-        cols["digest_key"].extend(keys)
-
-    def tables(self) -> dict[str, Any]:
-        """Arrow tables of the rows (raises UnicodeEncodeError for a string that is not Unicode)."""
+    def tables(self, without: Sequence[str] = ()) -> dict[str, Any]:
+        """Arrow tables of the rows, `cases` without the columns `without` names (raises
+        UnicodeEncodeError for a string that is not Unicode)."""
         pa = arrow()
-        return {t: pa.Table.from_pydict(self.data[t], schema=arrow_schema(t)) for t in TABLES}
+        out = {t: pa.Table.from_pydict(self.data[t], schema=arrow_schema(t)) for t in TABLES if t != "cases"}
+        out["cases"] = self.cases.table(pa, [f for f in arrow_schema("cases") if f.name not in without])
+        return out
 
 
 def _value_type(kind: Any) -> Any:
@@ -388,7 +350,7 @@ class ChunkResult:
     skipped: list[Skipped]
 
 
-def convert_chunk(paths: list[str], ingest: str, first: int) -> ChunkResult:
+def convert_chunk(paths: list[str], ingest: str, first: int, without: Sequence[str] = ()) -> ChunkResult:
     """Read `paths` (`fleet.reading.read_chunk`) and turn the reports into Arrow tables by partition.
 
     Args:
@@ -409,7 +371,7 @@ def convert_chunk(paths: list[str], ingest: str, first: int) -> ChunkResult:
     tables: list[tuple[Partition, dict[str, Any]]] = []
     converted = 0
     for part, reports in sorted(by_partition.items()):
-        made, refused = report_tables(reports)
+        made, refused = report_tables(reports, without)
         skipped += refused
         if made is not None:
             tables.append((part, made))
@@ -417,13 +379,16 @@ def convert_chunk(paths: list[str], ingest: str, first: int) -> ChunkResult:
     return ChunkResult(tables, converted, skipped)
 
 
-def report_tables(reports: list[tuple[HostReport, int]]) -> tuple[dict[str, Any] | None, list[Skipped]]:
-    """Arrow tables of some reports; a report whose text is not Unicode is refused, alone."""
+def report_tables(
+    reports: list[tuple[HostReport, int]], without: Sequence[str] = ()
+) -> tuple[dict[str, Any] | None, list[Skipped]]:
+    """Arrow tables of some reports (`cases` without the columns `without` names); a report whose text
+    is not Unicode is refused, alone."""
     cols = _Columns()
     for r, rid in reports:
         cols.add(r, rid)
     try:
-        return cols.tables(), []
+        return cols.tables(without), []
     except UnicodeEncodeError:
         pass  # rare (a hostile file): find the report(s) one by one, keep the others
     cols, refused = _Columns(), []
@@ -438,7 +403,7 @@ def report_tables(reports: list[tuple[HostReport, int]]) -> tuple[dict[str, Any]
         cols.add(r, rid)
     if len(refused) == len(reports):
         return None, refused
-    return cols.tables(), refused
+    return cols.tables(without), refused
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -454,10 +419,12 @@ class DatasetWriter:
     Args:
         root: the dataset directory (`prepare_dataset` made it one).
         ingest: this ingest's id, in every file name (ingests never overwrite each other's files).
+        without: columns of `cases` its tables leave out (`compare`'s temporary dataset).
     """
 
-    def __init__(self, root: Path, ingest: str) -> None:
+    def __init__(self, root: Path, ingest: str, *, without: Sequence[str] = ()) -> None:
         self.root, self.ingest = root, ingest
+        self.without = tuple(without)  # columns of `cases` left out (a private dataset only DuckDB reads)
         self._open: OrderedDict[tuple[str, Partition], Any] = OrderedDict()
         self._written: list[tuple[str, Path, Path]] = []  # (table, temporary, final)
         self.rows: dict[str, int] = dict.fromkeys(TABLES, 0)
@@ -497,8 +464,10 @@ class DatasetWriter:
             ValueError: `schema` is not the table's (up to dictionary-encoded strings): a bug.
         """
         pq = importlib.import_module("pyarrow.parquet")
-        plain = arrow_schema(table)
-        if [(f.name, _value_type(f.type)) for f in schema] != [(f.name, f.type) for f in plain]:
+        plain = [
+            (f.name, f.type) for f in arrow_schema(table) if table != "cases" or f.name not in self.without
+        ]
+        if [(f.name, _value_type(f.type)) for f in schema] != plain:
             raise ValueError(f"not the schema of table {table}: {schema}")
         while len(self._open) >= MAX_OPEN_FILES:
             self._open.popitem(last=False)[1].close()
@@ -659,12 +628,14 @@ def ingest(paths: Iterable[str], to: str | os.PathLike[str], *, workers: int | N
     return IngestResult(str(root), reports, dict(writer.rows), written, tuple(skipped))
 
 
-def convert_all(files: list[str], ingest: str, workers: int) -> Iterator[ChunkResult]:
+def convert_all(
+    files: list[str], ingest: str, workers: int, without: Sequence[str] = ()
+) -> Iterator[ChunkResult]:
     """Each chunk's result in file order; at most a few chunks in flight per worker (bounded memory)."""
     chunks = [(files[i : i + CHUNK_FILES], i) for i in range(0, len(files), CHUNK_FILES)]
     if workers <= 1:
         for paths, first in chunks:
-            yield convert_chunk(paths, ingest, first)
+            yield convert_chunk(paths, ingest, first, without)
         return
     import multiprocessing
 
@@ -675,7 +646,7 @@ def convert_all(files: list[str], ingest: str, workers: int) -> Iterator[ChunkRe
     todo = iter(chunks)
     try:
         for paths, first in todo:
-            pending.append(pool.submit(convert_chunk, paths, ingest, first))
+            pending.append(pool.submit(convert_chunk, paths, ingest, first, without))
             if len(pending) >= workers * IN_FLIGHT_PER_WORKER:
                 yield pending.popleft().result()
         while pending:
