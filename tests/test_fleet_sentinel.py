@@ -13,7 +13,7 @@ from rich.console import Console
 
 from sdcscan.errors import ReportError
 from sdcscan.files import JSONFileError, parse_json
-from sdcscan.fleet.compare import summarize
+from sdcscan.fleet.compare import FleetSummary, summarize
 from sdcscan.fleet.kernel_evidence import read_section
 from sdcscan.fleet.model import Extractor
 from sdcscan.render.fleet import describe, render_compare
@@ -187,6 +187,9 @@ COMPANION = host("companion", cores=("cpu:7",))
 PATHS = [p for p in field_paths(BASE) if p[0] == "sentinel" or p[:2] == ("host", "cpu_model")]
 
 
+_JUDGED: dict[str, FleetSummary] = {}
+
+
 def _summarize_text(text: str) -> int:
     """Extract and compare `text` with a good companion; render and serialise; return sentinel findings."""
     try:
@@ -194,7 +197,11 @@ def _summarize_text(text: str) -> int:
         r = Extractor().extract(data, source="hostile.json")
     except (JSONFileError, ReportError):
         return -1  # refused with a reason (a 5000-digit number, nesting beyond a report's depth)
-    s = summarize([r, *extract([COMPANION])])
+    # Most spoiled fields extract to a report seen before: judge each distinct one once (summarize is
+    # deterministic, and a DuckDB run costs about 0.1 s).
+    s = _JUDGED.get(repr(r))
+    if s is None:
+        s = _JUDGED[repr(r)] = summarize([r, *extract([COMPANION])])
     assert s.exit_code == 0 and {f.kind for f in s.findings} <= {"sentinel"}
     json.dumps(s.to_dict(), allow_nan=False)
     out = StringIO()
