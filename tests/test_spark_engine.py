@@ -11,7 +11,9 @@ every scenario in two compares.
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -49,6 +51,8 @@ SMALL_DATA = {
 def spark() -> Iterator[Any]:
     """The module's Spark session; `compare_from_spark` reuses it (and leaves it running)."""
     pytest.importorskip("pyspark")
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("Spark needs Java 17 or newer (`.ci/run` installs it)")
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.master(MASTER).appName("sdcscan tests")
