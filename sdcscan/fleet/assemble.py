@@ -17,7 +17,7 @@ from sdcscan.fleet.divergence import Divergence
 from sdcscan.fleet.engine import Rows
 from sdcscan.fleet.findings import KINDS, Collector
 from sdcscan.fleet.host_coverage import FUTURE_SKEW_S, Covered, coverage_findings, future_findings
-from sdcscan.fleet.model import Collision, HostReport, Interner, Skipped, Superseded, UnitRecord
+from sdcscan.fleet.model import HostReport, Interner, Skipped, Superseded, UnitRecord
 from sdcscan.fleet.records import (
     REPORT_COLUMNS,
     UNIT_COLUMNS,
@@ -25,6 +25,7 @@ from sdcscan.fleet.records import (
     ReportBook,
     UnitRow,
     bare_unit,
+    duplicates,
     host_report,
     unit_record,
     with_units,
@@ -141,20 +142,18 @@ class _Assembler:
                 untagged[hostname] = n
             else:
                 machines[hostname].append(f"{hostname} (machine {machine_id})")
-        for c in [Collision(h, tuple(sorted(m)), untagged.get(h, 0)) for h, m in sorted(machines.items())]:
+        for hostname, tagged in sorted(machines.items()):
             evidence = {
-                "hostname": c.hostname,
-                "machines": list(c.machines),
-                "untagged_reports": c.untagged_reports,
+                "hostname": hostname,
+                "machines": sorted(tagged),
+                "untagged_reports": untagged.get(hostname, 0),
             }
-            self.col.add_host(c.hostname, None, "collision", evidence)
+            self.col.add_host(hostname, None, "collision", evidence)
 
     def _skipped(self) -> list[Skipped]:
-        out = [Skipped(p, r) for p, r in self.db.rows("SELECT path, reason FROM skipped")]
-        for source, sha, kept_source, kept_sha in self.db.rows("SELECT * FROM duplicate_reports"):
-            why = "identical content" if sha and sha == kept_sha else "same host and run id"
-            out.append(Skipped(source, f"duplicate of {kept_source} ({why})"))
-        return out
+        return [Skipped(p, r) for p, r in self.db.rows("SELECT path, reason FROM skipped")] + duplicates(
+            self.db
+        )
 
     def _unit_rows(self, where: str) -> list[UnitRow]:
         sql = f"SELECT {UNIT_COLUMNS} FROM current_units WHERE {where} ORDER BY host_key, run_id, unit"

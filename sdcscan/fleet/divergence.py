@@ -40,6 +40,7 @@ from sdcscan.outcomes import unit_order
 # A finding lists at most this many digests of a case (the most hosts, then the most units first); the
 # rest are counted in `sides_omitted`. A case of a million hosts can have a hundred thousand digests.
 MAX_SIDES = 8
+_UNIT_COLUMNS = ", ".join(f"u.{c.strip()}" for c in UNIT_COLUMNS.split(","))  # of `current_units u`
 
 
 class Omitted(TypedDict):
@@ -135,8 +136,7 @@ class Divergence:
         return out
 
     def _unit_rows(self, where: str) -> list[UnitRow]:
-        columns = ", ".join(f"u.{c.strip()}" for c in UNIT_COLUMNS.split(","))
-        sql = f"SELECT {columns} FROM current_units u WHERE {where}"
+        sql = f"SELECT {_UNIT_COLUMNS} FROM current_units u WHERE {where}"
         return [UnitRow(*row) for row in self.db.rows(sql)]
 
     def _load_units(self, keys: set[tuple[int, str]]) -> None:

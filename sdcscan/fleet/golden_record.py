@@ -12,6 +12,7 @@ from sdcscan.fleet.compare import judged_reports
 from sdcscan.fleet.consensus import why_undecided
 from sdcscan.fleet.golden import GOLDEN_VERSION, Golden, GoldenCases, GoldenPlan, RefusedCase
 from sdcscan.fleet.model import Extractor, HostReport, Skipped
+from sdcscan.fleet.records import duplicates
 from sdcscan.fleet.steps import CASE_REFERENCES, COMPARISON_GROUPS, GROUP_UNITS, OPEN_CASE_HOSTS
 
 
@@ -45,14 +46,7 @@ def record_extracted(reports: Sequence[HostReport], *, min_votes: int = 1) -> tu
         for key, index, digest_key, held in db.rows(OPEN_CASE_HOSTS):
             hosts.setdefault((key, index), {})[str(digest_key)] = held
         current = db.rows("SELECT COUNT(*) FROM current_reports")[0][0]
-        dups = [
-            Skipped(
-                s, f"duplicate of {k} ({'identical content' if a and a == b else 'same host and run id'})"
-            )
-            for s, a, k, b in db.rows(
-                "SELECT source, sha256, kept_source, kept_sha256 FROM duplicate_reports"
-            )
-        ]
+        dups = duplicates(db)
     entries: list[GoldenPlan] = []
     refused: list[RefusedCase] = []
     for key in sorted(units, key=lambda g: groups[g]):

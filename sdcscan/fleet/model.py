@@ -123,15 +123,6 @@ class Superseded:
     by: HostReport
 
 
-@dataclass(frozen=True, slots=True)
-class Collision:
-    """One hostname used by several machines (different `host.machine_id`)."""
-
-    hostname: str
-    machines: tuple[str, ...]  # host keys of the machines, sorted
-    untagged_reports: int  # reports of that name without a machine id: kept under the bare name
-
-
 @dataclass(slots=True)
 class Extractor:
     """Turns report dicts into `HostReport`s, sharing identical strings and tuples between them."""

@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import NamedTuple
 
 from sdcscan.fleet.engine import Rows
-from sdcscan.fleet.model import HostReport, Invariant, PlanKey, UnitRecord
+from sdcscan.fleet.model import HostReport, Invariant, PlanKey, Skipped, UnitRecord
 from sdcscan.fleet.summary import Where
 
 Group = tuple[PlanKey, str]  # (plan, cohort): comparison groups are judged in this order
@@ -121,3 +121,14 @@ def own_run_record(r: HostReport, row: UnitRow, kinds: tuple[str, ...]) -> dict[
 def where_of(group: Group) -> Where:
     (sha, seed), cohort = group
     return {"profile_sha256": sha, "seed": seed, "cohort": cohort}
+
+
+def duplicates(db: Rows) -> list[Skipped]:
+    """The copies of a report the steps dropped (`duplicate_reports`), each naming the copy kept."""
+    out = []
+    for source, sha, kept_source, kept_sha in db.rows(
+        "SELECT source, sha256, kept_source, kept_sha256 FROM duplicate_reports"
+    ):
+        why = "identical content" if sha and sha == kept_sha else "same host and run id"
+        out.append(Skipped(source, f"duplicate of {kept_source} ({why})"))
+    return out

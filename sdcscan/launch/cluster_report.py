@@ -7,7 +7,7 @@ mismatches, disputes, errors, findings, telemetry) is renamed with it. Then the 
 rank can see alone:
 
 - a rank that wrote no report (it died, hung or timed out) is an `invalid` unit and a finding;
-- the digests of all ranks are compared by `sdcscan compare`'s rule (`fleet.compare.summarize`:
+- the digests of all ranks are compared by `sdcscan compare`'s rule (its engine, `fleet.assemble`:
   units vote within their host, each host casts one vote). A unit compare finds `divergent` fails;
   one compare leaves `undecided` cannot be judged (`invalid`): its digest disagrees and nobody can
   say who is right, which is neither a pass nor proof that it miscomputes;
@@ -27,11 +27,14 @@ from dataclasses import dataclass
 from typing_extensions import TypedDict
 
 from sdcscan.errors import ReportError
-from sdcscan.fleet.compare import judged_reports, summarize
+from sdcscan.fleet.assemble import assemble
+from sdcscan.fleet.compare import judged_reports
 from sdcscan.fleet.consensus import FLEET, GOLDEN, HOST
+from sdcscan.fleet.engine import Rows
 from sdcscan.fleet.findings import FleetFinding
 from sdcscan.fleet.model import Extractor, HostReport
 from sdcscan.fleet.steps import CASE_REFERENCES, COMPARISON_GROUPS
+from sdcscan.fleet.summary import Options
 from sdcscan.judgement.wording import finding, replay_args
 from sdcscan.outcomes import Verdict, unit_order
 from sdcscan.report import validate_report, verdict_exit_code
@@ -158,7 +161,9 @@ def build_cluster_report(
         findings.append(_missing_finding(info, why))
     docs = [(info, renamed[info.rank]) for info in ranks if info.rank in renamed]
     host_reports = _host_reports(docs)
-    consensus = [f for f in summarize(host_reports).findings if f.kind in ("divergent", "undecided")]
+    with judged_reports(host_reports) as db:  # one run of compare's engine for both questions
+        consensus = [f for f in assemble(db, Options()).findings if f.kind in ("divergent", "undecided")]
+        references = _references(db)
     rejudged, consensus_findings = _judge_consensus(consensus, {u["id"]: u for u in units}, docs)
     units = [{**u, **rejudged[u["id"]]} if u["id"] in rejudged else u for u in units]
     findings += consensus_findings
@@ -179,7 +184,8 @@ def build_cluster_report(
         "cohorts": {k: v for _, d in docs for k, v in d.get("cohorts", {}).items()},
         "units": units,
         "mismatches": mismatches,
-        "disputes": [x for _, d in docs for x in d.get("disputes", [])] + _cross_rank_disputes(host_reports),
+        "disputes": [x for _, d in docs for x in d.get("disputes", [])]
+        + _cross_rank_disputes(host_reports, references),
         "errors": [e for _, d in docs for e in d.get("errors", [])],
         "telemetry": _telemetry(docs),
         "findings": _unique(findings),
@@ -439,12 +445,18 @@ def _replay(uid: str, units: Mapping[str, Unit], run_of: Mapping[str, Run]) -> s
     )
 
 
-def _cross_rank_disputes(reports: Sequence[HostReport]) -> list[Dispute]:
+def _references(db: Rows) -> dict[tuple[tuple[tuple[str, int], str], int], str | None]:
+    """((plan, cohort), case) -> compare's reference digest (golden, agreed or the hosts' decision), or
+    None where the case stays open."""
+    groups = {key: ((sha, seed), cohort) for key, sha, seed, cohort, _ in db.rows(COMPARISON_GROUPS)}
+    return {(groups[key], i): d for key, i, _, d, _, _ in db.rows(CASE_REFERENCES)}
+
+
+def _cross_rank_disputes(
+    reports: Sequence[HostReport], reference: Mapping[tuple[tuple[tuple[str, int], str], int], str | None]
+) -> list[Dispute]:
     """Every case whose digests disagree across ranks, with compare's reference digest where it has one
     (`majority`: golden, agreed or the hosts' decision; None where it stays open or only a host decides)."""
-    with judged_reports(reports) as db:
-        groups = {key: ((sha, seed), cohort) for key, sha, seed, cohort, _ in db.rows(COMPARISON_GROUPS)}
-        reference = {(groups[key], i): d for key, i, _, d, _, _ in db.rows(CASE_REFERENCES)}
     held: dict[tuple[tuple[str, int], str], dict[int, dict[str, str]]] = {}
     workload: dict[int, str] = {}
     for r in reports:
