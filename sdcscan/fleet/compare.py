@@ -119,7 +119,7 @@ def compare_files(
     workers = worker_count(jobs, len(files), files_per_worker=CHUNK_FILES)
     with tempfile.TemporaryDirectory(prefix="sdcscan-compare-") as spill:
         held = _Held(Path(spill))
-        for result in convert_all(files, IN_MEMORY, workers, without=UNREAD_CASE_COLUMNS):
+        for result in convert_all(files, IN_MEMORY, workers, UNREAD_CASE_COLUMNS, partitioned=False):
             skipped += result.skipped
             held.add(result.reports, result.tables)
         if not held.reports:

@@ -35,6 +35,7 @@ missing pyarrow is a one-line usage error (`require_fleet_extra`).
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import importlib
 import json
@@ -75,6 +76,7 @@ IN_FLIGHT_PER_WORKER = 2  # tasks queued per worker: enough to keep it busy, few
 MAX_OPEN_FILES = 64  # Parquet files open at once; more partitions than this reopen new part files
 COMPRESSION = "zstd"  # read by DuckDB, Spark (3.2+) and Trino
 PARENT_POLL_S = 0.5
+GC_THRESHOLD = 100_000  # allocations between a worker's collections of the youngest generation
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -172,6 +174,7 @@ SCHEMA: dict[str, tuple[tuple[str, str], ...]] = {
 }
 
 Partition = str  # `plan=PLAN/ended_on=DAY`
+UNPARTITIONED = "plan=all/ended_on=all"  # the one partition of the rows `compare FILES` converts
 
 
 def require_fleet_extra() -> None:
@@ -350,13 +353,18 @@ class ChunkResult:
     skipped: list[Skipped]
 
 
-def convert_chunk(paths: list[str], ingest: str, first: int, without: Sequence[str] = ()) -> ChunkResult:
+def convert_chunk(
+    paths: list[str], ingest: str, first: int, without: Sequence[str] = (), partitioned: bool = True
+) -> ChunkResult:
     """Read `paths` (`fleet.reading.read_chunk`) and turn the reports into Arrow tables by partition.
 
     Args:
         paths: report files, in order.
         ingest: this ingest's id (report ids derive from it and the file's position).
         first: position of `paths[0]` among all files of the ingest.
+        without: columns of `cases` left out.
+        partitioned: by plan and day (`partition_of`), as a dataset is laid out; else all in UNPARTITIONED
+            (`compare FILES`: no engine reads the partitions, and one table per chunk is quicker to make).
     """
     items = read_chunk(paths)
     by_partition: dict[Partition, list[tuple[HostReport, int]]] = {}
@@ -365,9 +373,8 @@ def convert_chunk(paths: list[str], ingest: str, first: int, without: Sequence[s
         if isinstance(item, Skipped):
             skipped.append(item)
         else:
-            by_partition.setdefault(partition_of(item.plan, item.ended_at), []).append(
-                (item, report_id(ingest, first + k))
-            )
+            part = partition_of(item.plan, item.ended_at) if partitioned else UNPARTITIONED
+            by_partition.setdefault(part, []).append((item, report_id(ingest, first + k)))
     tables: list[tuple[Partition, dict[str, Any]]] = []
     converted = 0
     for part, reports in sorted(by_partition.items()):
@@ -629,13 +636,14 @@ def ingest(paths: Iterable[str], to: str | os.PathLike[str], *, workers: int | N
 
 
 def convert_all(
-    files: list[str], ingest: str, workers: int, without: Sequence[str] = ()
+    files: list[str], ingest: str, workers: int, without: Sequence[str] = (), partitioned: bool = True
 ) -> Iterator[ChunkResult]:
-    """Each chunk's result in file order; at most a few chunks in flight per worker (bounded memory)."""
+    """Each chunk's result (`convert_chunk`) in file order; at most a few chunks in flight per worker
+    (bounded memory)."""
     chunks = [(files[i : i + CHUNK_FILES], i) for i in range(0, len(files), CHUNK_FILES)]
     if workers <= 1:
         for paths, first in chunks:
-            yield convert_chunk(paths, ingest, first, without)
+            yield convert_chunk(paths, ingest, first, without, partitioned)
         return
     import multiprocessing
 
@@ -646,7 +654,7 @@ def convert_all(
     todo = iter(chunks)
     try:
         for paths, first in todo:
-            pending.append(pool.submit(convert_chunk, paths, ingest, first, without))
+            pending.append(pool.submit(convert_chunk, paths, ingest, first, without, partitioned))
             if len(pending) >= workers * IN_FLIGHT_PER_WORKER:
                 yield pending.popleft().result()
         while pending:
@@ -658,7 +666,13 @@ def convert_all(
 
 
 def _worker_setup() -> None:
-    """Ctrl-C is the parent's to handle; a worker whose parent was killed outright ends itself."""
+    """Ctrl-C is the parent's to handle; a worker whose parent was killed outright ends itself.
+
+    A worker allocates parsed JSON trees, which hold no reference cycles: reference counting frees them,
+    and the cyclic collector, run every 700 allocations by default, only walks the chunk's live objects
+    again and again (about 8% of a worker's time, `scripts/bench_compare.py` fleets). It runs rarely here.
+    """
+    gc.set_threshold(GC_THRESHOLD)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
 
