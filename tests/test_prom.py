@@ -17,7 +17,7 @@ from sdcscan.outputs.prom import prom_text, sentinel_prom_text, write_prom
 from sdcscan.outputs.publish import Outputs, publish
 from sdcscan.report import SCHEMA_PATH
 from sdcscan.timefmt import iso_utc
-from tests.helpers.reports import make_report
+from tests.helpers.reports import build_report, build_unit, make_report
 
 
 @pytest.fixture
@@ -88,6 +88,36 @@ def test_telemetry_counter_deltas_are_exported(report: dict[str, Any], tmp_path:
     assert (
         _value(_families(path), "sdcscan_telemetry_counter_delta", scope="host", metric="edac_ue_count") == 2
     )
+
+
+def test_unit_telemetry_levels_are_exported_with_the_units_model() -> None:
+    """Reduced GPU and CPU readings (mean clock, max power) become gauges labelled by unit, model and metric;
+    counters (exported as deltas), throttle bitmasks and values that are not numbers are left out."""
+    gpu = build_unit("cuda:0", digests=["00"], model="NVIDIA H100 80GB HBM3")
+    report = build_report([gpu, build_unit("cpu:0", digests=["00"])])
+    report["telemetry"] = {
+        "units": {
+            "cuda:0": {
+                "power_w": {"value": 612.5, "reduce": "max"},
+                "clock_sm_mhz": {"value": 1755.0, "reduce": "mean"},
+                "power_limit_w": {"value": 700, "reduce": "min"},
+                "throttle_reasons": {"value": 4.0, "reduce": "or"},
+                "ecc_corrected": {"value": 3.0, "reduce": "last", "delta": 1.0},
+                "temp_c": {"value": None, "reduce": "max"},
+                "util_pct": {"value": True, "reduce": "mean"},
+            },
+            "cpu:0": {"freq_mhz": {"value": 2596.1, "reduce": "mean"}},
+        }
+    }
+    fams = _parse(prom_text(report))
+    levels = {(s.labels["unit"], s.labels["metric"]): s for s in fams["sdcscan_unit_telemetry"].samples}
+    assert set(levels) == {
+        ("cuda:0", "power_w"), ("cuda:0", "clock_sm_mhz"), ("cuda:0", "power_limit_w"), ("cpu:0", "freq_mhz"),
+    }  # fmt: skip
+    assert levels[("cuda:0", "power_w")].value == 612.5
+    assert levels[("cuda:0", "clock_sm_mhz")].labels["model"] == "NVIDIA H100 80GB HBM3"
+    assert levels[("cpu:0", "freq_mhz")].labels["model"] == "Test CPU"
+    assert not _parse(prom_text(make_report()))["sdcscan_unit_telemetry"].samples  # no telemetry, no samples
 
 
 def test_write_is_atomic_and_world_readable(report: dict[str, Any], tmp_path: Path) -> None:

@@ -29,6 +29,7 @@ from sdcscan.fleet.ingest import ingest
 from sdcscan.fleet.reading import read_hosts
 from sdcscan.timefmt import parse_iso_utc
 from tests.helpers.scripts import load_script
+from tests.helpers.tools import missing_tool
 
 pytest.importorskip("duckdb")
 pytest.importorskip("pyarrow")
@@ -52,7 +53,9 @@ def spark() -> Iterator[Any]:
     """The module's Spark session; `compare_from_spark` reuses it (and leaves it running)."""
     pytest.importorskip("pyspark")
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        pytest.skip("Spark needs Java 17 or newer (`.ci/run` installs it)")
+        missing_tool(
+            "Java 17 or newer, which Spark needs,", "Debian: apt-get install openjdk-17-jre-headless"
+        )
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.master(MASTER).appName("sdcscan tests")

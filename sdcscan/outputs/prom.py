@@ -3,7 +3,9 @@
 node_exporter reads every `*.prom` file in its `--collector.textfile.directory` on each scrape, so
 the file is written atomically (temporary file in the same directory, then rename) and readable by
 other users. Verdicts are one-hot gauges (`sdcscan_unit_verdict{unit="cpu:1",verdict="fail"} 1`),
-the Prometheus idiom for an enum, so alerts read `sdcscan_unit_verdict{verdict="fail"} == 1`.
+the Prometheus idiom for an enum, so alerts read `sdcscan_unit_verdict{verdict="fail"} == 1`. Each
+unit's telemetry levels carry its model (`sdcscan_unit_telemetry{unit,model,metric}`), so that a GPU's
+power or clock can be compared with the median of its model's (deploy/prometheus/sdcscan.rules.yml).
 
 Two families come from beyond the report: what each unit screened in the last 24 h, from the run
 history (`coverage`, passed in by `publish`: an alert on `sdcscan_unit_screened_seconds_24h == 0`
@@ -31,6 +33,7 @@ Sample = tuple[dict[str, str], float]
 
 Family = tuple[str, str, list[Sample]]
 Coverage = Mapping[str, UnitCoverage]  # unit -> what it screened (history.coverage)
+_LEVELS = ("mean", "max", "min")  # telemetry reductions (sampler.REDUCE) that give a level over the run
 
 
 def write_prom(report: Report, path: str | os.PathLike[str], *, coverage: Coverage | None = None) -> None:
@@ -55,7 +58,7 @@ def prom_text(report: Report, *, coverage: Coverage | None = None) -> str:
         report: a judged report; its optional `sentinel` section adds the sentinel families.
         coverage: each unit's screening over the last 24 h (`history.coverage`); None: no such families.
     """
-    families = _run_families(report) + _unit_families(report["units"])
+    families = _run_families(report) + _unit_families(report["units"]) + _unit_telemetry_families(report)
     if coverage is not None:
         families += _coverage_families(coverage)
     section = report.get("sentinel")
@@ -119,6 +122,30 @@ def _unit_families(units: list[Unit]) -> list[Family]:
         ("sdcscan_unit_workload_cases", "Cases each unit ran per workload in the last run.",
          _throughput(units, "cases")),
     ]  # fmt: skip
+
+
+def _unit_telemetry_families(report: Report) -> list[Family]:
+    return [
+        ("sdcscan_unit_telemetry", "Each unit's sensor reading over the last run, reduced as the report's "
+         "telemetry says (mean clocks, frequency, load and utilisation; max power and temperature; min "
+         "power limit); model is the unit's, to compare it with units of the same model.",
+         _levels(report)),
+    ]  # fmt: skip
+
+
+def _levels(report: Report) -> list[Sample]:
+    # Levels only: counters are exported as their deltas, and a throttle-reason bitmask ("or") is not a
+    # quantity one could compare across a cohort.
+    models = {u["id"]: u.get("model", "") for u in report["units"]}
+    out: list[Sample] = []
+    for unit, metrics in ((report.get("telemetry") or {}).get("units") or {}).items():
+        for metric, stats in sorted((metrics or {}).items()):
+            if not isinstance(stats, dict) or stats.get("reduce") not in _LEVELS:
+                continue
+            value = stats.get("value")
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                out.append(({"unit": unit, "model": models.get(unit, ""), "metric": metric}, value))
+    return out
 
 
 def _coverage_families(coverage: Coverage) -> list[Family]:
