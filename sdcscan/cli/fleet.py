@@ -183,7 +183,9 @@ def compare(
     from sdcscan.fleet.golden import index_golden, load_golden
     from sdcscan.fleet.reading import read_hosts
     from sdcscan.fleet.summary import Options
+    from sdcscan.render.console import stderr_console
     from sdcscan.render.fleet import render_compare
+    from sdcscan.render.fleet_progress import FleetProgressBar
 
     if bool(paths) == bool(from_dir):
         raise UsageError("give report PATHS, or --from DIR (a dataset written by `sdcscan ingest`), not both")
@@ -209,14 +211,15 @@ def compare(
         fail_on_undecided="undecided" in fail_on,
     )
     engine = Engine(threads=jobs or None)
-    if from_dir and engine_name == "spark":
-        from sdcscan.fleet.engine_spark import compare_from_spark
+    with FleetProgressBar(stderr_console(), wanted=not as_json) as progress:
+        if from_dir and engine_name == "spark":
+            from sdcscan.fleet.engine_spark import compare_from_spark
 
-        summary = compare_from_spark(from_dir, opts, master=spark_master, remote=spark_remote)
-    elif from_dir:
-        summary = compare_from(from_dir, opts, engine)
-    else:
-        summary = compare_files(paths, opts, jobs=jobs or None, engine=engine)
+            summary = compare_from_spark(from_dir, opts, master=spark_master, remote=spark_remote)
+        elif from_dir:
+            summary = compare_from(from_dir, opts, engine, progress)
+        else:
+            summary = compare_files(paths, opts, jobs=jobs or None, engine=engine, progress=progress)
     if as_json:  # first: a failure while drawing the table must not cost automation its JSON
         emit_json(summary.to_dict())
         sys.stdout.flush()

@@ -49,8 +49,11 @@ def ingest_cmd(paths: tuple[str, ...], to_dir: str, jobs: int, as_json: bool) ->
         sdcscan compare --from fleet.parquet --hosts fleet.txt
     """
     from sdcscan.fleet.ingest import ingest
+    from sdcscan.render.console import stderr_console
+    from sdcscan.render.fleet_progress import FleetProgressBar
 
-    result = ingest(paths, to_dir, workers=jobs or None)
+    with FleetProgressBar(stderr_console(), wanted=not as_json) as progress:
+        result = ingest(paths, to_dir, workers=jobs or None, progress=progress)
     if as_json:
         emit_json(result.to_dict())
         sys.exit(0)

@@ -38,6 +38,7 @@ from sdcscan.fleet.ingest import (
 )
 from sdcscan.fleet.inputs import expand_paths
 from sdcscan.fleet.model import HostReport, Skipped
+from sdcscan.fleet.progress import JUDGING, Counter, ProgressSink, no_progress
 from sdcscan.fleet.reading import first_reasons, worker_count
 from sdcscan.fleet.summary import FleetSummary, Options
 from sdcscan.outcomes import printable
@@ -99,6 +100,7 @@ def compare_files(
     *,
     jobs: int | None = None,
     engine: Engine | None = None,
+    progress: ProgressSink = no_progress,
 ) -> FleetSummary:
     """`sdcscan compare PATHS`: read report files (files, directories, globs) and compare them.
 
@@ -107,6 +109,7 @@ def compare_files(
         options: as for `summarize`.
         jobs: processes converting reports and DuckDB's threads; None: one per CPU when there are many files.
         engine: DuckDB's memory limit (its threads come from `jobs` when it gives none).
+        progress: told after each chunk of files read, and when judging starts.
 
     Raises:
         UsageError: no usable report among the inputs (exit 2).
@@ -117,13 +120,16 @@ def compare_files(
     files, skipped = expand_paths(paths)
     settings = engine or Engine(threads=jobs)
     workers = worker_count(jobs, len(files), files_per_worker=CHUNK_FILES)
+    counter = Counter(len(files), progress)
     with tempfile.TemporaryDirectory(prefix="sdcscan-compare-") as spill:
         held = _Held(Path(spill))
         for result in convert_all(files, IN_MEMORY, workers, UNREAD_CASE_COLUMNS, partitioned=False):
             skipped += result.skipped
             held.add(result.reports, result.tables)
+            counter.read(result.files, result.reports, result.case_rows)
         if not held.reports:
             raise UsageError(f"no usable report to compare: {first_reasons(skipped) or 'no input'}")
+        counter.phase(JUDGING)
         if held.writer is not None:
             held.writer.write_skipped(skipped)
             held.writer.commit()
@@ -134,9 +140,13 @@ def compare_files(
 
 
 def compare_from(
-    directory: str | os.PathLike[str], options: Options | None = None, engine: Engine | None = None
+    directory: str | os.PathLike[str],
+    options: Options | None = None,
+    engine: Engine | None = None,
+    progress: ProgressSink = no_progress,
 ) -> FleetSummary:
-    """`sdcscan compare --from DIR`: compare the reports of a dataset written by `sdcscan ingest`.
+    """`sdcscan compare --from DIR`: compare the reports of a dataset written by `sdcscan ingest`
+    (`progress` is told when judging starts: DuckDB reads the files as it runs the steps).
 
     Raises:
         UsageError: pyarrow or duckdb missing, not a dataset, or a dataset with no report (exit 2).
@@ -147,6 +157,7 @@ def compare_from(
     require_fleet_extra()
     root = Path(directory)
     check_marker(root)
+    Counter(0, progress).phase(JUDGING)
     with duckdb_dataset(root, opts.golden, engine or Engine()) as db:
         require_reports(db)
         return assemble(db, opts)

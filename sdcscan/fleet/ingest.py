@@ -61,6 +61,7 @@ from sdcscan.fleet.case_rows import CaseRows
 from sdcscan.fleet.inputs import expand_paths
 from sdcscan.fleet.kernel_evidence import SentinelSection
 from sdcscan.fleet.model import HostReport, Invariant, Skipped
+from sdcscan.fleet.progress import WRITING, Counter, ProgressSink, no_progress
 from sdcscan.fleet.reading import first_reasons, read_chunk, worker_count
 from sdcscan.outcomes import printable
 
@@ -351,6 +352,11 @@ class ChunkResult:
     tables: list[tuple[Partition, dict[str, Any]]]
     reports: int
     skipped: list[Skipped]
+    files: int  # files read (converted or skipped)
+
+    @property
+    def case_rows(self) -> int:
+        return sum(made["cases"].num_rows for _, made in self.tables)
 
 
 def convert_chunk(
@@ -383,7 +389,7 @@ def convert_chunk(
         if made is not None:
             tables.append((part, made))
             converted += len(reports) - len(refused)
-    return ChunkResult(tables, converted, skipped)
+    return ChunkResult(tables, converted, skipped, len(paths))
 
 
 def report_tables(
@@ -593,13 +599,20 @@ class IngestResult:
         }
 
 
-def ingest(paths: Iterable[str], to: str | os.PathLike[str], *, workers: int | None = None) -> IngestResult:
+def ingest(
+    paths: Iterable[str],
+    to: str | os.PathLike[str],
+    *,
+    workers: int | None = None,
+    progress: ProgressSink = no_progress,
+) -> IngestResult:
     """Read reports (files, directories, globs, as `compare` reads them) and append them to a dataset.
 
     Args:
         paths: what the person named.
         to: the dataset directory; created when missing.
         workers: processes reading reports; None: one per CPU when there are many files.
+        progress: told after each chunk of files and when the dataset is written.
 
     Raises:
         UsageError: pyarrow or duckdb missing, `to` unusable (both before anything is read), or no
@@ -613,19 +626,21 @@ def ingest(paths: Iterable[str], to: str | os.PathLike[str], *, workers: int | N
         raise UsageError(f"no report file to ingest: {first_reasons(skipped) or 'no input'}")
     ingest_id = uuid.uuid4().hex[:16]
     writer = DatasetWriter(root, ingest_id)
-    reports = 0
+    counter = Counter(len(files), progress)
     try:
         for result in convert_all(
             files, ingest_id, worker_count(workers, len(files), files_per_worker=CHUNK_FILES)
         ):
-            reports += result.reports
+            counter.read(result.files, result.reports, result.case_rows)
             skipped += result.skipped
             for part, tables in result.tables:
                 for name in TABLES:
                     writer.write(name, part, tables[name])
         skipped.sort(key=lambda s: (s.path, s.reason))
+        reports = counter.reports
         if not reports:
             raise UsageError(f"no usable report to ingest: {first_reasons(skipped)}")
+        counter.phase(WRITING)
         writer.write_skipped(skipped)
         written = writer.files()
         writer.commit()
