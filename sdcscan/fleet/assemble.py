@@ -30,10 +30,10 @@ from sdcscan.fleet.records import (
     unit_record,
     with_units,
 )
+from sdcscan.fleet.sentinel_steps import sentinel_findings
 from sdcscan.fleet.slow import slow_findings
 from sdcscan.fleet.steps import COMPARISON_GROUPS, HOST_CALIBRATIONS, KEY_COLLISIONS
 from sdcscan.fleet.summary import FleetSummary, Options, SupersededReport, options_record
-from sdcscan.fleet.warehouse_sentinel import sentinel_findings
 from sdcscan.timefmt import iso_utc
 
 

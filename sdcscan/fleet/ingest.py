@@ -2,8 +2,8 @@
 
 For fleets that outgrow one machine: the reports are read once (in parallel, as `compare` reads
 them), reduced to the same extract (`fleet.model.Extractor`), and written as tables of plain rows.
-`fleet.warehouse` then runs the consensus over them in SQL: DuckDB on one machine, or the same SQL on
-Spark or Trino over the same files (docs/fleet_sql.md).
+`compare --from DIR` then runs the steps over them (`fleet.steps`): DuckDB on one machine, or the same SQL
+on Spark over the same files (docs/fleet_sql.md).
 
 Layout of the dataset directory DIR:
 
@@ -156,7 +156,7 @@ SCHEMA: dict[str, tuple[tuple[str, str], ...]] = {
         ("e_max", "float64"),
     ),
     # A report's kernel-log evidence, as `fleet.sentinel.read_section` keeps it (`compare --from` gives
-    # the `sentinel` findings `compare` gives: `fleet.warehouse_sentinel`).
+    # the `sentinel` findings `compare` gives: `fleet.sentinel_steps`).
     "sentinel_sections": (
         ("report", "int64"),  # one row per report whose `sentinel` section is an object
         ("cpu_model", "string"),  # host.cpu_model as `compare` keeps it (groups hosts), or null

@@ -4,7 +4,7 @@ A run report may carry a top-level `sentinel` section (the kernel-log window rea
 `outliers`: cores on which far more different programs crashed than on their peers). `read_section`
 keeps only the outlier cores of it, ignoring any value of the wrong type, NaN or an absurd size: the
 section is optional and no verdict rests on it. `host_findings` gives one `sentinel` finding per outlier
-core of each host's newest section; `fleet_findings` one more when the same core index is an outlier on
+core of each host's newest section; `same_core_findings` one more when the same core index is an outlier on
 several hosts of one CPU model (by `host.cpu_model`): that points at the model (an erratum, microcode)
 or at the way work is scheduled (a service pinned to that core), not at each host. Neither is proof
 that a core miscomputes, so neither changes the exit code of `compare`. Pure: no I/O.
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 import re
-from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
@@ -123,10 +122,6 @@ class _Report(Protocol):
     @property
     def key(self) -> str: ...
     @property
-    def run_id(self) -> str: ...
-    @property
-    def ended_at(self) -> float: ...
-    @property
     def cpu_model(self) -> str | None: ...
     @property
     def sentinel(self) -> SentinelSection | None: ...
@@ -135,22 +130,14 @@ class _Report(Protocol):
 R = TypeVar("R", bound=_Report)
 
 
-def newest_sections(reports: Sequence[R]) -> list[tuple[R, SentinelSection]]:
-    """Each host's newest report that carries a sentinel section, by host key."""
-    newest: dict[str, R] = {}
-    for r in reports:
-        if r.sentinel is None:
-            continue
-        held = newest.get(r.key)
-        if held is None or (r.ended_at, r.run_id) > (held.ended_at, held.run_id):
-            newest[r.key] = r
-    return [(r, r.sentinel) for _, r in sorted(newest.items()) if r.sentinel is not None]
-
-
 def host_findings(reports: Sequence[R]) -> list[tuple[R, str, dict[str, object]]]:
-    """(report, unit, evidence) for each outlier core of each host's newest sentinel section."""
+    """(report, unit, evidence) for each outlier core of each report's sentinel section: the caller
+    passes each host's newest report with a section (`fleet.sentinel_steps` picks it in SQL)."""
     out = []
-    for r, section in newest_sections(reports):
+    for r in reports:
+        section = r.sentinel
+        if section is None:
+            continue
         for core in section.outliers:
             out.append((r, core.unit, _host_evidence(r, section, core)))
     return out
@@ -179,22 +166,6 @@ def _host_evidence(r: _Report, section: SentinelSection, core: SentinelCore) -> 
             f"sdcscan run --units {core.unit} -p burnin"
         ),
     }
-
-
-def fleet_findings(reports: Sequence[R]) -> list[tuple[str, str, dict[str, object]]]:
-    """(label, unit, evidence) where one core index is an outlier on several hosts of one CPU model.
-
-    The label (`fleet: MODEL`) stands where a host name stands: the finding is about the model's hosts.
-    Hosts whose report gives no `host.cpu_model` are left out: they cannot be grouped.
-    """
-    hosts_per_model: dict[str, int] = defaultdict(int)
-    outlier_hosts: dict[str, dict[str, list[str]]] = defaultdict(dict)
-    for r, section in newest_sections(reports):
-        if r.cpu_model is not None:
-            hosts_per_model[r.cpu_model] += 1
-            for core in section.outliers:
-                outlier_hosts[r.cpu_model].setdefault(core.unit, []).append(r.key)
-    return same_core_findings(outlier_hosts, hosts_per_model)
 
 
 def same_core_findings(

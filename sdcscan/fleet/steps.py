@@ -28,7 +28,7 @@ engine's own functions, so DuckDB and Spark run the same text (`fleet.engine`, `
 Each step is a module constant, registered as a view (or a table where later steps read it more than
 once); `sql_script` prints them for another engine. Base tables: reports, units, cases, throughput,
 calibrations, sentinel_sections, sentinel_outliers (`fleet.ingest.SCHEMA`) and golden (GOLDEN_COLUMNS;
-empty without --golden). The sentinel steps are `fleet.warehouse_sentinel`'s.
+empty without --golden). The sentinel steps are `fleet.sentinel_steps`'s.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from sdcscan.fleet.consensus import (
     SUPERMAJORITY_DEN,
     SUPERMAJORITY_NUM,
 )
-from sdcscan.fleet.warehouse_sentinel import SENTINEL_RESULTS, SENTINEL_STEPS
+from sdcscan.fleet.sentinel_steps import SENTINEL_RESULTS, SENTINEL_STEPS
 
 RECENT_REPORTS = 3  # a host's newest reports per profile whose speed counts (`slow_samples`)
 

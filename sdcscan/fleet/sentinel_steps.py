@@ -1,15 +1,13 @@
-"""`compare --from DIR`: the `sentinel` findings (`fleet.sentinel`) from a dataset's sentinel tables.
+"""The `sentinel` findings of every `compare` (files, a dataset, Spark) from the sentinel tables.
 
 `sdcscan ingest` stores each report's kernel-log section as `read_section` keeps it: one row in
 `sentinel_sections` (CPU model, window) and one in `sentinel_outliers` per outlier core. Here SQL picks
-each host's newest current report that carries a section, exactly as `sentinel.newest_sections` picks
-it over `summarize`'s current reports, and counts those hosts per CPU model; Python then builds the
-findings with `fleet.sentinel`'s own helpers, so the text is the text `compare` writes. Only hosts
+each host's newest current report that carries a section, and counts those hosts per CPU model; Python
+then builds the findings with `fleet.kernel_evidence`'s helpers, so the text is the text `compare` writes. Only hosts
 whose section names an outlier come back to Python: a fleet of a million hosts with clean sections
 costs one row per CPU model. Like `compare`, nothing here changes the exit code.
 
-The steps are portable SQL (the rules of `fleet.warehouse`); `fleet.warehouse` registers them after its
-own and lists them in `sql_script`.
+The steps are portable SQL; `fleet.steps` runs them after its own, in every engine.
 """
 
 from __future__ import annotations
@@ -31,7 +29,7 @@ FROM sentinel_sections s JOIN current_reports r ON s.report = r.report"""
 # Where `summarize`'s list of current reports puts each (host, plan): at the first report of it in
 # `model.dedupe`'s order (hostname, run id, newest, most cases, hash, path). It only breaks a tie of
 # end time and run id between two current reports of one host (a report without a machine id beside
-# one with it), which `newest_sections` settles by that list's order.
+# one with it), which that list's order settles.
 SENTINEL_PLAN_FIRST = """
 SELECT host_key, profile_sha256, seed, run_id, ended_at, case_rows, sha256, source
 FROM (SELECT k.host_key, k.profile_sha256, k.seed, k.run_id, k.ended_at, k.case_rows, k.sha256, k.source,
@@ -42,7 +40,7 @@ FROM (SELECT k.host_key, k.profile_sha256, k.seed, k.run_id, k.ended_at, k.case_
       WHERE EXISTS (SELECT 1 FROM sentinel_current c WHERE c.host_key = k.host_key)) f
 WHERE place = 1"""
 
-# `sentinel.newest_sections`: per host, the latest end time, then the greater run id, then the list order.
+# Per host, the latest end time, then the greater run id, then the list order.
 SENTINEL_NEWEST = """
 SELECT report, host_key, cpu_model, since, until
 FROM (SELECT c.report, c.host_key, c.cpu_model, c.since, c.until,
@@ -78,7 +76,7 @@ _REPEATS = (
 
 
 class Rows(Protocol):
-    """What is read of the database (`warehouse._Database` has it)."""
+    """What is read of the engine (`fleet.engine.Rows` has it; not imported: the engine imports the steps)."""
 
     # Rows as DuckDB types them: the SQL, not Python, gives each column its type.
     def rows(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]: ...
@@ -133,7 +131,7 @@ def _newest_with_outliers(db: Rows, reports: ReportsById) -> list[HostReport]:
 def _fleet_findings(
     hosts: list[HostReport], totals: Mapping[str, int]
 ) -> list[tuple[str, str, dict[str, object]]]:
-    """`sentinel.fleet_findings` over the hosts with outliers, with each model's count of hosts with a
+    """`same_core_findings` over the hosts with outliers, with each model's count of hosts with a
     section from SQL (hosts with clean sections count there but never come to Python)."""
     by_model: dict[str, dict[str, list[str]]] = {}
     for r in hosts:
