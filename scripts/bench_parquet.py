@@ -6,7 +6,7 @@ Example:
     python scripts/bench_parquet.py --sizes 1000 --json-sizes 1000,10000   # also the JSON path
 
 For each size it writes a fleet of HOSTS x 8 units x 100 cases straight into a dataset (the layout of
-`sdcscan.fleet.ingest`, no JSON at all), with the faults of scripts/simulate_fleet.py planted by its
+`sdcscan.fleet.dataset`, no JSON at all), with the faults of scripts/simulate_fleet.py planted by its
 own `pick_faults` and `unit_plans` (a partition group, persistent and intermittent digest faults,
 invariant failures, slow and invalid units, a stale and two missing hosts). Then it runs compare --from
 with --hosts in a child process and records its wall time and peak RSS (os.wait4, that child alone),
@@ -51,13 +51,8 @@ import simulate_fleet as sim  # noqa: E402
 from bench_compare import run_child  # noqa: E402  (scripts/ is on sys.path, above)
 
 from sdcscan.fleet.case_rows import digest_key  # noqa: E402
-from sdcscan.fleet.ingest import (  # noqa: E402
-    DatasetWriter,
-    comparison_group,
-    partition_of,
-    prepare_dataset,
-    report_id,
-)
+from sdcscan.fleet.dataset import DatasetWriter, prepare_dataset  # noqa: E402
+from sdcscan.fleet.tables import comparison_group, partition_of, report_id  # noqa: E402
 
 CHUNK_HOSTS = 4096  # hosts generated at a time: bounds the generator's memory
 UNIT_REASON = "digest disagrees with the host's other units"

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from sdcscan.fleet.compare import Options, compare_files, compare_from
-from sdcscan.fleet.ingest import CHUNK_FILES, ingest
+from sdcscan.fleet.convert import CHUNK_FILES
+from sdcscan.fleet.ingest import ingest
 from sdcscan.fleet.progress import JUDGING, READING, WRITING, FleetProgress
 from sdcscan.timefmt import parse_iso_utc
 from tests.helpers.cli import ROOT

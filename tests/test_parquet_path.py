@@ -30,8 +30,9 @@ from sdcscan.errors import ReportError, UsageError
 from sdcscan.fleet import steps
 from sdcscan.fleet.compare import FleetSummary, Options, compare_from, summarize
 from sdcscan.fleet.golden import index_golden, load_golden
-from sdcscan.fleet.ingest import FORMAT_VERSION, MARKER, SCHEMA, ingest, partition_of
+from sdcscan.fleet.ingest import ingest
 from sdcscan.fleet.reading import read_reports
+from sdcscan.fleet.tables import FORMAT_VERSION, MARKER, SCHEMA, partition_of
 from sdcscan.timefmt import parse_iso_utc
 from tests.helpers.cli import ROOT
 from tests.helpers.fleet import PLAN_SHA, good
@@ -620,7 +621,7 @@ def test_engine_options_that_cannot_work_exit_2_before_anything_is_read(
 def test_importing_the_command_line_loads_neither_pyarrow_nor_duckdb():
     """They are imported when ingest or compare --from runs, never on `import sdcscan.cli`."""
     probe = (
-        "import sys, sdcscan.cli, sdcscan.fleet.ingest, sdcscan.fleet.compare\n"
+        "import sys, sdcscan.cli, sdcscan.fleet.ingest, sdcscan.fleet.convert, sdcscan.fleet.compare\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pyarrow', 'duckdb', 'torch')))"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT)

@@ -49,7 +49,7 @@ class _Dictionary:
 
 
 class CaseRows:
-    """The rows of `cases` (`ingest.SCHEMA`) of a chunk, unit by unit."""
+    """The rows of `cases` (`tables.SCHEMA`) of a chunk, unit by unit."""
 
     def __init__(self) -> None:
         self.per_unit: list[tuple[int, str, int, str, int, str, bool]] = []  # the columns fixed along a unit

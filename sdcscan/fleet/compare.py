@@ -24,23 +24,15 @@ from typing import Any
 
 from sdcscan.errors import UsageError
 from sdcscan.fleet.assemble import assemble
+from sdcscan.fleet.convert import convert_all, report_tables
+from sdcscan.fleet.dataset import DatasetWriter, check_marker
 from sdcscan.fleet.engine import DuckDB, Engine, Rows, duckdb_dataset, duckdb_tables
-from sdcscan.fleet.ingest import (
-    MARKER,
-    TABLES,
-    DatasetWriter,
-    arrow,
-    check_marker,
-    convert_all,
-    report_id,
-    report_tables,
-    require_fleet_extra,
-)
 from sdcscan.fleet.inputs import expand_paths
 from sdcscan.fleet.model import HostReport, Skipped
 from sdcscan.fleet.progress import JUDGING, Counter, ProgressSink, no_progress
 from sdcscan.fleet.reading import first_reasons, worker_count
 from sdcscan.fleet.summary import FleetSummary, Options
+from sdcscan.fleet.tables import MARKER, TABLES, arrow, report_id, require_fleet_extra
 from sdcscan.outcomes import printable
 
 # Arrow bytes of converted reports kept in memory (about 44 per case row: 10,000 hosts of 8 units and

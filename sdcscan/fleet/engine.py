@@ -27,16 +27,9 @@ import numpy.typing as npt
 
 from sdcscan.errors import ReportError
 from sdcscan.fleet.case_rows import digest_key
-from sdcscan.fleet.ingest import (
-    SCHEMA,
-    SKIPPED_TABLE,
-    TABLES,
-    arrow,
-    arrow_schema,
-    comparison_group,
-)
 from sdcscan.fleet.model import Skipped
 from sdcscan.fleet.steps import GOLDEN_COLUMNS, STEPS
+from sdcscan.fleet.tables import SCHEMA, SKIPPED_TABLE, TABLES, arrow, arrow_schema, comparison_group
 from sdcscan.outcomes import printable
 
 if TYPE_CHECKING:
@@ -158,7 +151,7 @@ def duckdb_dataset(root: Path, golden: GoldenIndex | None, engine: Engine) -> It
 def duckdb_tables(
     tables: Mapping[str, Any], skipped: Iterable[Skipped], golden: GoldenIndex | None, engine: Engine
 ) -> Iterator[DuckDB]:
-    """DuckDB over Arrow tables in memory (`ingest.report_tables`), with every step run."""
+    """DuckDB over Arrow tables in memory (`convert.report_tables`), with every step run."""
 
     def register(db: DuckDB) -> None:
         for table in TABLES:

@@ -27,7 +27,7 @@ Only portable SQL: SELECT with joins, GROUP BY, CASE, COALESCE, `||`, ROW_NUMBER
 engine's own functions, so DuckDB and Spark run the same text (`fleet.engine`, `fleet.engine_spark`).
 Each step is a module constant, registered as a view (or a table where later steps read it more than
 once); `sql_script` prints them for another engine. Base tables: reports, units, cases, throughput,
-calibrations, sentinel_sections, sentinel_outliers (`fleet.ingest.SCHEMA`) and golden (GOLDEN_COLUMNS;
+calibrations, sentinel_sections, sentinel_outliers (`fleet.tables.SCHEMA`) and golden (GOLDEN_COLUMNS;
 empty without --golden). The sentinel steps are `fleet.sentinel_steps`'s.
 """
 

@@ -29,7 +29,7 @@ from sdcscan.errors import (
     SdcscanError,
     UsageError,
 )
-from sdcscan.fleet.ingest import require_fleet_extra
+from sdcscan.fleet.tables import require_fleet_extra
 from sdcscan.launch.rank import DistOptions, cluster_report_path, run_rank
 from sdcscan.scan import ScanOptions
 
