@@ -14,6 +14,7 @@ from typing import ParamSpec, TypeVar
 import click
 
 from sdcscan.cli.common import emit_json, jobs_option, reports_errors
+from sdcscan.cli.html_output import check_html_target, fleet_inputs, html_option, write_fleet_html
 from sdcscan.errors import EXIT_INVALID, SdcscanError, UsageError
 from sdcscan.files import write_json_atomic
 from sdcscan.fleet.defaults import DEFAULT_SLOW_DROP, DEFAULT_SLOW_Z
@@ -129,6 +130,7 @@ def _now(text: str | None) -> float:
     help="Spark Connect URL (sc://HOST:PORT) of an existing cluster, for --engine spark.",
 )
 @jobs_option
+@html_option
 @click.option(
     "--now",
     "now_text",
@@ -151,6 +153,7 @@ def compare(
     spark_master: str | None,
     spark_remote: str | None,
     jobs: int,
+    html_path: str | None,
     now_text: str | None,
 ) -> None:
     """Compare reports from many hosts: name divergent, failing, slow, stale and missing units.
@@ -168,15 +171,18 @@ def compare(
     named, and a name differing from the list only by case or domain counts as that host (an alias).
     A report dated more than an hour after now is a warning (its host's clock is ahead).
 
-    The JSON (--json) is written to stdout before anything is drawn on stderr. Exit 1 when a unit is
-    divergent, fails an invariant or is slow; with --fail-on undecided, 3 when a host is undecided and
-    nothing else fails; 0 otherwise; 2 when nothing is usable or an option is wrong; 3 on an internal
-    error or when reading fails for want of resources.
+    The JSON (--json) is written to stdout before anything is drawn on stderr; --html FILE also writes a
+    self-contained page (findings, each cohort's throughput distribution, coverage by age, where failing
+    units cluster). Exit 1 when a unit is divergent, fails an invariant or is slow; with --fail-on
+    undecided, 3 when a host is undecided and nothing else fails; 0 otherwise; 2 when nothing is usable
+    or an option is wrong; 3 on an internal error, when reading fails for want of resources, or when the
+    --html page cannot be written.
 
     \b
     Example:
         sdcscan compare reports/ --hosts fleet.txt --stale 45d
         sdcscan compare 'reports/2025-W23/*.json' --json > findings.json
+        sdcscan compare reports/ --hosts fleet.txt --html fleet.html
     """
     from sdcscan.fleet.compare import compare_files, compare_from
     from sdcscan.fleet.engine import Engine
@@ -197,6 +203,7 @@ def compare(
         raise UsageError("--spark-master and --spark-remote go with --engine spark")
     if spark_master and spark_remote:
         raise UsageError("give --spark-master or --spark-remote, not both")
+    check_html_target(html_path, fleet_inputs(paths, from_dir, hosts_file, golden_path))  # exit 2 before work
     stale_s = parse_age(stale)
     hosts = read_hosts(hosts_file) if hosts_file else None
     golden = index_golden(load_golden(golden_path)) if golden_path else None
@@ -209,6 +216,7 @@ def compare(
         now=now,
         golden=golden,
         fail_on_undecided="undecided" in fail_on,
+        overview=html_path is not None,  # what the page draws beside the findings (not in the JSON)
     )
     engine = Engine(threads=jobs or None)
     with FleetProgressBar(stderr_console(), wanted=not as_json) as progress:
@@ -223,6 +231,7 @@ def compare(
     if as_json:  # first: a failure while drawing the table must not cost automation its JSON
         emit_json(summary.to_dict())
         sys.stdout.flush()
+    write_fleet_html(html_path, summary, paths, from_dir)
     render_compare(summary)
     sys.exit(summary.exit_code)
 

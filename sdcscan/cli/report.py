@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from sdcscan.cli.common import emit_json, report_options, reports_errors
+from sdcscan.cli.html_output import check_html_target, html_option, write_run_html
 from sdcscan.errors import UsageError
 
 
@@ -22,11 +23,15 @@ from sdcscan.errors import UsageError
     help="Rebuild the report from this journal (printed when the run started; beside --out as <stem>.<run id>.journal.jsonl).",
 )
 @report_options
+@html_option
 @reports_errors
-def report_cmd(report_path: Path | None, journal: Path | None, out: Path | None, as_json: bool) -> None:
+def report_cmd(
+    report_path: Path | None, journal: Path | None, out: Path | None, as_json: bool, html_path: str | None
+) -> None:
     """Show a saved report, or rebuild one from the journal of a run that was killed.
 
-    A rebuilt report holds every case the journal recorded; its verdict is `interrupted`.
+    A rebuilt report holds every case the journal recorded; its verdict is `interrupted`. With
+    --html FILE, also a self-contained page of the report (charts inline; it opens offline).
     Exits with the code of the report's verdict (0 pass, 1 fail, 3 invalid, 130 interrupted,
     143 stopped by SIGTERM), never with the exit_code the file claims (a mismatch is a warning),
     or 3 when the file cannot be read or is not a valid report.
@@ -34,6 +39,7 @@ def report_cmd(report_path: Path | None, journal: Path | None, out: Path | None,
     \b
     Example:
         sdcscan report report.json
+        sdcscan report burnin.json --html burnin.html
         sdcscan report --from-journal report.20261123T080000Z-1a2b3c4d.journal.jsonl -o report.json
     """
     from sdcscan.cli.rebuild import report_from_journal
@@ -50,6 +56,7 @@ def report_cmd(report_path: Path | None, journal: Path | None, out: Path | None,
 
     if out is not None:
         check_output_target(out, option="--out")  # exit 2 before reading anything
+    check_html_target(html_path, [("REPORT", report_path), ("--from-journal", journal), ("--out", out)])
     if report_path is not None and journal is None:
         label, doc = printable(str(report_path)), load_report(report_path)
     elif journal is not None and report_path is None:
@@ -60,6 +67,7 @@ def report_cmd(report_path: Path | None, journal: Path | None, out: Path | None,
         raise UsageError("give either a REPORT file or --from-journal PATH")
     if out is not None:
         write_json_atomic(out, doc)
+    write_run_html(html_path, doc, label)
     disagreement = exit_code_disagreement(doc)
     if disagreement:  # before the summary: its `exit:` line stays the last line on stderr
         click.echo(f"warning: {label}: {disagreement}", err=True)

@@ -18,6 +18,7 @@ from sdcscan.fleet.engine import Rows
 from sdcscan.fleet.findings import KINDS, Collector
 from sdcscan.fleet.host_coverage import FUTURE_SKEW_S, Covered, coverage_findings, future_findings
 from sdcscan.fleet.model import HostReport, Interner, Skipped, Superseded, UnitRecord
+from sdcscan.fleet.overview_rows import fleet_overview
 from sdcscan.fleet.records import (
     REPORT_COLUMNS,
     UNIT_COLUMNS,
@@ -101,6 +102,7 @@ class _Assembler:
             options_record(opts),
             tuple(_superseded_record(s) for s in superseded),
             opts.fail_on_undecided,
+            fleet_overview(db, opts, findings) if opts.overview else None,
         )
 
     # -- reports ------------------------------------------------------------------------------------

@@ -140,6 +140,12 @@ class Reference:
         """Both far below (z) and relevantly below (drop) the healthy median."""
         return x <= self.median * (1.0 - self.drop) and self.z(x) <= -self.z_threshold
 
+    @property
+    def slow_below(self) -> float:
+        """The value at and below which `is_slow` holds, both conditions together (a page draws it)."""
+        by_z = self.median - self.z_threshold * self.mad / MAD_TO_SIGMA if self.mad > 0 else self.median
+        return min(self.median * (1.0 - self.drop), by_z)
+
     def z(self, x: float) -> float:
         """Robust z-score of `x` against the healthy peers."""
         return robust_z(x, self.median, self.mad)

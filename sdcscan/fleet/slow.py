@@ -55,15 +55,16 @@ GROUP BY host_key, unit, profile_sha256, cohort"""
 
 def slow_findings(db: Rows, opts: Options, reports: ReportBook, col: Collector) -> None:
     """Add the `slow` findings of the samples `db` holds."""
-    refs = _references(db, opts)
+    refs = references(db, opts)
     suspects = _per_workload_suspects(db, opts, refs)
     combined = _combined_suspects(db, opts, refs)
     if suspects or combined:
         _add(db, reports, col, suspects | set(combined), refs, combined)
 
 
-def _references(db: Rows, opts: Options) -> dict[perf.GroupKey, perf.Reference]:
-    """Each (profile, cohort, workload, measure)'s healthy reference, from the newest samples."""
+def references(db: Rows, opts: Options) -> dict[perf.GroupKey, perf.Reference]:
+    """Each (profile, cohort, workload, measure)'s healthy reference, from the newest samples (also what
+    the fleet page draws: `fleet.overview_rows`)."""
     refs: dict[perf.GroupKey, perf.Reference] = {}
     in_group = f"{NEWEST} AND profile_sha256 = ? AND cohort = ? AND workload = ? AND measure = ?"
     for sha, cohort, workload, measure, n in db.rows(

@@ -18,6 +18,7 @@ from sdcscan.fleet.model import Skipped
 
 if TYPE_CHECKING:
     from sdcscan.fleet.golden import GoldenIndex
+    from sdcscan.fleet.overview import FleetOverview
 
 COMPARE_VERSION = 2  # 2: one vote per host, `undecided` per host, `superseded`, `collision`, basis
 FAILING_KINDS = frozenset({"divergent", "invariant", "slow"})  # these make `compare` exit 1
@@ -89,6 +90,7 @@ class Options:
         golden: an index of a golden file (`golden.index_golden`) to judge units against, or None.
         fail_on_undecided: exit UNDECIDED_EXIT (3) when a host is undecided and nothing fails
             (`compare --fail-on undecided`).
+        overview: also compute `FleetSummary.overview`, what `compare --html` draws (not in the JSON).
     """
 
     slow_z: float = DEFAULT_SLOW_Z
@@ -99,6 +101,7 @@ class Options:
     now: float | None = None
     golden: GoldenIndex | None = field(default=None, repr=False)
     fail_on_undecided: bool = False
+    overview: bool = False
 
 
 @dataclass(frozen=True)
@@ -112,6 +115,9 @@ class FleetSummary:
     options: dict[str, object]  # echoed in the JSON only
     superseded: tuple[SupersededReport, ...] = ()  # older reports of a host and plan: no vote, no finding
     fail_on_undecided: bool = False
+    # Bounded pictures of the fleet for `compare --html` (`fleet.overview`), when Options.overview asked
+    # for them; never in the JSON document, which stays the contract.
+    overview: FleetOverview | None = field(default=None, compare=False, repr=False)
 
     @property
     def exit_code(self) -> int:
