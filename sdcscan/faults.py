@@ -12,18 +12,21 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sdcscan.errors import UsageError
+from sdcscan.fault_models import BIT_KINDS, HARDWARE_KINDS, corrupt_hardware_
 
 if TYPE_CHECKING:  # the parent parses --inject and must not import torch; workers flip the bits
     import torch
 
-DATA_KINDS = ("bitflip", "nan")  # corrupt a value at a workload fault site
+# Corrupt values at a workload fault site: one bit, a NaN, or a fault model of how hardware fails
+# (sdcscan/fault_models.py: bursts, warp runs and strides, tiles, stuck bits, wrong rows).
+DATA_KINDS = ("bitflip", "nan", *HARDWARE_KINDS)
 PROCESS_KINDS = ("hang", "crash")  # the worker stops answering / dies inside a case
 # The workload raises at its fault site, as a bug or a driver error would: proves that a raising
 # workload makes its unit invalid (never pass) while the other units go on.
 EXCEPTION_KINDS = ("raise",)
 KINDS = DATA_KINDS + PROCESS_KINDS + EXCEPTION_KINDS
 
-_SPEC = re.compile(r"^(?P<unit>(?:cpu|cuda):\d+):(?P<kind>[a-z]+)(?:@(?P<rate>[0-9.eE+-]+))?$")
+_SPEC = re.compile(r"^(?P<unit>(?:cpu|cuda):\d+):(?P<kind>[a-z][a-z0-9_]*)(?:@(?P<rate>[0-9.eE+-]+))?$")
 
 
 class InjectedError(RuntimeError):
@@ -65,7 +68,7 @@ class FaultSpec:
 
     `repeat` picks which pass through the site strikes, for workloads that repeat work inside a case
     (None: drawn from the seed among the passes the workload declares). `param` is a matrix fault's
-    parameter (see MATRIX_KINDS).
+    parameter (see MATRIX_KINDS), a burst's width or wrong_rows' count (sdcscan.fault_models).
     """
 
     kind: str
@@ -85,7 +88,8 @@ class FaultSpec:
 
 
 def from_label(label: int | str, site: str, seed: int) -> FaultSpec:
-    """The fault a self-test label names: a bit (int), "any" (a random bit), or a matrix fault model.
+    """The fault a self-test label names: a bit (int), "any" (a random bit), a matrix fault model
+    (MATRIX_KINDS) or a fault model of how hardware fails (HARDWARE_KINDS: "burst:4", "tile8:30").
 
     Raises:
         ValueError: an unknown model, or a parameter that is not a number.
@@ -95,11 +99,18 @@ def from_label(label: int | str, site: str, seed: int) -> FaultSpec:
     if label == "any":
         return FaultSpec("bitflip", site, seed)
     kind, _, param = label.partition(":")
-    if kind not in MATRIX_KINDS:
-        raise ValueError(f"unknown fault model {label!r}; expected a bit, 'any' or one of {MATRIX_KINDS}")
-    if kind == "double_flip":
+    if kind not in MATRIX_KINDS + HARDWARE_KINDS:
+        known = MATRIX_KINDS + HARDWARE_KINDS
+        raise ValueError(f"unknown fault model {label!r}; expected a bit, 'any' or one of {known}")
+    if kind == "double_flip" or (kind in BIT_KINDS and param):
         return FaultSpec(kind, site, seed, bit=int(param))
     return FaultSpec(kind, site, seed, param=float(param) if param else None)
+
+
+def site_for(kind: str, sites: tuple[str, ...]) -> str:
+    """The fault site `--inject` strikes: the workload's first, except that a wrong-row fetch goes to
+    the site where rows are fetched (embbag_int8's `fetch`) where the workload has one."""
+    return "fetch" if kind == "wrong_rows" and "fetch" in sites else sites[0]
 
 
 def parse_inject(text: str) -> Injection:
@@ -129,19 +140,30 @@ def draws(injection: Injection, case_seed: int, attempt: int = 0) -> bool:
 
 
 def corrupt_(tensor: torch.Tensor, spec: FaultSpec, columns: int | None = None) -> dict[str, object]:
-    """Corrupt one element of `tensor` in place (a bit flip or a NaN) and say what was done.
+    """Corrupt `tensor` in place (a bit flip, a NaN or a fault model) and say what was done.
 
     Args:
         tensor: a contiguous torch tensor of any dtype, on any device.
         spec: the fault; element and bit are drawn from `spec.seed` when not given.
         columns: matrix fault models only: confine them to the first `columns` columns (the data).
     Returns:
-        {"kind", "element", "bit", "value_changed"} describing the corruption (bit is None for NaN).
+        {"kind", "element", "bit", "value_changed"} describing the corruption (bit is None for NaN);
+        the models of corrupt_matrix_ and fault_models.corrupt_hardware_ say where they struck instead.
     """
     if spec.kind == "raise":
         raise InjectedError(f"injected exception at fault site {spec.site!r}")
     if spec.kind in MATRIX_KINDS:
         return corrupt_matrix_(tensor, spec, columns)
+    if spec.kind in HARDWARE_KINDS:
+        return corrupt_hardware_(
+            tensor,
+            spec.kind,
+            spec.seed,
+            bit=spec.bit,
+            param=spec.param,
+            columns=columns,
+            element=spec.element,
+        )
     rng = random.Random(spec.seed)
     flat = tensor.view(-1)
     element = spec.element if spec.element is not None else rng.randrange(flat.numel())

@@ -253,7 +253,8 @@ class _Engine:
                 # Sends are synchronous: this case's start is already in the pipe, so the parent can
                 # say which case the worker died in.
                 os.kill(os.getpid(), signal.SIGKILL)
-            armed = faults.FaultSpec(inj.kind, workload.spec.fault_sites[0], seed=case.seed ^ (attempt + 1))
+            site = faults.site_for(inj.kind, workload.spec.fault_sites)
+            armed = faults.FaultSpec(inj.kind, site, seed=case.seed ^ (attempt + 1))
         return armed
 
 

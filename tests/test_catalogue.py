@@ -137,8 +137,9 @@ def test_register_refuses_a_class_that_breaks_the_contract(make, message):
 
 
 def test_has_selftest_needs_every_member_of_the_protocol():
-    """ABFT workloads implement the whole SelftestWorkload protocol; others, or a partial one, do not count."""
-    assert [n for n in sorted(SPECS) if has_selftest(load(n))] == ["embbag_int8", "gemm_fp", "gemm_int8"]
+    """Checking workloads implement the whole SelftestWorkload protocol; others, or a partial one, do not count."""
+    swept = ["embbag_int8", "gemm_fp", "gemm_int8", "matmul_golden"]
+    assert [n for n in sorted(SPECS) if has_selftest(load(n))] == swept
     partial = type("Partial", (_workload("train"),), {"negative_sites": (), "selftest_variants": {}})
     assert not has_selftest(partial)
 

@@ -9,12 +9,13 @@ from typing import Any
 import pytest
 import torch
 
-from sdcscan.checks.embbag import packing, realistic
-from sdcscan.faults import FaultSpec
+from sdcscan.checks.embbag import exact, packing, realistic
+from sdcscan.faults import FaultSpec, from_label
 from sdcscan.outcomes import Case
 from sdcscan.workloads import SPECS, load
 from sdcscan.workloads.base import Context, has_selftest
 from sdcscan.workloads.embbag_int8 import workload as embbag_int8
+from sdcscan.workloads.embbag_int8.selftest_spec import BURSTS, FIXED_LAYOUT_MODELS, LAYOUT_MODELS
 from sdcscan.workloads.embbag_int8.workload import EmbbagInt8, exact_table, fit_rows
 
 VARIANTS = list(EmbbagInt8.selftest_variants)
@@ -27,6 +28,11 @@ def _ready(params: Mapping[str, Any], seed: int = 1) -> tuple[EmbbagInt8, Contex
     return workload, ctx
 
 
+def _seed_of(label: int | str) -> int:
+    """A stable seed per self-test label (a bit, or a model's name)."""
+    return label if isinstance(label, int) else sum(map(ord, label))
+
+
 def _run(
     workload: EmbbagInt8, ctx: Context, seed: int, fault: FaultSpec | None = None, occurrence: int = 0
 ) -> Any:
@@ -37,11 +43,28 @@ def _run(
 def test_registered_with_the_selftest_protocol() -> None:
     """Registry entry, variants, bits and floors are what sdcscan selftest reads."""
     assert load("embbag_int8") is EmbbagInt8 and has_selftest(EmbbagInt8)
-    assert set(VARIANTS) == {"exact", "exact_4bit", "realistic", "realistic_4bit"}
+    assert set(VARIANTS) == {
+        "exact",
+        "exact_4bit",
+        "realistic",
+        "realistic_4bit",
+        "exact_wide",
+        "realistic_wide",
+    }
     assert EmbbagInt8.negative_sites == ("indices",)
-    assert EmbbagInt8.selftest_bits("exact", "table") == list(range(8))
-    assert EmbbagInt8.selftest_bits("exact", "output") == list(range(32))
-    assert EmbbagInt8.selftest_bits("realistic", "fetch") == list(range(12))  # 4096 rows
+    assert EmbbagInt8.selftest_bits("exact", "table") == [*range(8), *BURSTS]
+    assert EmbbagInt8.selftest_bits("exact", "output") == [*range(32), *BURSTS]
+    assert EmbbagInt8.selftest_bits("realistic", "fetch") == [*range(12), "wrong_rows"]  # 4096 rows
+    assert EmbbagInt8.selftest_bits("exact_wide", "output") == [*FIXED_LAYOUT_MODELS, *LAYOUT_MODELS]
+    assert EmbbagInt8.selftest_floor("exact_wide", "output", "stuck1:31") == 1.0
+    assert EmbbagInt8.selftest_floor("exact_wide", "output", "run32:23") is None
+    assert EmbbagInt8.selftest_floor("realistic_wide", "output", "run32:23") == 0.99
+    assert EmbbagInt8.selftest_bits("exact_wide", "indices") == []
+    assert EmbbagInt8.selftest_floor("exact_4bit", "table", "burst:8") is None
+    assert EmbbagInt8.selftest_floor("exact_4bit", "table", "burst:4") == 1.0
+    assert EmbbagInt8.selftest_floor("exact", "fetch", "wrong_rows") == 1.0
+    assert EmbbagInt8.selftest_floor("realistic", "fetch", "wrong_rows") == 0.99
+    assert EmbbagInt8.selftest_floor("exact_wide", "output", "tile8") is None
     for variant in ("exact", "exact_4bit"):
         assert [EmbbagInt8.selftest_floor(variant, s, 0) for s in ("output", "table", "fetch")] == [1.0] * 3
     assert EmbbagInt8.selftest_floor("exact", "indices", 3) is None
@@ -79,17 +102,18 @@ def test_the_digest_folds_in_every_bag() -> None:
 @pytest.mark.parametrize("site", ["output", "table", "fetch"])
 def test_exact_mode_catches_every_value_changing_flip(variant: str, site: str) -> None:
     """Every bit of an output word, of a pooled table byte (both nibbles), and of a fetched row id within
-    the table; the table is restored after the case."""
+    the table, and the bursts and wrong-row fetches with a floor of 1; the table is restored after."""
     workload, ctx = _ready(EmbbagInt8.selftest_variants[variant])
     bits = EmbbagInt8.selftest_variants[variant]["bits"][0]
     pristine = workload.tables[bits].clone()
-    for bit in EmbbagInt8.selftest_bits(variant, site):
-        assert isinstance(bit, int)
+    for label in EmbbagInt8.selftest_bits(variant, site):
+        if EmbbagInt8.selftest_floor(variant, site, label) != 1.0:
+            continue
         for seed in range(3):
-            outcome = _run(workload, ctx, seed, FaultSpec("bitflip", site, 100 * bit + seed, bit=bit))
+            outcome = _run(workload, ctx, seed, from_label(label, site, 100 * _seed_of(label) + seed))
             assert ctx.injected is not None
             if ctx.injected["value_changed"]:
-                assert outcome.status == "mismatch", (bit, seed)
+                assert outcome.status == "mismatch", (label, seed)
                 assert outcome.mismatches[0].check == "embbag_exact"
     assert torch.equal(workload.tables[bits], pristine)
     assert _run(workload, ctx, 0).status == "ok"
@@ -260,3 +284,54 @@ def test_cases_read_the_id_pool_at_their_own_offsets_and_faults_never_reach_it()
         assert ctx.injected is not None and ctx.injected["site"] == site
         assert torch.equal(workload.ids, pool)
         assert _run(workload, ctx, 3).digest == _run(fresh, fresh_ctx, 3).digest
+
+
+@pytest.mark.parametrize("variant", ["realistic", "realistic_4bit", "exact", "exact_4bit"])
+def test_a_wrong_row_fetched_for_four_bags_is_caught(variant: str) -> None:
+    """One address bit wrong for four lookups spaced by at least the longest bag: each in its own bag."""
+    workload, ctx = _ready(EmbbagInt8.selftest_variants[variant])
+    for seed in range(6):
+        outcome = _run(workload, ctx, seed, from_label("wrong_rows", "fetch", seed))
+        assert ctx.injected is not None and ctx.injected["value_changed"]
+        positions = ctx.injected["elements"]
+        lengths, _ = workload._case_draws(ctx, Case(seed, "embbag_int8", seed, 0))
+        bags = torch.bucketize(torch.tensor(positions), torch.cumsum(lengths, 0), right=True)
+        assert len(set(bags.tolist())) == 4, (positions, lengths)
+        assert outcome.status == "mismatch" and outcome.detail["bad_bags"] >= 1, seed
+
+
+def test_a_full_burst_of_a_4bit_byte_whose_values_sum_to_15_is_exact_modes_blind_spot() -> None:
+    """All 8 bits flipped turn q into 15 - q in both nibbles: the row's sum stays when they sum to 15."""
+    workload, ctx = _ready(EmbbagInt8.selftest_variants["exact_4bit"])
+    rows = workload.tables[4].shape[0]
+    for seed in range(20):
+        body = workload.tables[4][int(_first_batch_ids(workload, ctx, seed, rows)[0])][:8]
+        pairs = [i for i, b in enumerate(body.tolist()) if (b & 15) + (b >> 4) == 15]
+        others = [i for i, b in enumerate(body.tolist()) if (b & 15) + (b >> 4) != 15]
+        if pairs and others:
+            break
+    blind = _run(workload, ctx, seed, FaultSpec("burst", "table", 0, element=pairs[0], bit=0, param=8))
+    assert ctx.injected is not None and ctx.injected["value_changed"] and blind.status == "ok"
+    seen = _run(workload, ctx, seed, FaultSpec("burst", "table", 0, element=others[0], bit=0, param=8))
+    assert seen.status == "mismatch"
+
+
+@pytest.mark.parametrize("variant", ["exact_wide", "realistic_wide"])
+def test_layout_faults_of_the_output_are_caught_at_the_wide_shape(variant: str) -> None:
+    """Runs, strides, tiles and stuck column blocks of the (64 bags, 128) output: a clean case passes;
+    one that changed values fails (measured, not guaranteed: changes can cancel in a bag, see below)."""
+    workload, ctx = _ready(EmbbagInt8.selftest_variants[variant])
+    assert _run(workload, ctx, 50).status == "ok"
+    for label in LAYOUT_MODELS:
+        outcome = _run(workload, ctx, 3, from_label(f"{label}:28", "output", 3))  # an exponent bit
+        assert ctx.injected is not None and ctx.injected["value_changed"] and outcome.status == "mismatch"
+
+
+def test_changes_that_cancel_in_a_bag_on_the_grid_are_exact_modes_layout_blind_spot() -> None:
+    """Two elements of one bag with the same exponent, one bit flipped up in one and down in the other:
+    the bag's sum and every element's place on the 2^-7 grid stay, so exact mode cannot see it."""
+    out = torch.tensor([[5.0, 6.0, 1.0, 2.0]])  # 5 = 101b, 6 = 110b: bit 0 of the integer part differs
+    expected = (out * 128).sum(1).to(torch.int32)
+    changed = torch.tensor([[4.0, 7.0, 1.0, 2.0]])  # bit 0 flipped in both: -1 and +1
+    assert not bool(exact.exact_bad_bags(changed, expected)[0])
+    assert bool(exact.exact_bad_bags(torch.tensor([[4.0, 6.0, 1.0, 2.0]]), expected)[0])

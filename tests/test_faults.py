@@ -6,7 +6,16 @@ import pytest
 import torch
 
 from sdcscan.errors import UsageError
-from sdcscan.faults import FaultSpec, Injection, corrupt_, draws, flip_bit_, parse_inject
+from sdcscan.faults import (
+    DATA_KINDS,
+    FaultSpec,
+    Injection,
+    corrupt_,
+    draws,
+    flip_bit_,
+    parse_inject,
+    site_for,
+)
 
 
 @pytest.mark.parametrize(
@@ -16,6 +25,9 @@ from sdcscan.faults import FaultSpec, Injection, corrupt_, draws, flip_bit_, par
         ("cpu:0:nan@0.3", Injection("cpu:0", "nan", 0.3)),
         ("cuda:2:hang", Injection("cuda:2", "hang", 1.0)),
         ("cpu:12:crash@1", Injection("cpu:12", "crash", 1.0)),
+        ("cpu:1:tile8", Injection("cpu:1", "tile8", 1.0)),
+        ("cuda:0:stuck1@0.5", Injection("cuda:0", "stuck1", 0.5)),
+        ("cpu:2:wrong_rows", Injection("cpu:2", "wrong_rows", 1.0)),
     ],
 )
 def test_parse_inject_accepts_unit_kind_rate(text, expected):
@@ -24,7 +36,17 @@ def test_parse_inject_accepts_unit_kind_rate(text, expected):
 
 @pytest.mark.parametrize(
     "text",
-    ["cpu1:bitflip", "cpu:1", "cpu:1:melt", "cpu:1:nan@0", "cpu:1:nan@1.5", "gpu:0:nan", "cpu:1:nan@x"],
+    [
+        "cpu1:bitflip",
+        "cpu:1",
+        "cpu:1:melt",
+        "cpu:1:nan@0",
+        "cpu:1:nan@1.5",
+        "gpu:0:nan",
+        "cpu:1:nan@x",
+        "cpu:1:tile9",
+        "cpu:1:8tile",
+    ],
 )
 def test_parse_inject_rejects_malformed_specs(text):
     with pytest.raises(UsageError, match="--inject"):
@@ -73,3 +95,13 @@ def test_draws_is_deterministic_and_follows_the_rate():
     assert hits == [draws(inj, seed) for seed in range(2000)]
     assert 0.25 < sum(hits) / len(hits) < 0.35
     assert all(draws(Injection("cpu:1", "nan", 1.0), s) for s in range(50))
+
+
+def test_every_hardware_fault_model_is_a_data_kind_and_wrong_rows_strikes_where_rows_are_fetched():
+    """`--inject` drills every fault model; a wrong-row fetch goes to embbag's fetch site, not its output."""
+    assert {"burst", "run32", "stride32", "tile8", "tile16", "stuck0", "stuck1", "wrong_rows"} <= set(
+        DATA_KINDS
+    )
+    assert site_for("wrong_rows", ("output", "table", "fetch")) == "fetch"
+    assert site_for("wrong_rows", ("output", "encoded")) == "output"
+    assert site_for("tile8", ("output", "table", "fetch")) == "output"

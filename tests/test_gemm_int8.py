@@ -16,7 +16,8 @@ from sdcscan.outcomes import Case
 from sdcscan.workloads import load
 from sdcscan.workloads.base import Context, has_selftest
 from sdcscan.workloads.gemm_int8 import workload as gemm_int8
-from sdcscan.workloads.gemm_int8.workload import OUTPUT_MODELS, GemmInt8, _probe
+from sdcscan.workloads.gemm_int8.selftest_spec import BURSTS, OUTPUT_MODELS, SPATIAL_MODELS
+from sdcscan.workloads.gemm_int8.workload import GemmInt8, _probe
 
 CHECKS = {"abft_mod2_32", "abft_mod127", "abft_weighted_row", "abft_column"}
 
@@ -38,11 +39,13 @@ def _run(
 def test_registered_with_the_selftest_protocol() -> None:
     """Registry entry, variants, bits, models and floors are what sdcscan selftest reads."""
     assert load("gemm_int8") is GemmInt8 and has_selftest(GemmInt8)
-    assert set(GemmInt8.selftest_variants) == {"mod2_32", "mod127"}
+    assert set(GemmInt8.selftest_variants) == {"mod2_32", "mod127", "mod2_32_wide", "mod127_wide"}
     assert GemmInt8.negative_sites == ("operand",) and set(GemmInt8.negative_sites) <= set(
         GemmInt8.spec.fault_sites
     )
-    assert GemmInt8.selftest_bits("mod2_32", "output") == [*range(32), *OUTPUT_MODELS]
+    assert GemmInt8.selftest_bits("mod2_32", "output") == [*range(32), *OUTPUT_MODELS, *BURSTS]
+    assert GemmInt8.selftest_bits("mod127_wide", "output") == list(SPATIAL_MODELS)
+    assert GemmInt8.selftest_bits("mod127_wide", "encoded") == []
     assert {"swap_in_row", "swap_columns", "pair_in_row", "double_flip:31", "row_offset:4194304"} <= set(
         OUTPUT_MODELS
     ) and {"row_offset:127", "column_offset"} <= set(OUTPUT_MODELS)
@@ -51,7 +54,8 @@ def test_registered_with_the_selftest_protocol() -> None:
     for variant in GemmInt8.selftest_variants:
         for label in [*GemmInt8.selftest_bits(variant, "output"), *range(8)]:
             site = "output" if label in GemmInt8.selftest_bits(variant, "output") else "encoded"
-            assert GemmInt8.selftest_floor(variant, site, label) == 1.0
+            blind = variant.startswith("mod127") and label in ("burst:7", "burst:8")  # its checksum word
+            assert GemmInt8.selftest_floor(variant, site, label) == (None if blind else 1.0)
     assert GemmInt8.selftest_floor("mod2_32", "operand", 0) is None
 
 
@@ -279,3 +283,37 @@ def _activation_offset(workload: GemmInt8, ctx: Context, seed: int) -> int:
         ctx, Case(seed, "gemm_int8", seed, 0), (m, k, n), workload._repeats_of(m, k, n)
     )
     return (a[0].data_ptr() - workload.activations.data_ptr()) // a[0].element_size()
+
+
+@pytest.mark.parametrize("variant", ["mod2_32_wide", "mod127_wide"])
+@pytest.mark.parametrize("label", [*SPATIAL_MODELS, *BURSTS])
+def test_fault_models_of_how_hardware_fails_are_caught(variant: str, label: str) -> None:
+    """Runs, strides, tiles, stuck bits, wrong rows and bursts at the wide self-test shape: every one
+    that changed a value fails the case (bursts off mod 127's checksum word), and a clean case passes."""
+    workload, ctx = _ready(GemmInt8.selftest_variants[variant])
+    assert _run(workload, ctx, 99).status == "ok"
+    for seed in range(4):
+        outcome = _run(workload, ctx, seed, faults.from_label(label, "output", 31 * seed))
+        assert ctx.injected is not None
+        if ctx.injected["value_changed"] and ctx.injected.get("element", 0) % 264 != 256:
+            assert outcome.status == "mismatch", (seed, ctx.injected)
+
+
+def test_a_sign_bit_run_cancels_in_the_mod_2_32_row_sum_and_the_column_check_names_it() -> None:
+    """32 changes of ±2^31 in one row sum to 0 mod 2^32: the row check is blind, each column is not."""
+    workload, ctx = _ready(GemmInt8.selftest_variants["mod2_32_wide"])
+    outcome = _run(workload, ctx, 1, faults.from_label("run32:31", "output", 5))
+    assert outcome.status == "mismatch" and outcome.detail["bad_rows"] == 0
+    assert outcome.detail["bad_columns"] == 32
+
+
+def test_a_seven_bit_burst_in_the_mod127_checksum_word_is_its_blind_spot() -> None:
+    """+127·2^24 in the checksum word vanishes mod 127 and no other check covers that word; the same
+    burst in a data word is caught."""
+    workload, ctx = _ready(GemmInt8.selftest_variants["mod127"])
+    n_ext = int8.layout(40, "mod127").n_ext
+    blind = FaultSpec("burst", "output", 0, element=2 * n_ext + 40, bit=24, param=7)  # row 2, checksum word
+    outcome = _run(workload, ctx, 3, blind)
+    assert ctx.injected is not None and ctx.injected["value_changed"] and outcome.status == "ok"
+    seen = FaultSpec("burst", "output", 0, element=2 * n_ext + 5, bit=24, param=7)
+    assert _run(workload, ctx, 3, seen).status == "mismatch"

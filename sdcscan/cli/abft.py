@@ -101,10 +101,11 @@ def selftest(
     device: str,
     budget: str | None,
 ) -> None:
-    """Inject single bit flips through each ABFT workload's fault sites and report detection.
+    """Inject bit flips and fault models through each checking workload's fault sites; report detection.
 
-    Per workload and variant: clean trials (must never fire), trials per fault site and bit position
-    (detection must reach the workload's floor), and a negative-control site the check cannot see by
+    Per workload and variant: clean trials (must never fire), trials per fault site and bit position or
+    fault model (bursts, warp runs and strides, tiles, stuck bits, wrong rows: docs/fault_models.md;
+    detection must reach the workload's floor), and a negative-control site the check cannot see by
     design (must stay silent). Exit 0 when all hold, 1 otherwise, 2 on bad options. Floors assume a
     calibrated device: on an uncalibrated one gemm_fp uses a conservative bound and says so.
 

@@ -44,8 +44,10 @@ if TYPE_CHECKING:  # for the types only: `sdcscan --help` imports neither the ru
     "--inject",
     multiple=True,
     metavar="UNIT:KIND[@RATE]",
-    help="Fault injection: bitflip, nan, hang, crash, raise. Distributed: RANK:KIND with link, update, "
-    "hang, crash.",
+    help="Fault injection: bitflip, nan; as hardware fails (docs/fault_models.md): burst (2-8 adjacent "
+    "bits of a word), run32 (a warp's 32 results in a row), stride32 (every 32nd of a row or column), "
+    "tile8, tile16, stuck0, stuck1 (a bit forced across 32 columns), wrong_rows (rows fetched from a "
+    "wrong address); hang, crash, raise. Distributed: RANK:KIND with link, update, hang, crash.",
 )
 @click.option(
     "--retest",

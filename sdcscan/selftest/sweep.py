@@ -1,15 +1,16 @@
-"""`sdcscan selftest`: show that each ABFT check fires on injected bit flips and stays silent otherwise.
+"""`sdcscan selftest`: show that each check fires on injected bit flips and fault models, and stays silent otherwise.
 
 The workloads swept are those implementing the `SelftestWorkload` protocol (sdcscan/workloads/base.py):
 ``negative_sites`` (fault sites the check cannot see by design, e.g. an un-encoded operand before
 encoding: they must stay silent), ``selftest_variants`` (variant name → parameter overrides),
-``selftest_bits`` (bit positions swept per site, "any": a random bit per trial), ``selftest_floor``
+``selftest_bits`` (bit positions swept per site, "any": a random bit per trial, or fault model labels
+such as "swap_in_row" or "tile8:23": sdcscan.faults.from_label), ``selftest_floor``
 (minimum detection fraction, None: report only) and ``for_selftest`` (builds the workload).
 
 Per (workload, variant) the workload is built by ``for_selftest({**defaults, **overrides})`` and prepared
-once; then, per trial seed, one clean case and one case per (site, bit) with a single bit flip armed through the workload's
-own ``ctx.fault`` site, checked by its own ``run``. A trial whose flip changed no value (+0 → −0) is not
-counted. Trials run seed-major so a workload may reuse work between cases that share a seed.
+once; then, per trial seed, one clean case and one case per (site, bit) with that bit flip or fault model armed
+through the workload's own ``ctx.fault`` site, checked by its own ``run``. A trial whose fault changed no value
+(+0 → −0, a stuck bit that already held its value) is not counted. Trials run seed-major so a workload may reuse work between cases that share a seed.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ used.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import torch
@@ -33,6 +33,7 @@ from sdcscan.checks.digest import Fingerprint
 from sdcscan.checks.embbag import exact, id_pool, packing, realistic, table_families
 from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
 from sdcscan.workloads.base import Context, register
+from sdcscan.workloads.embbag_int8.selftest_spec import SelftestMixin
 from sdcscan.workloads.embbag_int8.spec import FOUR_BIT_DIM_MULTIPLE, MAX_POOLING, MODES, SPEC
 from sdcscan.workloads.workload_spec import WorkloadSpec
 
@@ -41,37 +42,17 @@ BUILD_CHUNK_ROWS = 1 << 16  # realistic tables are quantized in chunks: no full 
 MEMORY_SHARE = 4  # a CPU worker's tables and pools may use 1 / (MEMORY_SHARE · cpus) of MemAvailable
 GPU_MEMORY_SHARE = 2  # a GPU worker's may use 1 / GPU_MEMORY_SHARE of its GPU's free memory
 CHECK_BYTES_PER_ROW = 24  # realistic: two complex64 and an int64 fingerprint per row (exact needs less)
-FETCH_SITE_LOOKUPS = 64  # the `fetch` fault strikes one of the first lookups of a case
 EXACT_MAX_WEIGHT = 3  # exact mode's per-sample weights are 1..3: small integers keep every sum exact
 # Output bytes exact mode checks at a time: L2-sized blocks on a CPU; a GPU's batch in one (one read).
 EXACT_BLOCK_BYTES = {"cpu": 1 << 20}
 POOL_ROOM = 1 << 20  # ids in the pool beyond a case's largest need: where the cases' offsets range
-_SMALL = {"rows": 4096, "dim": 16, "bags": 8, "pooling": [20, 40]}  # selftest: ~1 ms per trial
-# Floors measured with `sdcscan selftest` and scripts/bench_embbag_detection.py (docs/abft.md §2.5).
-# Realistic mode, in bits of a table byte: the high nibble of an 8-bit value (its lower bits change an
-# element by 1/16 of that or less and are reported only); every bit of a 4-bit byte, whose quantization
-# step is 1/15 of the row's range.
-_REALISTIC_TABLE_FLOORS = {8: dict.fromkeys(range(4, 8), 0.99), 4: dict.fromkeys(range(8), 0.99)}
 
 
 @register
-class EmbbagInt8:
+class EmbbagInt8(SelftestMixin):
     name: ClassVar[str] = "embbag_int8"
     spec: ClassVar[WorkloadSpec] = SPEC
     negative_sites: ClassVar[tuple[str, ...]] = ("indices",)  # lookup and checksum both use the hashed id
-    blind_spots: ClassVar[tuple[str, ...]] = (
-        "realistic mode: a change within the rigorous rounding bound of the element it hits (low q bits of "
-        "rows orders of magnitude below their bag's largest, near-constant rows, output mantissa bits 0-4)",
-        "exact mode: two output elements of one bag exchanged; a wrong-row fetch between rows of equal sums",
-        "a q bit flipped in a row stored with scale 0 (no value changes); an id corrupted before the lookup "
-        "(the checksum uses the same id: the negative control)",
-    )  # docs/abft.md §2.6
-    selftest_variants: ClassVar[Mapping[str, Mapping[str, Any]]] = {
-        "exact": {"mode": "exact", "weighted": True, "bits": [8], **_SMALL},
-        "exact_4bit": {"mode": "exact", "weighted": True, "bits": [4], **_SMALL},
-        "realistic": {"mode": "realistic", "bits": [8], **_SMALL},
-        "realistic_4bit": {"mode": "realistic", "weighted": True, "bits": [4], **_SMALL},
-    }
 
     def __init__(self, params: Mapping[str, Any]) -> None:
         self.p = p = {**self.spec.defaults, **params}
@@ -99,25 +80,6 @@ class EmbbagInt8:
     @classmethod
     def for_selftest(cls, params: Mapping[str, Any]) -> EmbbagInt8:
         return cls(params)  # no shortcut: a trial is about a millisecond
-
-    @classmethod
-    def selftest_floor(cls, variant: str, site: str, bit: int | str) -> float | None:
-        """Exact mode sees every value-changing flip of a pooled element or an output, and every wrong-row
-        fetch of one bit (each row's sum carries its index's parity); realistic mode is held to 99% on
-        the high bits of a table value and on wrong-row fetches, and reports the rest."""
-        if variant.startswith("exact"):
-            return 1.0 if site in ("output", "table", "fetch") else None
-        if site == "fetch":
-            return 0.99
-        bits = 4 if variant.endswith("4bit") else 8
-        return _REALISTIC_TABLE_FLOORS[bits].get(bit) if site == "table" and isinstance(bit, int) else None
-
-    @classmethod
-    def selftest_bits(cls, variant: str, site: str) -> Sequence[int | str]:
-        """Every bit of an output word, of a table byte, of a raw id; for `fetch`, the bits that keep a
-        row id inside the selftest's table (a power of two of rows), each a wrong-row fetch."""
-        rows = {**cls.spec.defaults, **cls.selftest_variants[variant]}["rows"]
-        return list(range({"output": 32, "table": 8, "indices": 64, "fetch": rows.bit_length() - 1}[site]))
 
     def prepare(self, ctx: Context) -> None:
         p = self.p
@@ -335,20 +297,19 @@ def _packed_bytes(bits: int, dim: int) -> int:
 
 
 def _fetched(ctx: Context, idx: torch.Tensor, rows: int) -> torch.Tensor:
-    """The row ids the op reads: `idx` itself unless a fault strikes the `fetch` site, which corrupts one
-    of the first lookups (a copy of a few ids is all a clean case pays); the check keeps `idx`."""
+    """The row ids the op reads: `idx` itself unless a fault strikes the `fetch` site, which corrupts a
+    copy of the batch's ids (one lookup for a bit flip, several bags' for `wrong_rows`; a clean case
+    copies nothing); the check keeps `idx`."""
     if idx.numel() == 0 or not ctx.armed_at("fetch"):  # nothing is fetched, or nothing goes wrong
         return idx
-    head = idx[:FETCH_SITE_LOOKUPS].to(torch.int64)  # a copy, with the high bits of a 64-bit id to flip
-    ctx.fault("fetch", head)
+    wide = idx.to(torch.int64)  # a copy, with the high bits of a 64-bit id to flip
+    ctx.fault("fetch", wide)
     if ctx.injected is None or ctx.injected["site"] != "fetch":
         return idx
-    wrapped = torch.remainder(head, rows)  # a flipped high bit must still name a row (else the op raises)
-    if torch.equal(wrapped, idx[: head.numel()].to(torch.int64)):
+    wrapped = torch.remainder(wide, rows)  # a flipped high bit must still name a row (else the op raises)
+    if torch.equal(wrapped, idx.to(torch.int64)):
         ctx.injected["value_changed"] = False  # the flip wrapped back onto the intended row
-    fetched = idx.clone()
-    fetched[: head.numel()] = wrapped
-    return fetched
+    return wrapped.to(idx.dtype)
 
 
 def _note_unchanged_value(ctx: Context, saved: torch.Tensor, pooled: torch.Tensor, bits: int) -> None:

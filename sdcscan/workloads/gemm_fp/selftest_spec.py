@@ -18,6 +18,31 @@ MATRIX_MODELS = (
 )  # fmt: skip
 # (bits per element, lowest exponent bit) per dtype; the sign is the top bit
 _LAYOUT = {"float32": (32, 23), "float64": (64, 52), "bfloat16": (16, 7), "float16": (16, 10)}
+# Fault models of how hardware fails (sdcscan/fault_models.py): the XOR layout models at the lowest
+# exponent bit (every element they strike doubles or halves: the smallest change an exponent bit makes);
+# the sign stuck at 1 and the exponent's top bit stuck at 0, the stuck bits that change every element of
+# the paper's inputs (non-negative, |C| ≥ 2: the outputs of a case share their sign, exponent and
+# leading mantissa bits, so most other stuck bits change none of them or all alike); each also at a
+# random bit; bursts of 2, 4 and 8 bits at a random place in one word; rows copied from other rows.
+_XOR_MODELS = ("run32", "stride32", "tile8", "tile16")
+_STUCK_MODELS = ("stuck0", "stuck1")
+_OTHER_HARDWARE = ("burst:2", "burst:4", "burst:8", "wrong_rows")
+# Floor of those at a fixed bit, on the non-negative inputs of the V-ABFT paper: every element an XOR
+# model strikes moves by at least half its value, every element those stuck bits change by all of it, in
+# one direction; so a row or column sum it touches moves by far more than its threshold, unless (XOR
+# only) doubled and halved elements cancel to within rounding. At a random bit, in a burst
+# (mantissa bits below the rounding escape, as one flip's do) and for copied rows (in bf16 two rows' sums
+# can agree within its threshold) detection is reported only.
+_HARDWARE_FLOOR = 0.99
+
+
+def _floored_models(dtype: str) -> list[str]:
+    nbits, exp0 = _LAYOUT[dtype]
+    return [*(f"{kind}:{exp0}" for kind in _XOR_MODELS), f"stuck0:{nbits - 2}", f"stuck1:{nbits - 1}"]
+
+
+def _hardware_models(dtype: str) -> list[str]:
+    return [*_floored_models(dtype), *_XOR_MODELS, *_STUCK_MODELS, *_OTHER_HARDWARE]
 
 
 def _variant(dtype: str, shape: list[int], inputs: str = "abs_normal") -> dict[str, Any]:
@@ -76,7 +101,12 @@ class SelftestMixin:
         consistent error and the NaN-safe check rightly reports it)."""
         nbits, exp0 = _LAYOUT[_dtype(variant)]
         if site == "output":
-            return [*range(nbits), *MATRIX_MODELS, f"double_flip:{nbits - 2}"]
+            return [
+                *range(nbits),
+                *MATRIX_MODELS,
+                f"double_flip:{nbits - 2}",
+                *_hardware_models(_dtype(variant)),
+            ]
         if _dtype(variant) in ("bfloat16", "float16"):  # ~70 ms a GEMM here: sample a random bit
             return ["any"] if site == "operand_b_encoded" else [exp0, nbits - 1]
         if site == "operand_b_encoded":
@@ -93,6 +123,8 @@ class SelftestMixin:
         if isinstance(bit, str) and bit != "any":
             if bit.startswith("double_flip"):
                 return 0.96  # two exponent-MSB flips: as a single exponent flip
+            if bit in _hardware_models(dtype):
+                return _HARDWARE_FLOOR if bit in _floored_models(dtype) else None
             return _MODEL_FLOORS[dtype].get(bit)
         if not isinstance(bit, int) or site not in ("output", "operand_b_encoded") or bit < exp0:
             return None  # mantissa bits: detection depends on the value, so it is reported, not required

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -31,6 +31,7 @@ from sdcscan.checks import int8
 from sdcscan.checks.digest import Fingerprint
 from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
 from sdcscan.workloads.base import Context, register
+from sdcscan.workloads.gemm_int8.selftest_spec import SelftestMixin
 from sdcscan.workloads.gemm_int8.spec import MIN_K, PATHS, SPEC
 from sdcscan.workloads.workload_spec import WorkloadSpec
 
@@ -45,27 +46,6 @@ CHECK_BLOCK_BYTES = 4 << 20
 WEIGHTS_PER_SHAPE = 2
 ACTIVATION_ROOM = 1 << 20  # bytes of the activation pool beyond the largest GEMM: where offsets range
 OFFSET_ALIGN = 64  # activation offsets are multiples of this (aligned operands for every kernel)
-_SMALL = [[8, 64, 40]]  # selftest shape: m = 8 rows make an all-zero activation column (a blind spot) ~2^-64
-
-
-# Matrix fault models swept at the output site besides every bit of one word (sdcscan/faults.py). Each
-# defeats the row check alone: swaps and a compensating pair leave row sums unchanged; two flips of bit
-# 31 (or of bit 0, half the time) cancel mod 2^32; an offset of 2^29 on every one of the 40 columns
-# of the self-test shape adds 5·2^32 ≡ 0 to the row sum; 127 vanishes mod 127; a column offset of 127
-# vanishes mod 127 in every row. 2^22 is the offset issue 11 measured at n = 1024 (here the row check
-# sees it too, since 40·2^22 ≢ 0 mod 2^32).
-OUTPUT_MODELS = (
-    "swap_in_row",
-    "swap_columns",
-    "pair_in_row",
-    "double_flip:0",
-    "double_flip:31",
-    "row_offset:4194304",
-    "row_offset:536870912",
-    "row_offset:127",
-    "column_offset",
-    "column_offset:127",
-)
 
 
 @dataclass(slots=True)
@@ -79,19 +59,10 @@ class _Found:
 
 
 @register
-class GemmInt8:
+class GemmInt8(SelftestMixin):
     name: ClassVar[str] = "gemm_int8"
     spec: ClassVar[WorkloadSpec] = SPEC
     negative_sites: ClassVar[tuple[str, ...]] = ("operand",)  # A before the GEMM: product stays consistent
-    blind_spots: ClassVar[tuple[str, ...]] = (
-        "six or more coordinated errors that cancel in all three checks, e.g. (+d, -2d, +d) at three "
-        "equally spaced columns of one row and the negation in another row",
-        "A corrupted before the GEMM (the product stays consistent: the negative control); a swap of equal words",
-    )  # docs/abft.md §1
-    selftest_variants: ClassVar[Mapping[str, Mapping[str, Any]]] = {
-        "mod2_32": {"scheme": "mod2_32", "shapes": _SMALL, "ops_per_case": 1.0},
-        "mod127": {"scheme": "mod127", "shapes": _SMALL, "ops_per_case": 1.0},
-    }
 
     def __init__(self, params: Mapping[str, Any]) -> None:
         self.p = p = {**self.spec.defaults, **params}
@@ -118,30 +89,6 @@ class GemmInt8:
     @classmethod
     def for_selftest(cls, params: Mapping[str, Any]) -> GemmInt8:
         return cls(params)  # no shortcut: a trial is a few small GEMMs
-
-    @classmethod
-    def selftest_floor(cls, variant: str, site: str, bit: int | str) -> float | None:
-        """1.0 wherever detection is guaranteed by the arithmetic, which is every output fault swept.
-
-        Output: one changed word breaks the row check (mod 2^32: any change; mod 127: any ±2^b). A
-        fault confined to one row (swap_in_row, pair_in_row, double_flip, row_offset) changes that
-        column's exact sum by exactly its error there. A fault confined to one column (column_offset)
-        changes the exact weighted sum of a row by (j + 1)·δ, and swapped columns j1, j2 change it by
-        (j1 − j2)·(C[i, j2] − C[i, j1]) in every row where they differ: never 0 once a value changed.
-        Encoded: a flip at W_ext[j, l] moves column j of C by ±2^b·A[:, l] in every repeat, which the
-        weighted check (data and weighted rows), the row check (row checksum rows) or the padding check
-        sees unless column l of A is all 0 (mod127's checksum row: all in {0, 127, 254}): below
-        (3/256)^8 < 1e-15 with the 8 rows of the self-test shape.
-        """
-        if site in ("output", "encoded"):
-            return 1.0
-        return None
-
-    @classmethod
-    def selftest_bits(cls, variant: str, site: str) -> Sequence[int | str]:
-        if site == "output":
-            return [*range(32), *OUTPUT_MODELS]  # every bit of an int32 word, then the matrix models
-        return list(range(8))  # int8/uint8 operands
 
     def prepare(self, ctx: Context) -> None:
         self.signed = self.p["path"] == "signed" or (self.p["path"] == "auto" and ctx.device.type == "cuda")

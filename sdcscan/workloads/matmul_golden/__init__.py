@@ -1,5 +1,6 @@
 """`matmul_golden`: integer-valued matmuls compared bit-exactly with an int64 reference.
 
-spec.py is its catalogue entry and constants (torch-free), workload.py its torch code.
+spec.py is its catalogue entry and constants (torch-free), workload.py its torch code, selftest_spec.py
+its self-test's declarations (torch-free).
 Nothing is imported here: the parent process imports spec.py alone.
 """

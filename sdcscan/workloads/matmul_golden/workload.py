@@ -28,6 +28,7 @@ import torch
 from sdcscan.checks.digest import RepeatDigest
 from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
 from sdcscan.workloads.base import Context, check_block, register
+from sdcscan.workloads.matmul_golden.selftest_spec import SelftestMixin
 from sdcscan.workloads.matmul_golden.spec import DTYPES as DTYPE_NAMES
 from sdcscan.workloads.matmul_golden.spec import REFERENCES, SPEC, golden_kronecker_split
 from sdcscan.workloads.workload_spec import WorkloadSpec
@@ -39,9 +40,10 @@ Split = tuple[tuple[int, int], ...]  # ((m1, m2), (k1, k2), (n1, n2)) of a Krone
 
 
 @register
-class MatmulGolden:
+class MatmulGolden(SelftestMixin):
     name: ClassVar[str] = "matmul_golden"
     spec: ClassVar[WorkloadSpec] = SPEC
+    negative_sites: ClassVar[tuple[str, ...]] = ()  # the golden is built from the operands it checks
 
     def __init__(self, params: Mapping[str, Any]) -> None:
         self.p = p = {**self.spec.defaults, **params}
@@ -60,6 +62,10 @@ class MatmulGolden:
         self.a0: torch.Tensor | None = None  # pool operands and their exact product, built by prepare
         self.b0: torch.Tensor | None = None
         self.ref0: torch.Tensor | None = None
+
+    @classmethod
+    def for_selftest(cls, params: Mapping[str, Any]) -> MatmulGolden:
+        return cls(params)  # no shortcut: a trial is one small matmul
 
     def prepare(self, ctx: Context) -> None:
         p, g = self.p, ctx.generator(ctx.run_seed ^ 0x5EED)
