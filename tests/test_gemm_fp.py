@@ -15,7 +15,7 @@ import torch
 from sdcscan.calibration import measure as calibrate
 from sdcscan.checks import vabft
 from sdcscan.checks.digest import RepeatDigest
-from sdcscan.faults import FaultSpec
+from sdcscan.faults import FaultSpec, from_label
 from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
 from sdcscan.units import device_model
 from sdcscan.workloads import SPECS, base, load
@@ -436,3 +436,24 @@ def test_units_of_one_run_multiply_the_same_permuted_pool_and_cases_differ(table
     (same_a, same_b), (other,) = digests[7], digests[8]
     assert same_a == same_b
     assert same_a[0] != same_a[1] and set(other).isdisjoint(same_a)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_hardware_fault_models_at_an_exponent_bit_are_caught(dtype, table_path):
+    """The self-test's floored fault models (a warp run, a stride, tiles at the lowest exponent bit; the
+    exponent's top bit stuck at 0 and the sign stuck at 1) each fail the case; at random bits they are
+    reported only, and a clean case passes."""
+    cls = load("gemm_fp")
+    labels = [b for b in cls.selftest_bits(dtype, "output") if isinstance(b, str)]
+    layout = ("run32", "stride32", "tile8", "tile16", "stuck0", "stuck1")
+    floored = [b for b in labels if b.split(":")[0] in layout and cls.selftest_floor(dtype, "output", b)]
+    assert len(floored) == 6 and {cls.selftest_floor(dtype, "output", b) for b in floored} == {0.99}
+    assert cls.selftest_floor(dtype, "output", "tile8") is None
+    assert cls.selftest_floor(dtype, "output", "burst:4") is None
+    workload, ctx = make(dtype, table_path, selftest=True)
+    assert run(workload, ctx, 1).status == STATUS_OK
+    for label in floored:
+        for seed in range(3):
+            outcome = run(workload, ctx, seed, from_label(label, "output", seed))
+            assert ctx.injected is not None and ctx.injected["value_changed"], label
+            assert outcome.status == STATUS_MISMATCH, (label, seed)

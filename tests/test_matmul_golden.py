@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from sdcscan.errors import ProfileError
-from sdcscan.faults import FaultSpec
+from sdcscan.faults import FaultSpec, from_label
 from sdcscan.outcomes import Case, Outcome
 from sdcscan.profile import profile_from_data
 from sdcscan.workloads import SPECS, base
@@ -229,3 +229,24 @@ def test_a_block_tally_equals_one_tally_per_repeat(every_repeat: bool) -> None:
         single.add(stack[r], r)
     assert blocked.findings("float32") == single.findings("float32")
     assert blocked.findings("float32")[1] == 2
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_every_fault_model_of_the_selftest_fails_the_golden(dtype: str) -> None:
+    """matmul_golden is swept by `sdcscan selftest`: every bit and fault model at its output fails the
+    case whenever it changed a value (floor 1.0), and a clean case passes."""
+    assert base.has_selftest(MatmulGolden) and MatmulGolden.negative_sites == ()
+    params = dict(MatmulGolden.selftest_variants[dtype])
+    workload, ctx = _prepared(params)
+    labels = MatmulGolden.selftest_bits(dtype, "output")
+    assert {"burst:8", "run32", "tile16", "stuck1", "wrong_rows"} <= set(labels)
+    assert all(MatmulGolden.selftest_floor(dtype, "output", label) == 1.0 for label in labels)
+    case = Case(index=0, workload="matmul_golden", seed=11, occurrence=0)
+    ctx.begin_case(None)
+    assert workload.run(ctx, case).status == "ok"
+    for label in labels:
+        for seed in range(2):
+            ctx.begin_case(from_label(label, "output", seed))
+            outcome = workload.run(ctx, case)
+            assert ctx.injected is not None
+            assert outcome.status == ("mismatch" if ctx.injected["value_changed"] else "ok"), (label, seed)
