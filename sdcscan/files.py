@@ -144,6 +144,53 @@ def replace_problem(path: str | os.PathLike[str]) -> str | None:
     return None
 
 
+def link_problem(path: str | os.PathLike[str]) -> str | None:
+    """Why a file sdcscan opens in place (and creates when missing) must not be opened through the
+    symbolic link `path` is, or None (not a link, or a link sdcscan may follow).
+
+    A link to an existing file is followed: an operator may link a shared history. Two are refused,
+    since opening them creates or writes a file wherever they point, with the run's rights (root):
+    a link whose target does not exist (opening it creates the target), and a link another user
+    owns in a sticky, world-writable directory such as /tmp (anyone may plant one there; the kernel's
+    fs.protected_symlinks refuses it too, where it is on).
+    """
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None  # absent: opening it creates a regular file, not one through a link
+    if not stat.S_ISLNK(st.st_mode):
+        return None
+    target = _link_target(path)
+    if not os.path.exists(path):
+        return (
+            f"is a symbolic link to {target}, which does not exist; sdcscan does not create a file "
+            "through a link: give the path the file should have"
+        )
+    directory = os.path.dirname(os.path.abspath(path))
+    if _shared_sticky(directory) and st.st_uid != os.geteuid():
+        return (
+            f"is a symbolic link to {target} owned by another user (uid {st.st_uid}) in the "
+            f"world-writable directory {directory}; give the path of the file itself"
+        )
+    return None
+
+
+def _link_target(path: str | os.PathLike[str]) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return "an unreadable target"
+
+
+def _shared_sticky(directory: str) -> bool:
+    """Whether anyone may create names in `directory` that only they can remove (/tmp, /var/tmp)."""
+    try:
+        mode = os.stat(directory).st_mode
+    except OSError:
+        return False
+    return bool(mode & stat.S_ISVTX and mode & stat.S_IWOTH)
+
+
 def check_output_target(path: str | os.PathLike[str], *, option: str) -> None:
     """Refuse, before any work, an output path that sdcscan must not or cannot write.
 

@@ -115,6 +115,23 @@ def install() -> bool:
     return True
 
 
+def release() -> None:
+    """Give SIGINT and SIGTERM back to Python's defaults, where `install()` had put them in place.
+
+    For the commands that have no graceful stop (they read and write no run state): the entry point
+    handles both signals while the command line loads, and such a command then ends at once on
+    SIGTERM, as any process does, rather than when Python next runs a line of it.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is not _on_signal:
+        return
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if sys.unraisablehook is _on_unraisable:
+        sys.unraisablehook = _previous_unraisable
+
+
 @contextlib.contextmanager
 def installed() -> Iterator[None]:
     """`install()` for the block, then the previous handlers again (library callers, tests).
@@ -163,14 +180,18 @@ def received() -> int | None:
 
 
 def exit_untouchable(code: int) -> NoReturn:
-    """Exit with `code`, with SIGINT and SIGTERM blocked from here on.
+    """Exit with `code`, with SIGINT and SIGTERM ignored and blocked from here on.
 
     The verdict is decided and said: a signal now (a second Ctrl-C, a SIGTERM right after a SIGINT)
     would otherwise reach the interpreter while it shuts down, after it has put the default handlers
-    back, and end the process by that signal instead of with `code`.
+    back, and end the process by that signal instead of with `code`. Blocking covers the main thread
+    only; a thread still running (torch's store threads in a distributed launcher) would take the
+    signal, so it is ignored too: the interpreter leaves an ignored signal ignored when it shuts down.
     """
     if threading.current_thread() is threading.main_thread():
         signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+        for s in SIGNALS:
+            signal.signal(s, signal.SIG_IGN)
     sys.exit(code)
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
 
-from sdcscan import faults, interrupts, units
+from sdcscan import capacity, faults, interrupts, units
 from sdcscan.background import host_pacing, priority
 from sdcscan.calibration.peers import caches_to_forget
 from sdcscan.collectives.env import BARRIER_S, RankSetup
@@ -133,7 +133,16 @@ def journal_path(opts: ScanOptions, run_id: str) -> Path:
         return opts.journal
     if opts.out is not None:
         return opts.out.with_name(f"{opts.out.stem}.{run_id}.journal.jsonl")
-    return history.default_state_dir() / "journal" / f"{run_id}.jsonl"
+    return journal_dir(opts) / f"{run_id}.jsonl"
+
+
+def journal_dir(opts: ScanOptions) -> Path:
+    """The directory this run's journal goes to (`journal_path`)."""
+    if opts.journal is not None:
+        return opts.journal.parent
+    if opts.out is not None:
+        return opts.out.parent
+    return history.default_state_dir() / "journal"
 
 
 def prepare(opts: ScanOptions) -> Setup:
@@ -142,17 +151,15 @@ def prepare(opts: ScanOptions) -> Setup:
     Raises:
         UsageError: an output path is empty, a directory, a device, FIFO, socket or symlink, or its
             directory is missing or unwritable; the history is unreadable, empty, foreign or damaged
-            (`publish.check_targets`); an injection names a unit that is not selected.
-        ProfileError, ReportError: the units or the golden file (see `units`, `load_golden`).
+            (`publish.check_targets`); an injection names a unit that is not selected; the journal and
+            outputs do not fit their filesystems' free space, or the open-file limit is too low
+            (`sdcscan.capacity`).
+        ProfileError, ReportError: the units or the golden file (see `units`, `load_golden`); threads
+            or case sizes the host cannot hold (`capacity.check_host_fits`).
     """
     check_targets(opts.outputs)
     profile = opts.profile
-    if opts.seed is not None:
-        seed, source = opts.seed, "cli"
-    elif profile.seed is not None:
-        seed, source = profile.seed, "profile"
-    else:
-        seed, source = week_seed(profile), "week"
+    seed, source = plan_seed(opts)
     chosen = units.select_units(units.discover_units(), opts.units or profile.units)
     ids = {u.id for u in chosen}
     for inj in opts.injections:
@@ -164,7 +171,26 @@ def prepare(opts: ScanOptions) -> Setup:
             f"workload {', '.join(distributed)} runs only in a distributed run (sdcscan run --distributed)"
         )
     on = background_mode(profile, opts.background, distributed=opts.rank is not None)
+    _check_capacity(opts, chosen)
     return Setup(seed, source, chosen, _golden_index(opts.golden), background=on)
+
+
+def _check_capacity(opts: ScanOptions, chosen: list[units.Unit]) -> None:
+    """The host can hold this run: threads and case sizes, disk space for the journal and the outputs,
+    open files (the soft limit raised where the hard one allows). See `sdcscan.capacity`."""
+    capacity.check_host_fits(opts.profile, chosen)
+    files = (("--out", opts.out), ("--junit", opts.outputs.junit), ("--prom", opts.outputs.prom))
+    capacity.check_disk_space(capacity.run_claims(len(chosen), opts.budget, journal_dir(opts), files))
+    capacity.reserve_open_files(len(chosen))
+
+
+def plan_seed(opts: ScanOptions) -> tuple[int, str]:
+    """The run's seed and where it came from: --seed, else the profile's, else the ISO week's."""
+    if opts.seed is not None:
+        return opts.seed, "cli"
+    if opts.profile.seed is not None:
+        return opts.profile.seed, "profile"
+    return week_seed(opts.profile), "week"
 
 
 def background_mode(profile: Profile, flag: bool | None, *, distributed: bool) -> bool:

@@ -6,49 +6,42 @@ With `-o` on a tmpfs of 12 KiB the run finished 303 cases, said "every finished 
 state directory instead, and where that is full too the journal is named only if it holds every case.
 
 Real full filesystems: a small tmpfs mounted inside a private mount namespace (`unshare -m`), skipped
-where the machine does not allow that.
+where the machine does not allow that. A run refuses a filesystem that cannot hold its projected
+journal and report before it starts (test_capacity), so the tmpfs here has that room and fills up
+while the run goes: it is filled to the last byte once the journal exists.
 """
 
 from __future__ import annotations
 
 import json
 import shlex
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.helpers.cli import CPUS, child_env, sdcscan_cmd
+from tests.helpers.tmpfs import can_mount_tmpfs, on_tmpfs
 
 pytestmark = pytest.mark.slow
 JOURNAL_FITS = 4096 // 400  # case lines of about 440 bytes, after a run record of 1-3 kB: fewer than 10
-
-
-def _can_mount_tmpfs(tmp_path: Path) -> bool:
-    if shutil.which("unshare") is None:
-        return False
-    probe = tmp_path / "probe"
-    probe.mkdir()
-    cmd = f"mount -t tmpfs -o size=16k tmpfs {shlex.quote(str(probe))}"
-    return subprocess.run(["unshare", "-m", "sh", "-c", cmd], capture_output=True).returncode == 0
+ROOM = "512k"  # what the run's projected journal and report need (`capacity.run_claims`), and some
 
 
 def _run_on_full_disk(tmp_path: Path, *, state_on_tmpfs: bool) -> subprocess.CompletedProcess[str]:
-    """`sdcscan run -o FULL/r.json --json` with FULL a 4 KiB tmpfs (and the state directory in it too): the
-    journal beside the report holds the run's record and a few cases at most (JOURNAL_FITS)."""
-    if not _can_mount_tmpfs(tmp_path):
+    """`sdcscan run -o FULL/r.json --json` with FULL a tmpfs (and the state directory in it too) that
+    fills once the journal beside the report exists: the journal holds the run's record and a few
+    cases at most (JOURNAL_FITS)."""
+    if not can_mount_tmpfs(tmp_path):
         pytest.skip("cannot mount a tmpfs in a private mount namespace here")
     full = tmp_path / "full"
     full.mkdir()
     env = child_env()
     env["XDG_STATE_HOME"] = str(full / "state" if state_on_tmpfs else tmp_path / "state")
     args = ["run", "-p", "quick", "--budget", "5s", "--units", f"cpu:{CPUS[0]}", "-o", str(full / "r.json")]
-    run = " ".join(shlex.quote(a) for a in sdcscan_cmd(*args, "--json", "--no-history"))
-    script = f"mount -t tmpfs -o size=4k tmpfs {shlex.quote(str(full))} && exec {run}"
-    return subprocess.run(
-        ["unshare", "-m", "sh", "-c", script], env=env, capture_output=True, text=True, timeout=180
-    )
+    journal = f"{shlex.quote(str(full))}/r.*.journal.jsonl"
+    command = on_tmpfs(full, ROOM, sdcscan_cmd(*args, "--json", "--no-history"), fill_after=journal)
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
 
 
 def test_the_report_goes_to_the_state_directory_when_its_disk_is_full(tmp_path: Path) -> None:

@@ -16,15 +16,24 @@ from sdcscan.cli.run import run_cmd
 from sdcscan.cli.sentinel import sentinel_cmd
 from sdcscan.errors import EXIT_INTERRUPTED, EXIT_INVALID
 
+# Commands that stop gracefully on SIGINT/SIGTERM (a report, 130/143): they keep the entry point's
+# handlers until they install their own; every other command gets Python's defaults back.
+_GRACEFUL_STOP = frozenset({"run", "doctor"})
+
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="sdcscan")
-def cli() -> None:
+@click.pass_context
+def cli(ctx: click.Context) -> None:
     """Screen CPUs and GPUs for silent data corruption.
 
     Exit codes: 0 pass, 1 fail (SDC suspected), 2 usage or profile error,
     3 invalid (could not run or judge), 130 interrupted (SIGINT), 143 terminated (SIGTERM).
     """
+    if ctx.invoked_subcommand not in _GRACEFUL_STOP:
+        from sdcscan.interrupts import release
+
+        release()
 
 
 for _command in (

@@ -105,12 +105,13 @@ def run_cmd(args: RunArgs) -> None:
     """
     started = time.time()
     from sdcscan import interrupts
+
+    interrupts.install()  # before the run core's imports: from here on Ctrl-C and SIGTERM end in 130/143
     from sdcscan import scan as library
     from sdcscan.render import run as render
     from sdcscan.render.console import stderr_console
 
     console = stderr_console()
-    interrupts.install()  # from here on, Ctrl-C and SIGTERM end in 130/143 and a report
     notes: list[str] = []  # what publishing left undone without failing the run (a locked history)
     try:
         opts = _options(args, started, on_note=notes.append)  # refused options exit 2 before anything starts

@@ -12,6 +12,8 @@ from sdcscan.cli.run_args import RunArgs
 from sdcscan.report.document import Report
 
 if TYPE_CHECKING:  # for the types only: `sdcscan --help` imports neither the run core nor rich
+    from sdcscan.interrupts import Interrupted
+    from sdcscan.launch.launcher import LaunchResult
     from sdcscan.launch.rank import DistOptions
     from sdcscan.render.console import Console
     from sdcscan.scan import ScanOptions
@@ -140,10 +142,38 @@ def _as_torchrun_rank(args: RunArgs, opts: ScanOptions, dist: DistOptions, conso
 
 
 def _as_launcher(args: RunArgs, opts: ScanOptions, dist: DistOptions, console: Console) -> NoReturn:
+    """Launch this node's ranks and show the cluster report; the exit code is the last `exit:` line's.
+
+    A SIGINT or SIGTERM at any moment ends in 130/143, with the cluster report at --out on a one-node
+    launch (`_stopped`). One that comes after the ranks ended, while the report is shown, is said as
+    such after the report's own `exit:` line, and the code is 130/143.
+    """
+    from sdcscan import interrupts
+    from sdcscan.launch.launcher import launch_run_id
+
+    run_id = launch_run_id(args.rdzv_id)
+    try:
+        result = _launch(args, opts, dist, run_id, console)
+    except interrupts.Interrupted as stop:
+        interrupts.hold()  # the ranks were stopped: what they left is written whatever comes now
+        _stopped(args, opts, run_id, stop, console)
+    interrupts.hold()
+    for line in result.lines:
+        console.print(line)
+    if result.cluster_report is None:
+        console.print(f"exit {result.exit_code} (the cluster report is written on the node of rank 0)")
+        interrupts.exit_untouchable(_late_signal(result.exit_code, console))
+    _show(_load(result.cluster_report), args, console)
+    interrupts.exit_untouchable(_late_signal(result.exit_code, console))
+
+
+def _launch(
+    args: RunArgs, opts: ScanOptions, dist: DistOptions, run_id: str, console: Console
+) -> LaunchResult:
+    """Check the launch options, take the host's run lock, and run this node's ranks."""
     from sdcscan.errors import UsageError
     from sdcscan.launch.launcher import LaunchOptions, launch
     from sdcscan.outputs.publish import check_targets, run_lock
-    from sdcscan.report import load_report
 
     where = LaunchOptions(
         nproc_per_node=args.nproc_per_node or _default_ranks(),
@@ -164,14 +194,54 @@ def _as_launcher(args: RunArgs, opts: ScanOptions, dist: DistOptions, console: C
             f"distributed: {where.nproc_per_node} rank(s) on this node, {where.world_size} in the world; "
             f"budget {opts.budget:.0f} s"
         )
-        result = launch(opts, dist, where)
-    for line in result.lines:
-        console.print(line)
-    if result.cluster_report is not None:
-        _show(load_report(result.cluster_report), args, console)
-    else:
-        console.print(f"exit {result.exit_code} (the cluster report is written on the node of rank 0)")
-    sys.exit(result.exit_code)
+        return launch(opts, dist, where, run_id)
+
+
+def _stopped(args: RunArgs, opts: ScanOptions, run_id: str, stop: Interrupted, console: Console) -> NoReturn:
+    """SIGINT or SIGTERM stopped the launch: show rank 0's cluster report if it wrote one, else write it
+    from what the ranks left (`stopped.write_cluster_report`). A node of several has only its own ranks:
+    the cluster report is rank 0's node's to write."""
+    from sdcscan import interrupts
+    from sdcscan.errors import ReportError
+    from sdcscan.launch.rank import cluster_report_path
+    from sdcscan.launch.stopped import write_cluster_report, written_by_launch
+
+    if args.nnodes > 1:
+        console.print(f"{stop.name}: this node's ranks were stopped; rank 0's node writes the cluster report")
+        console.print("exit: interrupted")
+        interrupts.exit_untouchable(stop.exit_code)
+    path = cluster_report_path(opts, run_id)
+    try:
+        if not written_by_launch(path, run_id):
+            ranks = args.nproc_per_node or _default_ranks()
+            why = f"the launcher was stopped by {stop.name} before rank {{rank}} wrote its report"
+            path = write_cluster_report(opts, run_id, ranks, interrupted_by=stop.name, why=why)
+    except Exception as err:  # the disk (ReportError), or torch cut off mid-import cannot name the GPUs
+        why = str(err) if isinstance(err, ReportError) else f"{type(err).__name__}: {err}"
+        console.print(f"Error: the cluster report could not be written: {why}\nexit: interrupted")
+        interrupts.exit_untouchable(stop.exit_code)
+    _show(_load(str(path)), args, console)
+    interrupts.exit_untouchable(stop.exit_code)
+
+
+def _late_signal(code: int, console: Console) -> int:
+    """The launch's code, unless SIGINT or SIGTERM came after the ranks ended (then 130/143, said)."""
+    from sdcscan import interrupts
+
+    signum = interrupts.received()
+    if signum is None:
+        return code
+    console.print(
+        f"{interrupts.signal_name(signum)} arrived after the ranks ended; the cluster report is complete\n"
+        "exit: interrupted"
+    )
+    return interrupts.exit_code(signum)
+
+
+def _load(path: str) -> Report:
+    from sdcscan.report import load_report
+
+    return load_report(path)
 
 
 def _default_ranks() -> int:

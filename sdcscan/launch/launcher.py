@@ -6,16 +6,26 @@ them. Why not plain torchrun: it exits 1 whenever any rank exits non-zero, which
 judge" (3) into "SDC suspected" (1). Here each rank *returns* its exit code (`rank.run_rank`), so a
 rank that judged its unit bad does not look crashed, and only a rank that died (a signal, an exit of
 its own) counts as a failure of the worker group, which makes this node's code 3.
+
+Signals: sdcscan's handlers (`sdcscan.interrupts`) stay in place for the whole launch; torch's agent
+is told to install none of its own. A SIGINT or SIGTERM raises `Interrupted` wherever the launcher is
+(loading, the rendezvous, starting ranks, waiting on them); the agent then sends SIGTERM to every
+rank it started and waits up to SHUTDOWN_S for their reports, and later signals are only recorded.
+Each rank dies with the launcher's process (PR_SET_PDEATHSIG), so a SIGKILL of the launcher leaves
+no rank behind, nor, with the rank gone, its fork server and resource tracker.
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
+import signal
 import sys
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from sdcscan import interrupts
@@ -80,27 +90,28 @@ class LaunchResult:
     lines: tuple[str, ...]  # one per rank that died or failed to start, for the operator
 
 
-def launch(opts: ScanOptions, dist_opts: DistOptions, where: LaunchOptions) -> LaunchResult:
+def launch_run_id(rdzv_id: str | None) -> str:
+    """The world's id: --rdzv-id, else a fresh one for a standalone run."""
+    return rdzv_id or f"standalone-{uuid.uuid4().hex[:12]}"
+
+
+def launch(opts: ScanOptions, dist_opts: DistOptions, where: LaunchOptions, run_id: str) -> LaunchResult:
     """Start this node's ranks, wait for them (every rank ends within its budget plus bounded grace),
     and combine their codes.
-
-    A SIGINT or SIGTERM that reaches this launcher reaches the ranks too: they stop and write their
-    reports, and the result carries 130 or 143.
 
     Raises:
         RendezvousFailed: the nodes did not all join within --join-timeout (exit 3).
         UsageError: pyarrow or duckdb, which judge the cluster report, is missing (exit 2, before any rank).
+        interrupts.Interrupted: SIGINT or SIGTERM; the ranks started were sent SIGTERM and waited
+            for (up to SHUTDOWN_S) before it reaches the caller, which writes what they left.
     """
     require_fleet_extra()  # the cluster report is judged by compare's engine: know now, not after the run
-    from torch.distributed.elastic.multiprocessing.api import SignalException
-
     # torch's elastic modules read LOGLEVEL when each one is first imported, some of them during the run.
     os.environ.setdefault("LOGLEVEL", "CRITICAL")
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     _quiet_torch_logs()
-    run_id = where.rdzv_id or f"standalone-{uuid.uuid4().hex[:12]}"
     config = LaunchConfig(
         min_nodes=where.nnodes,
         max_nodes=where.nnodes,
@@ -113,21 +124,22 @@ def launch(opts: ScanOptions, dist_opts: DistOptions, where: LaunchOptions) -> L
         monitor_interval=0.1,
         start_method="spawn",
         shutdown_timeout=SHUTDOWN_S,
+        # The agent would put its own handlers for SIGINT, SIGTERM, SIGHUP and SIGQUIT in place of
+        # sdcscan's and never give them back: a signal during the rendezvous or after the launch would
+        # be torch's exception, not a stop. No name here is a signal: it installs none (and its warning
+        # about that is silenced with its other logs).
+        signals_to_handle="",
     )
-    path = str(cluster_report_path(opts, run_id))
+    path = cluster_report_path(opts, run_id)
     try:
-        codes: Mapping[int, Any] = elastic_launch(config, _rank_entry)(opts, dist_opts)
+        codes: Mapping[int, Any] = elastic_launch(config, _rank_entry)(opts, dist_opts, os.getpid())
     except ChildFailedError as err:
         lines = tuple(_death_line(rank, failure) for rank, failure in sorted(err.failures.items()))
         lines += ("the launcher then stopped the other ranks: their units say interrupted",)
-        return LaunchResult(EXIT_INVALID, _existing(path), lines)
-    except SignalException as err:  # the operator's Ctrl-C or SIGTERM: the agent passed it on to the ranks
-        name = interrupts.signal_name(int(err.sigval))
-        line = f"{name}: every rank was stopped and wrote its report"
-        return LaunchResult(interrupts.exit_code(int(err.sigval)), _existing(path), (line,))
+        return LaunchResult(EXIT_INVALID, _ours(path, run_id), lines)
     except Exception as err:  # the rendezvous: timeout, connection refused, closed
         raise RendezvousFailed(_rendezvous_problem(err, config.rdzv_endpoint, where, dist_opts)) from None
-    return LaunchResult(combine(codes.values()), _existing(path), ())
+    return LaunchResult(combine(codes.values()), _ours(path, run_id), ())
 
 
 class RendezvousFailed(SdcscanError):
@@ -140,11 +152,12 @@ def combine(codes: Any) -> int:
     return next((c for c in _PRECEDENCE if c in got), EXIT_INVALID)
 
 
-def _rank_entry(opts: ScanOptions, dist_opts: DistOptions) -> int:
+def _rank_entry(opts: ScanOptions, dist_opts: DistOptions, launcher_pid: int) -> int:
     """A rank process started by the elastic agent: run the rank, return its code, never raise (a raise
     would read as a crashed rank)."""
+    _die_with_launcher(launcher_pid)
     _quiet_torch_logs()
-    interrupts.install()  # the agent forwards SIGINT/SIGTERM: the rank stops and writes its report
+    interrupts.install()  # the agent sends SIGTERM when the launch stops: the rank stops and writes its report
     try:
         code = run_rank(opts, dist_opts)
     except interrupts.Interrupted as stop:
@@ -164,6 +177,28 @@ def _rank_entry(opts: ScanOptions, dist_opts: DistOptions) -> int:
     return code
 
 
+def _die_with_launcher(launcher_pid: int) -> None:
+    """SIGKILL this rank when the launcher's process ends, whatever ends it (a SIGKILL included).
+
+    PR_SET_PDEATHSIG fires when the thread that started this process ends, not its process. torch
+    starts the ranks (spawn, one after another) from the thread that called `elastic_launch`, which
+    waits in that call until every rank has ended: its end is the launcher's. A launcher gone before
+    the setting took effect leaves this rank another parent: then it ends at once. Once a rank is
+    gone, its fork server sees its pipe close and exits, its workers follow their parent-death
+    signal, and the resource tracker exits when the last of them has.
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        return  # not Linux: the launcher's own shutdown is all there is
+    if os.getppid() != launcher_pid:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+_PR_SET_PDEATHSIG = 1
+
+
 def _rendezvous_problem(
     err: BaseException, endpoint: str, where: LaunchOptions, dist_opts: DistOptions
 ) -> str:
@@ -181,8 +216,11 @@ def _death_line(rank: int, failure: Any) -> str:
     return f"rank {rank} died ({how}); its unit is invalid"
 
 
-def _existing(path: str) -> str | None:
-    return path if os.path.exists(path) else None
+def _ours(path: Path, run_id: str) -> str | None:
+    """The cluster report's path when rank 0 of this launch wrote it (not a report an earlier run left)."""
+    from sdcscan.launch.stopped import written_by_launch
+
+    return str(path) if written_by_launch(path, run_id) else None
 
 
 def _one_line(err: BaseException) -> str:

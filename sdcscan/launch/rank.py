@@ -112,8 +112,13 @@ def cluster_report_path(opts: ScanOptions, run_id: str) -> Path:
 
 def rank_report_path(opts: ScanOptions, env: DistEnv) -> Path:
     """Rank R's report, beside the cluster report: cluster.json -> cluster.rankR.json."""
-    out = cluster_report_path(opts, env.run_id)
-    return out.with_name(f"{out.stem}.rank{env.rank}{out.suffix or '.json'}")
+    return report_path_of_rank(opts, env.run_id, env.rank)
+
+
+def report_path_of_rank(opts: ScanOptions, run_id: str, rank: int) -> Path:
+    """`rank_report_path` of rank `rank` in the world `run_id` (the launcher reads them)."""
+    out = cluster_report_path(opts, run_id)
+    return out.with_name(f"{out.stem}.rank{rank}{out.suffix or '.json'}")
 
 
 def _rank_options(

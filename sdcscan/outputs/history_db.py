@@ -35,7 +35,7 @@ from typing import TypeVar
 
 from sdcscan import interrupts
 from sdcscan.errors import RunError, UsageError
-from sdcscan.files import FILE_MODE, make_state_dir
+from sdcscan.files import FILE_MODE, link_problem, make_state_dir
 from sdcscan.outputs.history_schema import build_schema, check_schema, migrate
 from sdcscan.timefmt import iso_utc
 
@@ -95,8 +95,13 @@ def present(path: Path) -> bool:
     """Whether a history database exists at `path`; False when there is nothing there yet.
 
     Raises:
-        UsageError: the path cannot be examined, is not a regular file, or is an empty file.
+        UsageError: the path cannot be examined, is a symbolic link sdcscan must not open through
+            (`files.link_problem`: its target does not exist, or another user planted it in /tmp),
+            is not a regular file, or is an empty file.
     """
+    problem = link_problem(path)
+    if problem:
+        raise UsageError(f"history {path} {problem}")
     try:
         st = os.stat(path)
     except (FileNotFoundError, NotADirectoryError):

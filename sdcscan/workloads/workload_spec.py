@@ -16,6 +16,9 @@ from sdcscan.workloads.params import Param
 # Rule: a check of the merged parameters (defaults < profile < command line) that no single one decides;
 # it returns (key, problem) or None.
 Rule = Callable[[Mapping[str, Any]], tuple[str, str] | None]
+# Memory: the bytes one case must hold at least, from the merged parameters (its largest tensors).
+Memory = Callable[[Mapping[str, Any]], int]
+DTYPE_BYTES = {"float64": 8, "float32": 4, "int32": 4, "bfloat16": 2, "float16": 2, "int8": 1}
 
 
 class Quality(enum.Enum):
@@ -42,6 +45,9 @@ class WorkloadSpec:
         data_version: raised whenever the same case starts computing other data or digesting it
             another way (other digests): it changes the plan's hash, so goldens recorded before do
             not apply.
+        memory: the bytes one case holds at least (a bound from below: the tensors it cannot do
+            without), so that sizes the host cannot hold are refused before a run (`sdcscan.capacity`);
+            None where the workload fits itself to memory or its sizes are bounded already.
     """
 
     name: str
@@ -55,6 +61,7 @@ class WorkloadSpec:
     rules: tuple[Rule, ...] = ()
     distributed: bool = False
     data_version: int = 1
+    memory: Memory | None = None
 
     def param_problem(self, key: str, value: object) -> str | None:
         """What is wrong with `value` for parameter `key` (None: accepted); `key` must be in `params`."""

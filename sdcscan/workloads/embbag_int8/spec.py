@@ -26,6 +26,12 @@ def _rules(p: Mapping[str, Any]) -> tuple[str, str] | None:
     return None
 
 
+def _memory(p: Mapping[str, Any]) -> int:
+    """The int32 id pool of one batch and its float32 output (the table's rows fit themselves to
+    memory in `prepare`, so `rows` is not counted)."""
+    return 4 * p["bags"] * p["pooling"][1] + 4 * p["bags"] * p["dim"]
+
+
 SPEC = WorkloadSpec(
     name="embbag_int8",
     description=(
@@ -64,4 +70,5 @@ SPEC = WorkloadSpec(
         "bits": ListOf(Int(4, 8, multiple_of=4)),  # 8 or 4; cases cycle through them
     },
     rules=(_rules,),
+    memory=_memory,
 )

@@ -16,7 +16,7 @@ from sdcscan.calibration.table import DTYPE_NAMES as DTYPES
 from sdcscan.checks.limits import SIGMA_C
 from sdcscan.outcomes import CONSENSUS, INVARIANT, REPEAT
 from sdcscan.workloads.params import CalibrationPath, Choice, Int, ListOf, Number, Shape, one_per_dtype
-from sdcscan.workloads.workload_spec import Quality, WorkloadSpec
+from sdcscan.workloads.workload_spec import DTYPE_BYTES, Quality, WorkloadSpec
 
 # Checksum precisions any dtype is calibrated with (float32, float64)
 CHECKERS = tuple(dict.fromkeys(c for checkers in CALIBRATED_CHECKERS.values() for c in checkers))
@@ -31,6 +31,14 @@ def _rules(p: Mapping[str, Any]) -> tuple[str, str] | None:
         if _DIGITS[checker] < _DIGITS[dtype]:  # checksums coarser than the data they check
             return "checkers", f"item [{i}] must be at least as precise as its dtype {dtype} (got {checker})"
     return None
+
+
+def _memory(p: Mapping[str, Any]) -> int:
+    """One dtype's pool operands and a case's product, for the largest of the dtypes."""
+    return max(
+        DTYPE_BYTES[dtype] * (m * k + k * n + m * n)
+        for dtype, (m, k, n) in zip(p["dtypes"], p["shapes"], strict=False)
+    )
 
 
 SPEC = WorkloadSpec(
@@ -64,4 +72,5 @@ SPEC = WorkloadSpec(
         "calibration": CalibrationPath(),
     },
     rules=(_rules,),
+    memory=_memory,
 )

@@ -36,6 +36,15 @@ def _rules(p: Mapping[str, Any]) -> tuple[str, str] | None:
     return None
 
 
+def _memory(p: Mapping[str, Any]) -> int:
+    """Every shape's int8 weights (kept for the run), the uint8 activation pool (at least the largest
+    GEMM's activations) and the largest int32 product."""
+    shapes = p["shapes"]
+    weights = sum(n * k for _, k, n in shapes)
+    activations = max(m * k for m, k, _ in shapes)
+    return weights + activations + max(4 * m * n for m, _, n in shapes)
+
+
 SPEC = WorkloadSpec(
     name="gemm_int8",
     description=(
@@ -70,4 +79,5 @@ SPEC = WorkloadSpec(
         "path": Choice(PATHS),
     },
     rules=(_rules,),
+    memory=_memory,
 )

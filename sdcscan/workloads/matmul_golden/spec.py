@@ -58,6 +58,12 @@ def _rules(p: Mapping[str, Any]) -> tuple[str, str] | None:
     return one_per_dtype(p, ("repeats",))
 
 
+def _memory(p: Mapping[str, Any]) -> int:
+    """The pool operands and their exact product: int64 for `direct`, float32 for `kronecker`."""
+    size = 8 if p["reference"] == "direct" else 4
+    return size * (p["m"] * p["k"] + p["k"] * p["n"] + p["m"] * p["n"])
+
+
 SPEC = WorkloadSpec(
     name="matmul_golden",
     description=(
@@ -90,4 +96,5 @@ SPEC = WorkloadSpec(
         "reference": Choice(REFERENCES),
     },
     rules=(_rules,),
+    memory=_memory,
 )

@@ -7,7 +7,7 @@ from typing import Any
 
 from sdcscan.outcomes import CONSENSUS, INVARIANT, REPEAT
 from sdcscan.workloads.params import Choice, Int, Number
-from sdcscan.workloads.workload_spec import Quality, WorkloadSpec
+from sdcscan.workloads.workload_spec import DTYPE_BYTES, Quality, WorkloadSpec
 
 DTYPES = ("float32", "float64", "bfloat16")  # weights, data and AdamW's state
 # "bfloat16"/"float16": forward and loss under torch.autocast, so matmuls run on the matrix units at that
@@ -22,6 +22,14 @@ def _rules(p: Mapping[str, Any]) -> tuple[str, str] | None:
             f"{p['autocast']}; it never lowers float64, and bfloat16 weights are low precision already"
         )
     return None
+
+
+def _memory(p: Mapping[str, Any]) -> int:
+    """Three Linear layers with their gradients and AdamW's two moments, and every step's inputs
+    (drawn in float32 at the case's start)."""
+    weights = p["inputs"] * p["hidden"] + p["hidden"] ** 2 + p["hidden"] * p["classes"]
+    size = 4 if p["autocast"] != "none" else DTYPE_BYTES[p["dtype"]]
+    return 4 * size * weights + 4 * p["steps"] * p["batch"] * p["inputs"]
 
 
 SPEC = WorkloadSpec(
@@ -60,4 +68,5 @@ SPEC = WorkloadSpec(
         "autocast": Choice(AUTOCAST),
     },
     rules=(_rules,),
+    memory=_memory,
 )

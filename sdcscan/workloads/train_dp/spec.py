@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from sdcscan.outcomes import CONSENSUS, INVARIANT
 from sdcscan.workloads.params import Choice, Int, Number
-from sdcscan.workloads.workload_spec import Quality, WorkloadSpec
+from sdcscan.workloads.workload_spec import DTYPE_BYTES, Quality, WorkloadSpec
 
 DTYPES = ("float32", "bfloat16")
+
+
+def _memory(p: Mapping[str, Any]) -> int:
+    """`depth` square layers with their gradients and AdamW's two moments, and every step's float32
+    inputs."""
+    return (
+        4 * DTYPE_BYTES[p["dtype"]] * p["depth"] * p["width"] ** 2 + 4 * p["steps"] * p["batch"] * p["width"]
+    )
 
 
 SPEC = WorkloadSpec(
@@ -40,4 +51,5 @@ SPEC = WorkloadSpec(
         "dtype": Choice(DTYPES),
     },
     distributed=True,
+    memory=_memory,
 )
