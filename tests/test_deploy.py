@@ -569,6 +569,16 @@ def test_loop_runs_again_after_the_interval_and_stops_while_idle(
     assert "sdcscan exited 1" in (started_loop.stderr.read() if started_loop.stderr else "")
 
 
+@pytest.mark.parametrize("loop_extra", [{"SDCSCAN": "/nonexistent/sdcscan"}])
+def test_loop_that_cannot_start_sdcscan_stops_with_the_shells_status(
+    started_loop: subprocess.Popen[str], loop_extra: dict[str, str]
+) -> None:
+    """A missing binary is a broken image, reported as such (127), not a pod that sleeps forever."""
+    assert started_loop.wait(timeout=WRAPPER_TIMEOUT_S) == 127
+    err = started_loop.stderr.read() if started_loop.stderr else ""
+    assert "cannot run '/nonexistent/sdcscan'" in err and "not found or not executable" in err
+
+
 def _can_unshare_pid() -> bool:
     if shutil.which("unshare") is None:
         return False

@@ -9,6 +9,10 @@
 # traps below are what make a PID 1 shell see SIGTERM at all) and under tini, which the image
 # uses to reap orphans and pass signals on.
 #
+# A command that cannot be started (exit 126 or 127 from the shell) ends the loop with that status, so
+# Kubernetes shows a crash loop rather than a pod that never screens; every sdcscan exit (1 included) is
+# only logged: alerting is Prometheus's, on the textfile the run writes.
+#
 # Environment: SDCSCAN_INTERVAL_S (default 21600), SDCSCAN (command, default sdcscan),
 # SDCSCAN_STATE_DIR (where journals of runs older than SDCSCAN_KEEP_DAYS, default 7, are deleted;
 # default /var/lib/sdcscan).
@@ -67,6 +71,12 @@ while :; do
     rc=$?
     echo "sdcscan-loop: sdcscan exited $rc" >&2
     if [ -n "$stop_signal" ]; then
+        exit "$rc"
+    fi
+    if [ "$rc" -eq 126 ] || [ "$rc" -eq 127 ]; then
+        # The shell could not start sdcscan at all (not found, not executable): a broken image, not a
+        # screening result. Exit with it, so the pod restarts visibly instead of sleeping with no run.
+        echo "sdcscan-loop: cannot run '$SDCSCAN' (exit $rc: not found or not executable); stopping" >&2
         exit "$rc"
     fi
     find "$STATE" -maxdepth 1 -type f -name '*.journal.jsonl' -mtime "+$KEEP_DAYS" -delete 2>/dev/null
