@@ -16,12 +16,14 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from rich.console import Console
 
 from sdcscan.fleet.compare import Options, summarize
 from sdcscan.fleet.findings import FleetFinding
 from sdcscan.fleet.model import HostReport
-from sdcscan.fleet.perf import slow_threshold
+from sdcscan.fleet.perf import Reference, slow_threshold
 from sdcscan.render.fleet import describe, render_compare
 from tests.helpers.fleet import extract, report, unit
 from tests.helpers.scripts import load_script
@@ -308,3 +310,25 @@ def test_the_combined_score_accuses_no_healthy_unit_nor_a_fixed_or_glitching_one
             r = replace(r, units=(*r.units[:3], odd, *r.units[4:]))
         glitch.append(r)
     assert judge(glitch) == ()
+
+
+@given(
+    median=st.floats(1e-3, 1e12),
+    mad_share=st.one_of(st.just(0.0), st.floats(1e-6, 0.5)),
+    z=st.floats(0.5, 12.0),
+    drop=st.floats(0.0, 0.9),
+    x_share=st.floats(0.0, 1.5),
+)
+def test_the_drawn_slow_threshold_is_where_is_slow_begins(
+    median: float, mad_share: float, z: float, drop: float, x_share: float
+) -> None:
+    """`Reference.slow_below` (what the fleet page draws) and `is_slow` (what compare judges by) agree on
+    every value away from the threshold itself, where rounding may fall either way."""
+    ref = Reference(
+        peers=50, healthy_peers=50, median=median, mad=mad_share * median, z_threshold=z, drop=drop
+    )
+    x = x_share * median
+    edge = ref.slow_below
+    if abs(x - edge) <= 1e-9 * max(abs(edge), median):
+        return
+    assert ref.is_slow(x) == (x < edge)
