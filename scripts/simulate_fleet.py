@@ -149,6 +149,7 @@ def build_unit(
         "cases_run": n,
         "workloads": sorted(set(wl)),
         "throughput": tp,
+        "checked": checked(wl, verdict, hexdigest(cohort, uid, seed)),
         "mismatches": len(mism),
         "first_bad_case": first_bad,
         "notes": [],
@@ -185,6 +186,33 @@ def throughput(rng: random.Random, workloads: list[str], speed: float) -> dict[s
                 "seconds": round(0.2 * k, 3),
             }
     return tp
+
+
+def checked(workloads: list[str], verdict: str, tag: str) -> dict[str, Any]:
+    """What the unit's checks covered (sdcscan.proof): matmul_golden by its exact invariant (detection 1),
+    train by digests. Whole numbers beyond 2^53 that differ per unit (from `tag`), so that a float sum
+    would depend on the order of the rows: `compare` must sum them exactly."""
+    out = {}
+    for w in WORKLOADS:
+        k = sum(1 for x in workloads if x == w)
+        if k:
+            n = float(k * (10**16 + int(tag[:12], 16)))
+            golden = w == "matmul_golden"
+            out[w] = {
+                "checked_ops": n,
+                "op": "multiply-add",
+                "evidence": "invariant" if golden else "digest",
+                "detection": 1.0 if golden else None,
+                "sdc_rate_bound": 3.0 / n if golden and verdict == "pass" else None,
+            }
+    return out
+
+
+def bound_checked(unit: dict[str, Any]) -> None:
+    """Give the unit's checked workloads the rate bound its (new) verdict allows: none unless it passed."""
+    for c in unit.get("checked", {}).values():
+        bounded = unit["verdict"] == "pass" and c["detection"] is not None
+        c["sdc_rate_bound"] = 3.0 / (c["checked_ops"] * c["detection"]) if bounded else None
 
 
 def base_cases(cohort: str, seed: int, cases: int) -> dict[str, list[Any]]:
@@ -408,10 +436,12 @@ def judge_own_run(units: list[dict[str, Any]], named: set[str]) -> list[dict[str
     for u in units:
         reasons = blame[u["id"]]
         u["verdict"], u["reason"], u["first_bad_case"] = "pass", None, None
+        bound_checked(u)
         if not reasons:
             continue
         kind, i, workload = reasons[0]
         u["verdict"], u["first_bad_case"] = "fail", i
+        bound_checked(u)
         u["reason"] = {
             "divergent": f"digest disagreed with the cohort majority at case {i} ({workload})",
             "not_reproducible": f"result of disputed case {i} ({workload}) did not reproduce on re-run",

@@ -72,6 +72,28 @@ def test_per_unit_verdict_mismatches_cases_and_throughput(report: dict[str, Any]
     assert _value(fams, "sdcscan_findings", kind="invariant") == 1
 
 
+def test_checked_ops_and_the_bound_per_unit_and_workload(tmp_path: Path) -> None:
+    """Checked ops of every unit with op and evidence labels; a bound only where the report gives one."""
+    path = tmp_path / "sdcscan.prom"
+    write_prom(make_report(fail_unit="cpu:1", checked=True), path)
+    fams = _families(path)
+    golden = {"workload": "matmul_golden", "op": "multiply-add", "evidence": "invariant"}
+    assert _value(fams, "sdcscan_unit_checked_ops", unit="cpu:0", **golden) == 8e9
+    assert _value(fams, "sdcscan_unit_checked_ops", unit="cpu:1", **golden) == 8e9
+    assert _value(fams, "sdcscan_unit_checked_ops", unit="cpu:0", workload="train", evidence="digest") == 8e9
+    assert _value(fams, "sdcscan_unit_sdc_rate_bound", unit="cpu:0", workload="matmul_golden") == 3 / 8e9
+    bounded = {(s.labels["unit"], s.labels["workload"]) for s in fams["sdcscan_unit_sdc_rate_bound"].samples}
+    assert bounded == {("cpu:0", "matmul_golden")}  # not the failing unit, not digest coverage
+
+
+def test_a_report_without_checked_gives_no_checked_samples(report: dict[str, Any], tmp_path: Path) -> None:
+    """An older report: the families are there, with no sample."""
+    path = tmp_path / "sdcscan.prom"
+    write_prom(report, path)
+    fams = _families(path)
+    assert not fams["sdcscan_unit_checked_ops"].samples and not fams["sdcscan_unit_sdc_rate_bound"].samples
+
+
 def test_label_values_are_escaped(report: dict[str, Any], tmp_path: Path) -> None:
     """Quotes, backslashes and newlines in label values survive a round trip through the parser."""
     report["host"]["hostname"] = 'we"ird\\host\nname'

@@ -13,6 +13,7 @@ from dataclasses import replace
 
 from sdcscan.errors import ReportError
 from sdcscan.fleet.calibration import calibration_findings
+from sdcscan.fleet.checked import checked_cohorts
 from sdcscan.fleet.divergence import Divergence
 from sdcscan.fleet.engine import Rows
 from sdcscan.fleet.findings import KINDS, Collector
@@ -103,6 +104,7 @@ class _Assembler:
             tuple(_superseded_record(s) for s in superseded),
             opts.fail_on_undecided,
             fleet_overview(db, opts, findings) if opts.overview else None,
+            checked_cohorts(db),
         )
 
     # -- reports ------------------------------------------------------------------------------------

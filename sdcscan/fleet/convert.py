@@ -29,6 +29,7 @@ from sdcscan.fleet.kernel_evidence import SentinelSection
 from sdcscan.fleet.model import HostReport, Invariant, Skipped
 from sdcscan.fleet.reading import read_chunk
 from sdcscan.fleet.tables import (
+    CHECKED_SPLIT,
     SCHEMA,
     TABLES,
     UNPARTITIONED,
@@ -92,7 +93,14 @@ class _Columns:
                 list(own),
             )
             _append(self.data["units"], (*head, n, digests, *_invariant_columns(u.invariant)))
-            for measure, readings in (("ops_per_s", u.throughput), ("efficiency", u.efficiency)):
+            # Speeds (fleet.perf.MEASURES) and what the checks covered (sdcscan.proof): `slow_samples`
+            # keeps only the speeds.
+            for measure, readings in (
+                ("ops_per_s", u.throughput),
+                ("efficiency", u.efficiency),
+                *checked_measures(u.checked),
+                ("detection", u.detection),
+            ):
                 for workload, value, value_unit in readings:
                     if math.isfinite(value):
                         row = (rid, sha, seed, u.cohort, u.unit, workload, measure, value, value_unit)
@@ -124,6 +132,19 @@ class _Columns:
         out = {t: pa.Table.from_pydict(self.data[t], schema=arrow_schema(t)) for t in TABLES if t != "cases"}
         out["cases"] = self.cases.table(pa, [f for f in arrow_schema("cases") if f.name not in without])
         return out
+
+
+def checked_measures(
+    checked: Sequence[tuple[str, float, str]],
+) -> list[tuple[str, list[tuple[str, float, str]]]]:
+    """A unit's checked ops as two measures of whole numbers below 2^53, `checked_ops_high` (of 2^32) and
+    `checked_ops_low`: every engine sums their integer casts exactly, in any order (`fleet.steps.CHECKED_OPS`),
+    where a float sum would depend on the order of the rows."""
+    parts = [(w, divmod(int(n), CHECKED_SPLIT), op) for w, n, op in checked]
+    return [
+        ("checked_ops_high", [(w, float(high), op) for w, (high, _), op in parts]),
+        ("checked_ops_low", [(w, float(low), op) for w, (_, low), op in parts]),
+    ]
 
 
 def _append(cols: dict[str, list[object]], row: tuple[object, ...]) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TypeGuard, TypeVar, cast
+from typing import Literal, TypeGuard, TypeVar, cast
 
 from sdcscan.errors import ReportError
 from sdcscan.fleet.kernel_evidence import SentinelSection, read_section
@@ -69,6 +69,10 @@ class UnitRecord:
     retest: str | None = None  # its own run's re-test classification (RETEST_CLASSES), if any
     calibration: tuple[tuple[str, str, int, float], ...] = ()  # gemm_fp's (dtype, checker, K, e_max)
     efficiency: tuple[tuple[str, float, str], ...] = ()  # (workload, achieved / its own plain-op peak, "")
+    checked: tuple[
+        tuple[str, float, str], ...
+    ] = ()  # (workload, checked ops as an integer, op): sdcscan.proof
+    detection: tuple[tuple[str, float, str], ...] = ()  # (workload, d, evidence) where the report gives one
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +195,8 @@ class Extractor:
             retest=_retest_class(unit.get("retest")),
             calibration=self._calibration(unit.get("calibration")),
             efficiency=self._efficiency(unit),
+            checked=self._checked(unit, "checked_ops", "op"),
+            detection=self._checked(unit, "detection", "evidence"),
         )
 
     def _cpu_model(self, value: object) -> str | None:
@@ -227,6 +233,18 @@ class Extractor:
         ]
         return tuple(sorted(out))
 
+    def _checked(
+        self, unit: Unit, key: Literal["checked_ops", "detection"], unit_key: Literal["op", "evidence"]
+    ) -> tuple[tuple[str, float, str], ...]:
+        """(workload, value, its op or evidence) of each workload's `checked` (validate_report: a number in
+        range, or a null detection, which gives no row)."""
+        out = []
+        for workload, rec in (unit.get("checked") or {}).items():
+            value = _checked_reading(key, rec[key])
+            if value is not None:
+                out.append((self.intern(workload), value, self.intern(rec[unit_key])))
+        return tuple(sorted(out))
+
     def _efficiency(self, unit: Unit) -> tuple[tuple[str, float, str], ...]:
         """(workload, efficiency, "") where the report gives one (validate_report: a number or null)."""
         out = []
@@ -235,6 +253,13 @@ class Extractor:
             if value is not None:
                 out.append((self.intern(workload), value, ""))
         return tuple(sorted(out))
+
+
+def _checked_reading(key: str, value: object) -> float | None:
+    """A `checked` value as `compare` sums it: checked ops as a whole number (SQL sums them exactly as
+    integers), a detection as it is; None when the report gives none."""
+    x = _finite(value)
+    return None if x is None else float(round(x)) if key == "checked_ops" else x
 
 
 def _is_int(value: object) -> TypeGuard[int]:

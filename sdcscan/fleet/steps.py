@@ -43,6 +43,7 @@ from sdcscan.fleet.consensus import (
     SUPERMAJORITY_DEN,
     SUPERMAJORITY_NUM,
 )
+from sdcscan.fleet.perf import MEASURES
 from sdcscan.fleet.sentinel_steps import SENTINEL_RESULTS, SENTINEL_STEPS
 
 RECENT_REPORTS = 3  # a host's newest reports per profile whose speed counts (`slow_samples`)
@@ -266,7 +267,8 @@ JOIN (SELECT report, host_key, recency
                                                         ORDER BY ended_at DESC, run_id DESC) AS recency
             FROM current_reports) n
       WHERE recency <= {RECENT_REPORTS}) r
-  ON t.report = r.report"""
+  ON t.report = r.report
+WHERE t.measure IN ({", ".join(f"'{m}'" for m in MEASURES)})"""  # speeds only: never checked ops
 
 VOTE_STEPS = (
     ("case_digest_units", CASE_DIGEST_UNITS, True),
@@ -344,7 +346,29 @@ SELECT h.comparison_group, h.case_index, h.digest_key, h.hosts
 FROM case_digest_hosts h JOIN case_reference r ON {on("r", "h")}
 WHERE r.reference IS NULL"""
 
+# What the checks of passing units covered (sdcscan.proof), per (profile, cohort, workload), over the
+# current reports: units whose own run passed and that no case outcome here disputes. Each unit's checked
+# ops come as two whole numbers (`fleet.convert.checked_measures`) whose integer sums are exact in any
+# order and engine. `detected` < `unit_rows`: some unit gave no detection, so the cohort gets no bound.
+CHECKED_OPS = f"""
+SELECT r.profile_sha256, MIN(r.profile_name) AS profile, h.cohort, h.workload, MIN(h.reading_unit) AS op,
+       COUNT(DISTINCT r.host_key || ' ' || h.unit) AS units,
+       SUM(CAST(h.reading AS BIGINT)) AS ops_high, SUM(CAST(l.reading AS BIGINT)) AS ops_low,
+       COUNT(d.reading) AS detected, COUNT(*) AS unit_rows, MIN(d.reading) AS detection
+FROM throughput h
+JOIN throughput l
+  ON l.report = h.report AND l.unit = h.unit AND l.workload = h.workload AND l.measure = 'checked_ops_low'
+JOIN current_reports r ON h.report = r.report
+JOIN units u ON u.report = h.report AND u.unit = h.unit
+LEFT JOIN throughput d
+  ON d.report = h.report AND d.unit = h.unit AND d.workload = h.workload AND d.measure = 'detection'
+WHERE h.measure = 'checked_ops_high' AND u.verdict = 'pass'
+  AND NOT EXISTS (SELECT 1 FROM unit_case_outcomes o
+                  WHERE o.report = h.report AND o.unit = h.unit AND o.outcome IN ('{GOLDEN}', '{FLEET}', '{HOST}'))
+GROUP BY r.profile_sha256, h.cohort, h.workload"""
+
 RESULTS = {
+    "checked_ops": CHECKED_OPS,
     "comparison_groups": COMPARISON_GROUPS,
     "group_units": GROUP_UNITS,
     "group_cases_compared": GROUP_CASES_COMPARED,

@@ -17,6 +17,7 @@ from sdcscan.fleet.findings import FleetFinding
 from sdcscan.fleet.model import Skipped
 
 if TYPE_CHECKING:
+    from sdcscan.fleet.checked import CheckedCohort
     from sdcscan.fleet.golden import GoldenIndex
     from sdcscan.fleet.overview import FleetOverview
 
@@ -118,6 +119,8 @@ class FleetSummary:
     # Bounded pictures of the fleet for `compare --html` (`fleet.overview`), when Options.overview asked
     # for them; never in the JSON document, which stays the contract.
     overview: FleetOverview | None = field(default=None, compare=False, repr=False)
+    # What passing units' checks covered per (profile, cohort, workload), and the rate bound that proves.
+    checked: tuple[CheckedCohort, ...] = ()
 
     @property
     def exit_code(self) -> int:
@@ -148,6 +151,7 @@ class FleetSummary:
             "findings": [f.to_dict() for f in self.findings],
             "groups": list(self.groups),
             "superseded": list(self.superseded),
+            "checked": list(self.checked),
             "skipped": [{"path": s.path, "reason": s.reason} for s in self.skipped],
         }
 

@@ -24,6 +24,7 @@ FORMAT_VERSION = 2  # 2: the sentinel tables (a version-1 dataset lacks its repo
 MARKER = "sdcscan-fleet.json"
 INSTALL_HINT = "pip install 'pyarrow>=15' 'duckdb>=1.0'"  # dependencies of sdcscan: a broken install
 # Written in this order at commit: a `reports` row is what makes a report's other rows count.
+CHECKED_SPLIT = 2**32  # a unit's checked ops = high * CHECKED_SPLIT + low (`convert.checked_measures`)
 TABLES = ("cases", "units", "throughput", "calibrations", "sentinel_sections", "sentinel_outliers", "reports")
 SKIPPED_TABLE = "skipped"
 _HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -87,7 +88,10 @@ SCHEMA: dict[str, tuple[tuple[str, str], ...]] = {
         ("cohort", "string"),
         ("unit", "string"),
         ("workload", "string"),
-        ("measure", "string"),  # `ops_per_s` (fleet.perf.MEASURES)
+        (
+            "measure",
+            "string",
+        ),  # speeds (fleet.perf.MEASURES), `checked_ops_high`/`_low` and `detection` (sdcscan.proof)
         ("reading", "float64"),
         ("reading_unit", "string"),
     ),

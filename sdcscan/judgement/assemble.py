@@ -12,7 +12,7 @@ from typing import cast
 
 from typing_extensions import NotRequired, TypedDict
 
-from sdcscan import __version__
+from sdcscan import __version__, proof
 from sdcscan.calibration.peers import held_thresholds, out_of_line
 from sdcscan.errors import EXIT_TERMINATED
 from sdcscan.judgement.evidence import CaseResult, GoldenCheck, GoldenEntry, Problem, check_golden
@@ -25,6 +25,7 @@ from sdcscan.report.document import (
     SCHEMA_VERSION,
     Calibration,
     CaseError,
+    Checked,
     Dispute,
     Finding,
     Host,
@@ -255,6 +256,7 @@ def _unit_doc(u: UnitFacts, cases: list[Outcome], judgement: Judgement) -> Unit:
             )
             for w in sorted(count)
         },
+        "checked": _checked_doc(cases, statuses, verdict.value if verdict else "invalid"),
         "mismatches": len(bad),
         "first_bad_case": bad[0] if bad else None,
         "notes": list(u.get("notes", [])) + _golden_notes(golden),
@@ -295,6 +297,33 @@ def _throughput_doc(
         "efficiency": None if rate is None else round(achieved / rate, 4),
         "shares": {p: round(phases.get(p, 0.0) / seconds, 4) if seconds > 0 else 0.0 for p in PHASES},
     }
+
+
+def _checked_doc(cases: list[Outcome], statuses: list[StatusWord], verdict: str) -> dict[str, Checked]:
+    """Per workload with coverage (`sdcscan.proof.COVERAGE`): the ops of the cases whose checks ran (ok or
+    mismatch; a case that raised checked nothing), from the same `ops` the throughput sums, and the rate
+    bound a pass proves. A workload gets no bound where a case lies outside its self-test's floor."""
+    ops: defaultdict[str, float] = defaultdict(float)
+    floored: dict[str, bool] = {}
+    for o, status in zip(cases, statuses, strict=True):
+        w, detail = o["workload"], o.get("detail") or {}
+        n = proof.checked_ops(w, o.get("ops") or 0.0, detail)
+        if n is None or status == STATUS_ERROR:
+            continue
+        ops[w] += n
+        floored[w] = floored.get(w, True) and proof.floor_holds(w, detail)
+    out: dict[str, Checked] = {}
+    for w in sorted(ops):
+        cov, n = proof.COVERAGE[w], float(round(ops[w]))
+        detection = cov.detection if floored[w] else None
+        out[w] = {
+            "checked_ops": n,
+            "op": cov.op,
+            "evidence": cov.evidence,
+            "detection": detection,
+            "sdc_rate_bound": proof.rate_bound(n, detection) if verdict == "pass" else None,
+        }
+    return out
 
 
 def _dispute_doc(d: CohortDispute) -> Dispute:

@@ -121,6 +121,12 @@ def _unit_families(units: list[Unit]) -> list[Family]:
          "(ops_unit says what an op is, e.g. flop).", _throughput(units, "ops_per_s")),
         ("sdcscan_unit_workload_cases", "Cases each unit ran per workload in the last run.",
          _throughput(units, "cases")),
+        ("sdcscan_unit_checked_ops", "Operations each unit's checks covered per workload in the last run "
+         "(op says what one is; evidence=digest proves something only once compared with peers).",
+         _checked(units)),
+        ("sdcscan_unit_sdc_rate_bound", "95% upper bound on each passing unit's silent-corruption rate per "
+         "checked op, per workload, from the last run: 3 / (checked ops x the self-test's detection floor).",
+         _bounds(units)),
     ]  # fmt: skip
 
 
@@ -213,6 +219,26 @@ def _throughput(units: list[Unit], key: Literal["ops_per_s", "cases"]) -> list[S
                 labels["ops_unit"] = t["ops_unit"]
             out.append((labels, t[key]))
     return out
+
+
+def _checked(units: list[Unit]) -> list[Sample]:
+    return [
+        ({"unit": u["id"], "workload": w, "op": c["op"], "evidence": c["evidence"]}, c["checked_ops"])
+        for u in units
+        for w, c in sorted((u.get("checked") or {}).items())
+    ]
+
+
+def _bounds(units: list[Unit]) -> list[Sample]:
+    """Only for a passing unit with a bound: a unit that failed proves no rate (a cluster report may fail
+    a unit its rank's report passed), and no sample says so."""
+    return [
+        ({"unit": u["id"], "workload": w}, bound)
+        for u in units
+        if u["verdict"] == "pass"
+        for w, c in sorted((u.get("checked") or {}).items())
+        if (bound := c["sdc_rate_bound"]) is not None
+    ]
 
 
 def _findings(report: Report) -> list[Sample]:

@@ -11,6 +11,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from sdcscan import proof
 from sdcscan.events import (
     CaseFinished,
     CaseStarted,
@@ -22,10 +23,11 @@ from sdcscan.events import (
     UnitReady,
 )
 from sdcscan.render.console import cell
-from sdcscan.report.document import Report
+from sdcscan.report.document import Checked, Report
 
 PLAIN_PROGRESS_EVERY_S = 15.0
 LIVE_REDRAW_S = 0.25
+MAX_PROOF_UNITS = 16  # units whose proof lines are each shown; beyond, the weakest per workload
 _STYLE = {"pass": "green", "fail": "bold red", "invalid": "yellow", "interrupted": "magenta"}
 
 
@@ -154,6 +156,8 @@ def render_summary(report: Report, console: Console) -> None:
             cell(u["reason"] or ""),
         )
     console.print(table)
+    for line in proof_lines(report):
+        console.print(cell(line))
     first_bits = _flipped_bits(report)
     for f in report["findings"]:
         unit = f"{f['unit']}: " if f["unit"] and not f["message"].startswith(f["unit"]) else ""
@@ -164,6 +168,34 @@ def render_summary(report: Report, console: Console) -> None:
             console.print(cell(f"  next: {f['next']}"))
     verdict = report["verdict"]
     console.print(Text("exit: ").append(cell(verdict, _STYLE.get(verdict, ""))))
+
+
+def proof_lines(report: Report, *, max_units: int = MAX_PROOF_UNITS) -> list[str]:
+    """What each unit's pass proves, per workload (`sdcscan.proof`); beyond `max_units` units, per workload
+    the weakest passing unit's line (the largest bound) and how many units passed."""
+    units = [u for u in report["units"] if u.get("checked")]
+    if len(units) <= max_units:
+        return [
+            f"{u['id']} {w}: {_proof_sentence(c, u['verdict'])}"
+            for u in units
+            for w, c in sorted((u.get("checked") or {}).items())
+        ]
+    lines = []
+    for w in sorted({w for u in units for w in u.get("checked") or {}}):
+        held = [(u, (u.get("checked") or {})[w]) for u in units if w in (u.get("checked") or {})]
+        passed = [(u, c) for u, c in held if u["verdict"] == "pass"]
+        if passed:
+            u, c = max(passed, key=lambda uc: (uc[1]["sdc_rate_bound"] or 0.0, -uc[1]["checked_ops"]))
+            lines.append(
+                f"{w}, weakest of {len(passed)} passing units ({u['id']}): {_proof_sentence(c, 'pass')}"
+            )
+    return lines
+
+
+def _proof_sentence(c: Checked, verdict: str) -> str:
+    """A bound counts only on a passing unit (a cluster report may fail a unit its rank's report passed)."""
+    bound = c["sdc_rate_bound"] if verdict == "pass" else None
+    return proof.sentence(c["checked_ops"], c["op"], c["evidence"], bound, verdict, detection=c["detection"])
 
 
 def _flipped_bits(report: Report) -> dict[str, str]:

@@ -35,6 +35,7 @@ __all__ = [
     "WRITTEN",
     "Calibration",
     "Cases",
+    "Checked",
     "Dispute",
     "Distributed",
     "Doc",
@@ -98,6 +99,8 @@ UNCHECKED = _Marker("unchecked")  # no reader relies on its shape: the validator
 
 INT64_MAX = 2**63 - 1  # what the history database (SQLite) can store
 NonNegative = Annotated[int, Range(low=0)]
+# One unit's checked ops in one run at most: 1e17 a second for 10,000 s (compare sums them exactly).
+MAX_CHECKED_OPS = 1e21
 Seconds = Annotated[float, Range(low=0)]
 
 # The words, as in sdcscan.outcomes (tests/test_report_document.py keeps them equal).
@@ -270,6 +273,22 @@ class Throughput(TypedDict):
     ]
 
 
+_CHECKED_OPS = "Operations whose results the checks verified or a digest covered, in cases whose checks ran."
+_EVIDENCE = "invariant: each result was verified; digest: it proves something only once compared with peers."
+_DETECTION = "d: the self-test's floor for the hardware fault models; null where none applies (digests)."
+_RATE_BOUND = "95% upper bound on silent corruptions per op: 3 / (checked_ops * detection), if it passed."
+
+
+class Checked(TypedDict):
+    """What a workload's checks covered on a unit, and the rate bound a pass proves (`sdcscan.proof`)."""
+
+    checked_ops: Annotated[float, Range(low=0, high=MAX_CHECKED_OPS), Doc(_CHECKED_OPS)]
+    op: Annotated[str, Doc("What one checked operation is, e.g. multiply-add or pooled element.")]
+    evidence: Annotated[Literal["invariant", "digest"], Doc(_EVIDENCE)]
+    detection: Annotated[float | None, Range(above=0, high=1), Doc(_DETECTION)]
+    sdc_rate_bound: Annotated[float | None, Range(above=0), Doc(_RATE_BOUND)]
+
+
 class Calibration(TypedDict):
     """The e_max gemm_fp checked with for one (dtype, checker, K), and where it came from."""
 
@@ -341,6 +360,12 @@ class Unit(TypedDict):
     cases: Cases
     model: NotRequired[Annotated[str, WRITTEN]]
     throughput: NotRequired[Annotated[dict[str, Throughput], WRITTEN]]
+    checked: NotRequired[
+        Annotated[
+            dict[str, Checked],
+            Doc("Per workload: the operations its checks covered and the rate bound a pass proves."),
+        ]
+    ]
     first_bad_case: NotRequired[int | None]
     notes: NotRequired[Annotated[list[str], WRITTEN]]
     rank: NotRequired[

@@ -28,7 +28,8 @@ from typing_extensions import TypedDict
 from sdcscan.errors import EXIT_TERMINATED, ReportError
 from sdcscan.files import read_json
 from sdcscan.outcomes import Verdict, printable
-from sdcscan.report.document import INT64_MAX, SCHEMA_VERSION, Cases, Range, Report, StatusWord
+from sdcscan.proof import rate_bound
+from sdcscan.report.document import INT64_MAX, SCHEMA_VERSION, Cases, Checked, Range, Report, StatusWord
 from sdcscan.report.fields import Declared, declared, fields_of
 
 __all__ = [
@@ -407,7 +408,21 @@ def _same_lengths(cases: object) -> None:
         raise _Bad("case columns of different lengths")
 
 
-_RULES: dict[type, Check] = {Cases: _same_lengths}  # rules across the keys of one object
+def _bound_follows(checked: object) -> None:
+    """A workload's rate bound is never tighter than its own counts support (3 / (n·d)), and needs both."""
+    c = cast(Checked, checked)  # the object check before this rule found every field of its type
+    bound = c["sdc_rate_bound"]
+    if bound is None:
+        return
+    least = rate_bound(c["checked_ops"], c["detection"])
+    if least is None:
+        raise _Bad("a rate bound without checked ops and a detection")
+    if bound < least * (1 - 1e-9):
+        raise _Bad(f"rate bound {shown(bound)} is tighter than 3 / (checked_ops * detection) allows")
+
+
+# rules across the keys of one object
+_RULES: dict[type, Check] = {Cases: _same_lengths, Checked: _bound_follows}
 
 
 def _int_bounds(bounds: Range | None) -> tuple[int, int]:

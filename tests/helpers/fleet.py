@@ -29,11 +29,13 @@ def unit(
     reason: str | None = None,
     mismatches: int = 0,
     seed: int = SEED,
+    checked: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """A unit record: healthy digests for `cases` cases, overridden by `digests` and `statuses`.
 
     Args:
         ops: workload -> measured ops/s (one 0.1 s case each), for the performance-outlier tests.
+        checked: the unit's `checked` (what its checks covered), if any.
     """
     dig: list[str | None] = [good(cohort, i, seed) for i in range(cases)]
     for i, d in (digests or {}).items():
@@ -53,6 +55,7 @@ def unit(
         reason=reason,
         throughput=tp,
         mismatches=mismatches,
+        checked=checked,
     )
 
 

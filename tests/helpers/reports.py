@@ -33,6 +33,7 @@ def build_unit(
     throughput: dict[str, dict[str, Any]] | None = None,
     mismatches: int = 0,
     first_bad_case: int | None = None,
+    checked: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """A unit record that ran one case per digest (None: the case left no digest).
 
@@ -41,6 +42,8 @@ def build_unit(
         statuses: each case's status (default all `ok`).
         seconds: every case's duration.
         throughput: workload -> {ops_per_s, ops_unit, cases, seconds} (default: none measured).
+        checked: workload -> {checked_ops, op, evidence, detection, sdc_rate_bound} (default: absent, as
+            in reports written before sdcscan.proof).
     """
     n = len(digests)
     workload = case_workloads(n)
@@ -56,6 +59,7 @@ def build_unit(
         "throughput": throughput or {},
         "mismatches": mismatches,
         "first_bad_case": first_bad_case,
+        **({"checked": checked} if checked is not None else {}),
         "notes": [],
         "cases": {
             "index": list(range(n)),
@@ -130,7 +134,9 @@ def _throughput(workloads: list[str], seconds: float) -> dict[str, dict[str, Any
     }
 
 
-def _two_unit(uid: str, verdict: str, reason: str | None, n_cases: int, bad: set[int]) -> dict[str, Any]:
+def _two_unit(
+    uid: str, verdict: str, reason: str | None, n_cases: int, bad: set[int], *, checked: bool = False
+) -> dict[str, Any]:
     seconds = 0.25
     return build_unit(
         uid,
@@ -144,7 +150,25 @@ def _two_unit(uid: str, verdict: str, reason: str | None, n_cases: int, bad: set
         throughput=_throughput(case_workloads(n_cases), seconds),
         mismatches=2 * len(bad),
         first_bad_case=min(bad) if bad else None,
+        checked=_checked(case_workloads(n_cases), verdict) if checked else None,
     )
+
+
+def _checked(workloads: list[str], verdict: str) -> dict[str, dict[str, Any]]:
+    """2e9 multiply-adds per case: matmul_golden checked at detection 1 (bounded when the unit passed), train
+    covered by digests (never bounded)."""
+    out: dict[str, dict[str, Any]] = {}
+    for wl in sorted(set(workloads)):
+        n = 2e9 * workloads.count(wl)
+        golden = wl == "matmul_golden"
+        out[wl] = {
+            "checked_ops": n,
+            "op": "multiply-add",
+            "evidence": "invariant" if golden else "digest",
+            "detection": 1.0 if golden else None,
+            "sdc_rate_bound": 3.0 / n if golden and verdict == "pass" else None,
+        }
+    return out
 
 
 def make_report(
@@ -154,20 +178,22 @@ def make_report(
     run_id: str = "20250101T000000Z-abcd",
     ended_at: str = "2025-01-01T00:01:00Z",
     hostname: str = "node-a",
+    checked: bool = False,
 ) -> dict[str, Any]:
     """Two-unit report (cpu:0, cpu:1) for the outputs' tests: JUnit, Prometheus, history, the CLI.
 
-    `fail_unit` has golden mismatches in matmul_golden (cases 3 and 5), `invalid_unit` ran no case.
+    `fail_unit` has golden mismatches in matmul_golden (cases 3 and 5), `invalid_unit` ran no case;
+    `checked` adds each unit's `checked` (what its checks covered, the bound a pass proves).
     """
     units = []
     for uid in ("cpu:0", "cpu:1"):
         if uid == fail_unit:
             reason = "invariant failed in 2 case(s), first case 3 (matmul_golden)"
-            units.append(_two_unit(uid, "fail", reason, 8, bad={3, 5}))
+            units.append(_two_unit(uid, "fail", reason, 8, bad={3, 5}, checked=checked))
         elif uid == invalid_unit:
             units.append(_two_unit(uid, "invalid", "worker died (signal 9)", 0, bad=set()))
         else:
-            units.append(_two_unit(uid, "pass", None, 8, bad=set()))
+            units.append(_two_unit(uid, "pass", None, 8, bad=set(), checked=checked))
     mismatches = [
         {"unit": fail_unit, "index": i, "workload": "matmul_golden", "check": "golden_fp32",
          "where": f"[{j}, 7]", "expected": "0x41200000", "actual": "0x41200400", "mask": "0x00000400"}

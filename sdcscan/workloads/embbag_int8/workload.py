@@ -179,6 +179,7 @@ class EmbbagInt8(SelftestMixin):
             detail={
                 "mode": p["mode"],
                 "bits": bits,
+                "dim": p["dim"],  # elements pooled per lookup: what sdcscan.proof counts
                 "rows": rows,
                 "bad_bags": bad_bags,
                 "rows_checked": p["bags"] * len(starts),

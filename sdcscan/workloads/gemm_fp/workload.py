@@ -139,6 +139,7 @@ class GemmFp(SelftestMixin):
             detail={
                 "dtype": name,
                 "checker": chk,
+                "inputs": self.p["inputs"],  # the self-test's floors hold on abs_normal (sdcscan.proof)
                 "threshold": "vabft",
                 "threshold_source": found.source,
                 "k": k,
