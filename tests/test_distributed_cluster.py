@@ -186,6 +186,9 @@ def test_a_divergent_digest_is_named_by_its_host_majority_among_four_ranks_on_tw
     (d,) = doc["disputes"]
     assert (d["index"], d["workload"], d["majority"]) == (4, "train", None)  # only its host decides
     assert d["digests"]["rank1/cpu:1"] == "f" * 16 and d["digests"]["rank3/cpu:0"] == digest(4)
+    # the rate bound its own rank's pass gave goes with the pass; the others keep theirs
+    bounds = {u["id"]: u["checked"]["matmul_golden"]["sdc_rate_bound"] for u in doc["units"]}
+    assert bounds.pop("rank1/cpu:1") is None and all(b is not None and b > 0 for b in bounds.values())
 
 
 def test_one_vote_per_host_the_larger_host_does_not_outvote_three_others():

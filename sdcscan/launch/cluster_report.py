@@ -23,9 +23,11 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, cast
 
 from typing_extensions import TypedDict
 
+from sdcscan import proof
 from sdcscan.errors import ReportError
 from sdcscan.fleet.assemble import assemble
 from sdcscan.fleet.compare import judged_reports
@@ -165,7 +167,7 @@ def build_cluster_report(
         consensus = [f for f in assemble(db, Options()).findings if f.kind in ("divergent", "undecided")]
         references = _references(db)
     rejudged, consensus_findings = _judge_consensus(consensus, {u["id"]: u for u in units}, docs)
-    units = [{**u, **rejudged[u["id"]]} if u["id"] in rejudged else u for u in units]
+    units = [_rejudged(u, rejudged[u["id"]]) if u["id"] in rejudged else u for u in units]
     findings += consensus_findings
     mismatches = [m for _, d in docs for m in d.get("mismatches", [])]
     findings += _attribution_findings(mismatches)
@@ -428,6 +430,14 @@ def _judge_consensus(
                 )
             )
     return rejudged, out
+
+
+def _rejudged(unit: Unit, new: Rejudged) -> Unit:
+    """`unit` with the verdict the consensus gave it; a pass's rate bounds go with the pass."""
+    out = cast(Unit, {**unit, **new})
+    if "checked" in unit:
+        out["checked"] = cast(Any, proof.withdrawn(unit["checked"]))
+    return out
 
 
 def _verdict_now(uid: str, units: Mapping[str, Unit], rejudged: Mapping[str, Rejudged]) -> str:
