@@ -26,18 +26,10 @@ BURNIN = "tests/data/report_burnin.json"  # relative to ROOT, where sdcscan runs
 NOW = "2025-06-02T12:00:00Z"  # simulate_fleet's reference time: ages are the same every time
 WIDTH = 1280
 HEIGHTS = {"report-page.png": 3150, "fleet-page.png": 2500}  # the top of each page, where its pictures are
-CHROMIUM_FLAGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--hide-scrollbars",
-    "--force-device-scale-factor=1",
-)
+sys.path.insert(0, str(ROOT))
+from tests.helpers.browser import FLAGS  # noqa: E402  (the flags this closed network needs, kept once)
+
+CHROMIUM_FLAGS = (*FLAGS, "--hide-scrollbars", "--force-device-scale-factor=1")
 
 
 def sdcscan(*args: str, ok: tuple[int, ...] = (0, 1)) -> None:

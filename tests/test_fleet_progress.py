@@ -95,18 +95,16 @@ def test_ingest_tells_each_chunk_then_writing_and_compare_from_judging(
     assert [u.phase for u in judged] == [JUDGING]
 
 
+def _compare_argv(fleet: dict[str, object]) -> list[str]:
+    out = fleet["out"]
+    assert isinstance(out, Path)
+    return [sys.executable, "-m", "sdcscan", "compare", str(out / "reports"), "--now", str(fleet["now"])]
+
+
 def _compare_on_terminal(fleet: dict[str, object], tmp: Path, *extra: str) -> tuple[str, str, int]:
     """Run `compare` with stderr on a pseudo-terminal; (stdout, what the terminal showed, exit code)."""
     master, slave = pty.openpty()
-    argv = [
-        sys.executable,
-        "-m",
-        "sdcscan",
-        "compare",
-        str(fleet["out"] / "reports"),
-        "--now",
-        str(fleet["now"]),
-    ]  # type: ignore[operator]
+    argv = _compare_argv(fleet)
     out_path = tmp / "stdout"
     with out_path.open("wb") as out:
         proc = subprocess.Popen([*argv, *extra], stdout=out, stderr=slave, cwd=ROOT)
@@ -136,15 +134,7 @@ def test_json_on_a_terminal_and_a_pipe_get_no_bar(fleet: dict[str, object], tmp_
     stdout, shown, code = _compare_on_terminal(fleet, tmp_path, "--json")
     assert code == 1 and json.loads(stdout)["exit_code"] == 1
     assert READING not in shown and JUDGING not in shown
-    argv = [
-        sys.executable,
-        "-m",
-        "sdcscan",
-        "compare",
-        str(fleet["out"] / "reports"),
-        "--now",
-        str(fleet["now"]),
-    ]  # type: ignore[operator]
+    argv = _compare_argv(fleet)
     piped = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert piped.returncode == 1 and "Findings:" in piped.stderr
     assert READING not in piped.stderr and JUDGING not in piped.stderr
