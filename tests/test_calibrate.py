@@ -108,3 +108,9 @@ def test_lookup_prefers_this_torch_version():
     found = calibrate.lookup({"entries": entries}, "X", "float32", "float32")
     assert found is not None and found["e_max"] == 2.0
     assert calibrate.lookup({"entries": entries}, "Y", "float32", "float32") is None
+
+
+@pytest.mark.parametrize("x", [2.0226e-7, 1.0001e-6, 9.9951e-3, 4.5e-7, 1.2345e-14, 3.0])
+def test_a_written_e_max_is_rounded_up_never_below_what_was_measured(x: float):
+    r = calibrate.rounded_up(x)
+    assert x <= r <= x * 1.01 and r == float(f"{r:.3g}")

@@ -457,3 +457,19 @@ def test_hardware_fault_models_at_an_exponent_bit_are_caught(dtype, table_path):
             outcome = run(workload, ctx, seed, from_label(label, "output", seed))
             assert ctx.injected is not None and ctx.injected["value_changed"], label
             assert outcome.status == STATUS_MISMATCH, (label, seed)
+
+
+def test_inputs_out_of_a_dtypes_range_are_refused_before_work_and_allowed_without_that_dtype():
+    """fp16 is not calibrated over `log_scales` (its outputs would round as subnormals): a profile asking
+    for both is refused, naming the parameter; without float16 it is accepted."""
+    from sdcscan.errors import ProfileError
+    from sdcscan.profile import profile_from_data
+
+    def profile(params: dict[str, object]) -> object:
+        data = {"version": 1, "workloads": [{"name": "gemm_fp", "params": params}]}
+        return profile_from_data(data, label="p.yaml", default_name="p")
+
+    with pytest.raises(ProfileError, match=r"params\.inputs.*log_scales.*float16"):
+        profile({"inputs": "log_scales"})
+    kept = {"dtypes": ["float32", "bfloat16"], "shapes": [[64, 64, 64]] * 2, "repeats": [1, 1]}
+    profile({**kept, "checkers": ["float32", "float32"], "inputs": "log_scales"})

@@ -66,7 +66,7 @@ def test_an_unwritable_state_directory_costs_the_cache_not_the_check(fresh_state
 def test_a_shipped_entry_from_another_isa_is_not_trusted_here(monkeypatch, fresh_state):
     fp = calibration.fingerprint(CPU, "float32", "float32")
     foreign = {**fp, "cpu_capability": "NOT-THIS-ONE", "e_max": 1e-9, "k_max": 4096}
-    here = {**fp, "e_max": 2e-6, "k_max": 4096, "checks": calibration.CHECKS}
+    here = {**fp, "e_max": 2e-6, "k_max": 4096, "checks": calibration.CHECKS, "method": calibration.METHOD}
     monkeypatch.setattr(
         calibration, "load_table", lambda path="": {"schema": calibration.SCHEMA, "entries": [foreign]}
     )

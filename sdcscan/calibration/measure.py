@@ -7,7 +7,7 @@ The measurement uses the very functions `gemm_fp` checks with, so the two cannot
 
 No device goes uncalibrated: `resolve` takes e_max from a file the user named, else from the cache in
 the state directory, else from the shipped table when its entry was measured on this very fingerprint,
-else it measures now (about a second per dtype on one core) and caches the result. Every e_max is held
+else it measures now (0.2-1.7 s per dtype and shape on one AVX-512 core) and caches the result. Every e_max is held
 against `e_max_ceiling`, which depends only on the arithmetic, so a unit cannot calibrate away its own
 faults: a measurement above it is refused, and gemm_fp on that unit is an error, never a quiet pass.
 """
@@ -26,6 +26,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from sdcscan.calibration.table import (
@@ -33,6 +34,8 @@ from sdcscan.calibration.table import (
     DISTRIBUTION_NAMES,
     DTYPE_NAMES,
     MAX_TABLE_BYTES,
+    OUT_OF_RANGE,
+    PAIR_NAMES,
     SCHEMA,
     check_schema,
     check_table,
@@ -75,6 +78,72 @@ def _row_scales(shape: tuple[int, int], g: torch.Generator, dt: torch.dtype) -> 
     return x
 
 
+def _numpy_rng(g: torch.Generator) -> np.random.Generator:
+    """numpy's own generator (PCG64), seeded from torch's: distributions drawn by two unrelated
+    generators, so e_max is not fitted to one generator's artefacts (issue 32)."""
+    return np.random.default_rng(int(torch.randint(0, 2**62, (1,), generator=g)))
+
+
+def _numpy_t(rng: np.random.Generator, dof: int, shape: tuple[int, ...]) -> np.ndarray:
+    """Student-t with an integer number of degrees of freedom, z / sqrt(χ²/dof), from numpy's fast
+    normal and exponential draws (χ²(2) = 2·Exp(1)), which are faster than `standard_t`."""
+    chi2 = 2.0 * sum(rng.standard_exponential(shape) for _ in range(dof // 2))
+    if dof % 2:
+        chi2 = chi2 + rng.standard_normal(shape) ** 2
+    return rng.standard_normal(shape) / np.sqrt(chi2 / dof)
+
+
+def _student_t4(shape: tuple[int, int], g: torch.Generator, dt: torch.dtype) -> torch.Tensor:
+    """Student-t with 4 degrees of freedom, drawn by numpy."""
+    return torch.from_numpy(_numpy_t(_numpy_rng(g), 4, shape)).to(dt)
+
+
+def _outlier_channels(shape: tuple[int, int], g: torch.Generator, dt: torch.dtype) -> torch.Tensor:
+    """N(0,1) with one column in 128 (at random places, at least one) scaled by 10..100, drawn by numpy:
+    the massive activations of a few channels of a transformer."""
+    rng = _numpy_rng(g)
+    x = rng.standard_normal(shape)
+    cols = rng.choice(shape[1], size=max(1, shape[1] // 128), replace=False)
+    x[:, cols] *= 10.0 ** rng.uniform(1.0, 2.0, cols.size)
+    return torch.from_numpy(x).to(dt)
+
+
+def _log_scales(shape: tuple[int, int], g: torch.Generator, dt: torch.dtype) -> torch.Tensor:
+    """Zero-mean, each row and each column with its own scale, log-uniform over 10^-3..10^3; divided by
+    its largest magnitude, so that products stay finite in fp16 (a threshold is relative: the spread of
+    scales matters, not their overall size)."""
+    rows = 10.0 ** (torch.rand((shape[0], 1), generator=g, dtype=dt) * 6.0 - 3.0)
+    cols = 10.0 ** (torch.rand((1, shape[1]), generator=g, dtype=dt) * 6.0 - 3.0)
+    x = torch.randn(shape, generator=g, dtype=dt) * rows * cols
+    return x / x.abs().max()
+
+
+def _activations(m: int, k: int, g: torch.Generator, dt: torch.dtype) -> torch.Tensor:
+    """(M, K) activations of a linear layer: GELU of normals (mostly positive, so rows have a mean),
+    per-token and per-channel scales over two decades, and one channel in 128 ×30 more."""
+    tokens = 10.0 ** (torch.rand((m, 1), generator=g, dtype=dt) * 2.0 - 1.0)
+    channels = 10.0 ** (torch.rand((1, k), generator=g, dtype=dt) * 2.0 - 1.0)
+    channels[0, torch.randperm(k, generator=g)[: max(1, k // 128)]] *= 30.0
+    return torch.nn.functional.gelu(torch.randn((m, k), generator=g, dtype=dt) * tokens * channels)
+
+
+def _weights(k: int, n: int, g: torch.Generator, dt: torch.dtype) -> torch.Tensor:
+    """(K, N) weights, drawn by numpy: Student-t(5) entries, per-input-row scales over a decade and a mean
+    per output column of either sign. Those means cancel in each row's mean, which V-ABFT's threshold
+    reads, but not in C (docs/abft.md §3.1a)."""
+    rng = _numpy_rng(g)
+    w = _numpy_t(rng, 5, (k, n)) * 10.0 ** rng.uniform(-0.5, 0.5, (k, 1))
+    return torch.from_numpy((w + 3.0 * rng.standard_normal((1, n))) * 0.02).to(dt)
+
+
+# (M, K, N), generator, dtype -> (A, B): operands that differ in kind, as a layer's inputs and weights do
+PairSampler = Callable[
+    [tuple[int, int, int], torch.Generator, torch.dtype], tuple[torch.Tensor, torch.Tensor]
+]
+PAIRS: dict[str, PairSampler] = {
+    "activations_weights": lambda s, g, dt: (_activations(s[0], s[1], g, dt), _weights(s[1], s[2], g, dt)),
+}
+
 # (shape, generator, dtype) -> a matrix of GEMM operands; not telemetry's Sampler
 OperandSampler = Callable[[tuple[int, int], torch.Generator, torch.dtype], torch.Tensor]
 _SAMPLERS: dict[str, OperandSampler] = {
@@ -87,14 +156,44 @@ _SAMPLERS: dict[str, OperandSampler] = {
     "student_t3": _student_t3,
     "llm_like": _llm_like,
     "row_scales": _row_scales,
+    "student_t4": _student_t4,
+    "outlier_channels": _outlier_channels,
+    "log_scales": _log_scales,
 }
 DISTRIBUTIONS = {name: _SAMPLERS[name] for name in DISTRIBUTION_NAMES}  # table.py names them
+assert tuple(PAIRS) == PAIR_NAMES
 
 
 def sample(dist: str, shape: tuple[int, int], g: torch.Generator, dtype: torch.dtype) -> torch.Tensor:
     """A (rows, cols) CPU matrix from a named distribution, rounded once to `dtype`."""
     wide = torch.float64 if dtype == torch.float64 else torch.float32
     return DISTRIBUTIONS[dist](shape, g, wide).to(dtype)
+
+
+def sample_pair(
+    dist: str, shape: tuple[int, int, int], g: torch.Generator, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(A, B) of a GEMM of `shape` = (M, K, N) from a named distribution or pair, rounded to `dtype`."""
+    m, k, n = shape
+    if dist in DISTRIBUTIONS:
+        return sample(dist, (m, k), g, dtype), sample(dist, (k, n), g, dtype)
+    wide = torch.float64 if dtype == torch.float64 else torch.float32
+    a, b = PAIRS[dist](shape, g, wide)
+    return a.to(dtype), b.to(dtype)
+
+
+def rounded_up(x: float) -> float:
+    """`x` to 3 significant digits, rounded up: a written e_max never falls below the measured need times
+    the margin (rounding to nearest could take 0.5% off it)."""
+    if not math.isfinite(x) or x <= 0:
+        return x
+    step = 10.0 ** (math.floor(math.log10(x)) - 2)
+    return float(f"{math.ceil(x / step - 1e-9) * step:.3g}")
+
+
+def calibration_inputs(dtype: str = "") -> list[str]:
+    """Every distribution and pair e_max is measured over for `dtype`, in the order they are drawn."""
+    return [d for d in (*DISTRIBUTIONS, *PAIRS) if d not in OUT_OF_RANGE.get(dtype, ())]
 
 
 def needed_e_max(a: torch.Tensor, b: torch.Tensor, c_out: torch.Tensor, checker: torch.dtype) -> float:
@@ -122,7 +221,7 @@ def calibrate_dtype(
         ({checker: {K: needed e_max}}, number of clean rows measured).
     """
     m = min(mn, max(1, rows))
-    trials = max(1, math.ceil(rows / (len(k_values) * len(DISTRIBUTIONS) * m)))
+    trials = max(1, math.ceil(rows / (len(k_values) * len(calibration_inputs(dtype_name)) * m)))
     out: dict[str, dict[int, float]] = {chk: {} for chk in CHECKERS[dtype_name]}
     for k in k_values:
         needed = measure_needed(
@@ -130,7 +229,7 @@ def calibrate_dtype(
         )
         for chk, value in needed.items():
             out[chk][k] = value
-    return out, trials * len(k_values) * len(DISTRIBUTIONS) * m
+    return out, trials * len(k_values) * len(calibration_inputs(dtype_name)) * m
 
 
 def measure_needed(
@@ -149,10 +248,9 @@ def measure_needed(
     dtype, (m, k, n) = DTYPES[dtype_name], shape
     g = torch.Generator().manual_seed(seed)
     out = dict.fromkeys(checkers, 0.0)
-    for dist in DISTRIBUTIONS:
+    for dist in calibration_inputs(dtype_name):
         for _ in range(trials):
-            a = sample(dist, (m, k), g, dtype).to(device)
-            b = sample(dist, (k, n), g, dtype).to(device)
+            a, b = (x.to(device) for x in sample_pair(dist, (m, k, n), g, dtype))
             c_out = a @ b
             for chk in out:
                 out[chk] = max(out[chk], needed_e_max(a, b, c_out, DTYPES[chk]))
@@ -208,14 +306,15 @@ def _entry(
         "torch": torch.__version__,
         "dtype": dtype,
         "checker": chk,
-        "e_max": float(f"{needed * margin:.3g}"),
+        "e_max": rounded_up(needed * margin),
         "needed": needed,
         "margin": margin,
         "k_max": max(per_k),
         "checks": CHECKS,
+        "method": METHOD,
         "needed_per_k": {str(k): v for k, v in sorted(per_k.items())},
         "rows": rows,
-        "distributions": list(DISTRIBUTIONS),
+        "distributions": calibration_inputs(dtype),
         "device_kind": device.type,
         "cpu_capability": torch.backends.cpu.get_cpu_capability() if device.type == "cpu" else None,
         "threads": torch.get_num_threads() if device.type == "cpu" else None,
@@ -321,9 +420,13 @@ def _parse_device(text: str) -> torch.device:
 # measurement, held against a ceiling the arithmetic sets.
 
 SELF_MAX_MN = 256  # rows and columns of a self-calibration GEMM at most: seconds per dtype, not minutes
-SELF_ROWS = 512  # clean rows (and as many columns) per distribution: 3,584 of each over the 7 distributions
+SELF_ROWS = 512  # clean rows (and as many columns) per distribution: 5,632 of each over the 11 inputs
 SOURCES = ("file", "cache", "shipped", "fresh")
 CHECKS = ["rows", "columns"]  # what a measurement covered; entries without it predate the column check
+# How e_max is measured and applied: 2 = the column-mean term of the threshold, contiguous checksum
+# products and the issue-32 distributions (docs/abft.md §3.1a). Part of the cache key, and a shipped entry
+# of another method is not used: an e_max fits the threshold it was measured with.
+METHOD = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -420,14 +523,15 @@ def fresh_entry(device: torch.device, fp: dict[str, Any], shape: tuple[int, int,
     value = needed[fp["checker"]]
     return {
         **fp,
-        "e_max": float(f"{value * DEFAULT_MARGIN:.3g}"),
+        "e_max": rounded_up(value * DEFAULT_MARGIN),
         "needed": value,
         "margin": DEFAULT_MARGIN,
         "k_max": k,
         "checks": CHECKS,
+        "method": METHOD,
         "shape": [m, k, n],
-        "rows": trials * m * len(DISTRIBUTIONS),
-        "distributions": list(DISTRIBUTIONS),
+        "rows": trials * m * len(calibration_inputs(fp["dtype"])),
+        "distributions": calibration_inputs(fp["dtype"]),
         "fingerprint": fp,
         "measured_utc": iso_utc(time.time()),
     }
@@ -451,7 +555,7 @@ def _held(entry: dict[str, Any], source: str, k: int, ceiling: float) -> Thresho
 
 def _cache_file(fp: dict[str, Any], shape: tuple[int, int, int]) -> Path:
     m, k, n = min(shape[0], SELF_MAX_MN), shape[1], min(shape[2], SELF_MAX_MN)
-    key = json.dumps({**fp, "shape": [m, k, n]}, sort_keys=True)
+    key = json.dumps({**fp, "shape": [m, k, n], "method": METHOD}, sort_keys=True)
     return calibration_cache_dir() / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
 
 
@@ -498,6 +602,11 @@ def _shipped_match(fp: dict[str, Any], k: int) -> dict[str, Any] | None:
             )
         else:
             same = same and entry.get("compute_capability") == fp.get("compute_capability")
-        if same and entry.get("checks") == CHECKS and int(entry["k_max"]) >= k:
+        if (
+            same
+            and entry.get("checks") == CHECKS
+            and entry.get("method") == METHOD
+            and int(entry["k_max"]) >= k
+        ):
             return entry
     return None

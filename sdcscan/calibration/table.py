@@ -35,6 +35,10 @@ CHECKERS = {
     "bfloat16": ["float32"],
     "float16": ["float32"],
 }
+# Inputs a dtype is not measured over (`measure.calibration_inputs`) and gemm_fp may not draw for it:
+# entries spanning twelve decades do not fit fp16's normal range (6e-5..65504), and its subnormal outputs
+# round by an absolute step, which no relative threshold models.
+OUT_OF_RANGE: dict[str, tuple[str, ...]] = {"float16": ("log_scales",)}
 # The operand distributions e_max is measured over (`measure.DISTRIBUTIONS` draws them, in this order)
 DISTRIBUTION_NAMES = (
     "abs_normal",
@@ -44,7 +48,13 @@ DISTRIBUTION_NAMES = (
     "student_t3",
     "llm_like",
     "row_scales",
+    "student_t4",
+    "outlier_channels",
+    "log_scales",
 )
+# Operand pairs e_max is measured over besides (`measure.PAIRS`): A and B of different kinds, as a
+# layer's activations and weights are; not gemm_fp inputs
+PAIR_NAMES = ("activations_weights",)
 
 
 def check_table_file(path: str) -> dict[str, Any]:

@@ -32,12 +32,15 @@ class OperandSummary:
         s1: Σ_k |μB_k| over the K rows of B.
         s2: Σ_k σB_k², with σ² the Bhatia–Davis bound of row k.
         s3: Σ_k μB_k².
+        s1_cols: Σ_j |Σ_k B_kj| / N, B's mass by columns on the scale of s1 (docs/abft.md §3.1a): the
+            threshold's mean term takes the larger of the two.
     """
 
     n: int
     s1: float
     s2: float
     s3: float
+    s1_cols: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,17 +91,24 @@ def summarize(b: torch.Tensor) -> OperandSummary:
         b: (K, N) the operand on the right of the GEMM.
     """
     mu, var = bhatia_davis(b)
+    acc = torch.float64 if b.dtype == torch.float64 else torch.float32
+    s1_cols = float(b.sum(dim=0, dtype=acc).double().abs().sum()) / b.shape[1]
     return OperandSummary(
-        n=b.shape[1], s1=float(mu.abs().sum()), s2=float(var.sum()), s3=float((mu * mu).sum())
-    )
+        n=b.shape[1], s1=float(mu.abs().sum()), s2=float(var.sum()), s3=float((mu * mu).sum()),
+        s1_cols=s1_cols,
+    )  # fmt: skip
 
 
 def vabft_threshold(
     mu_a: torch.Tensor, var_a: torch.Tensor, summary: OperandSummary, e_max: float, c: float = SIGMA_C
 ) -> torch.Tensor:
-    """V-ABFT threshold per row (V-ABFT §3.4; docs/abft.md §3.1)::
+    """V-ABFT threshold per row (V-ABFT §3.4; docs/abft.md §3.1, §3.1a)::
 
-        T_i = e_max·( N·|μA_i|·S1 + c·sqrt(N·μA_i²·S2 + N²·σA_i²·S3) + c·sqrt(N)·σA_i·sqrt(S2) )
+        T_i = e_max·( N·|μA_i|·max(S1, S1c) + c·sqrt(N·μA_i²·S2 + N²·σA_i²·S3) + c·sqrt(N)·σA_i·sqrt(S2) )
+
+    S1c (`OperandSummary.s1_cols`) is sdcscan's: B's column sums can be large while its row means cancel
+    (weights whose output channels have means of either sign), and then C_ij = K·μA_i·β_j + … carries
+    a mean part that V-ABFT's S1 does not see. For operands of one sign S1c = S1 and T is V-ABFT's.
 
     Args:
         mu_a: (M,) float64 mean of each row of A.
@@ -112,7 +122,8 @@ def vabft_threshold(
     n = float(summary.n)
     spread = torch.sqrt(n * mu_a * mu_a * summary.s2 + n * n * var_a * summary.s3)
     tail = math.sqrt(n) * torch.sqrt(var_a) * math.sqrt(summary.s2)
-    return e_max * (n * mu_a.abs() * summary.s1 + c * spread + c * tail)
+    s1 = max(summary.s1, summary.s1_cols)
+    return e_max * (n * mu_a.abs() * s1 + c * spread + c * tail)
 
 
 def encode(b: torch.Tensor, checker: torch.dtype, *, rigorous: bool = False) -> Encoding:
@@ -134,7 +145,9 @@ def row_residual(a: torch.Tensor, c_out: torch.Tensor, rowsum: torch.Tensor) -> 
     Args:
         a: (M, K) operand as fed to the GEMM.  c_out: (M, N) result under test.  rowsum: (K,) B · 1_N.
     """
-    return c_out.to(rowsum.dtype).sum(dim=1) - a.to(rowsum.dtype) @ rowsum
+    # contiguous: a product with a transposed matrix (the column check's Bᵀ) sums K terms one after
+    # another on MKL, with 3x the rounding of a product with contiguous rows (docs/abft.md §3.2)
+    return c_out.to(rowsum.dtype).sum(dim=1) - a.to(rowsum.dtype).contiguous() @ rowsum
 
 
 def failing(d: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
@@ -200,7 +213,8 @@ def expected(
     bt, enc_a = b.t(), encode(a.t(), checker)
     mu_b, var_b = bhatia_davis(bt)
     col_t = vabft_threshold(mu_b, var_b, enc_a.summary, e_max, c)
-    return Expected(a.to(checker) @ enc.rowsum, row_t, bt.to(checker) @ enc_a.rowsum, col_t)
+    cols = bt.to(checker).contiguous() @ enc_a.rowsum  # as row_residual computes it
+    return Expected(a.to(checker).contiguous() @ enc.rowsum, row_t, cols, col_t)
 
 
 def verify(c_out: torch.Tensor, exp: Expected) -> tuple[CheckResult, CheckResult]:
@@ -263,7 +277,7 @@ def permuted_expected(
     return Expected(
         rows=a.to(checker) @ stats.b_rowsum[inner],
         row_t=stats.row_t[rows],
-        cols=b.t().to(checker) @ stats.a_colsum[inner],
+        cols=b.t().to(checker).contiguous() @ stats.a_colsum[inner],  # as row_residual computes it
         col_t=stats.col_t[cols],
     )
 

@@ -42,8 +42,9 @@ def calibrate(
 ) -> None:
     """Measure gemm_fp's V-ABFT e_max on a device and write a calibration table.
 
-    Runs many clean GEMMs per inner dimension K over six input distributions, takes the largest
-    |D|/T(e_max=1) over all rows, and multiplies it by a safety margin. CPU measurements use one
+    Runs many clean GEMMs per inner dimension K over the calibration's input distributions (heavy tails,
+    outlier channels, scales over decades, activations against weights), takes the largest
+    |D|/T(e_max=1) over all rows and columns, and multiplies it by a safety margin. CPU measurements use one
     thread, as per-core units do. Entries in an existing output file for other devices are kept.
 
     \b

@@ -66,7 +66,9 @@ _SURE = {"pair_in_row": 0.99, "row_offset:0.01": 0.99, "column_offset:0.01": 0.9
 _MODEL_FLOORS: dict[str, dict[str, float]] = {
     "float64": {**_SURE, "swap_in_row": 0.99, "swap_columns": 0.9, "relerr:0.01": 0.99, "relerr:0.001": 0.99,
                 "relerr:0.0001": 0.99},
-    "float32": {**_SURE, "swap_in_row": 0.9, "swap_columns": 0.9, "relerr:0.01": 0.99},
+    # relerr:0.001 moves an output of the paper's inputs (about K·1.3²) by ~3x its row's threshold at the
+    # self-calibrated e_max (docs/abft.md §3.2: 100% since issue 32; 12-16% before)
+    "float32": {**_SURE, "swap_in_row": 0.9, "swap_columns": 0.9, "relerr:0.01": 0.99, "relerr:0.001": 0.99},
     "bfloat16": {k: v for k, v in _SURE.items() if k != "relerr:0.1"} | {"swap_columns": 0.9},
     "float16": {**_SURE, "swap_columns": 0.9},
 }  # fmt: skip
@@ -80,7 +82,8 @@ class SelftestMixin:
         "below ~1e-3 (fp32), ~1e-1 (fp16), and in bf16 a 10% error or a swap of two similar elements",
         "bf16 on zero-mean data: a flip that sends an element below ~4x its row's rounding noise; even a "
         "threshold that knew that noise exactly catches only about 94% of exponent bits 10-14 at "
-        "(128,1024,256) (tests/test_float_blind_spots.py)",
+        "(128,1024,256) (tests/test_float_blind_spots.py); heavier tails and spread scales catch less: "
+        "Student-t(3) 11% at bit 14, rows over three decades 16-18% at bits 10-13",
         "four changes forming a rectangle (+d, -d in two rows and two columns); A corrupted before the GEMM "
         "(the negative control)",
     )  # docs/abft.md §3.4a

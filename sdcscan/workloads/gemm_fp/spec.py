@@ -13,6 +13,7 @@ from typing import Any
 from sdcscan.calibration.table import CHECKERS as CALIBRATED_CHECKERS
 from sdcscan.calibration.table import DISTRIBUTION_NAMES as INPUTS
 from sdcscan.calibration.table import DTYPE_NAMES as DTYPES
+from sdcscan.calibration.table import OUT_OF_RANGE
 from sdcscan.checks.limits import SIGMA_C
 from sdcscan.outcomes import CONSENSUS, INVARIANT, REPEAT
 from sdcscan.workloads.params import CalibrationPath, Choice, Int, ListOf, Number, Shape, one_per_dtype
@@ -27,6 +28,14 @@ def _rules(p: Mapping[str, Any]) -> tuple[str, str] | None:
     found = one_per_dtype(p, ("shapes", "repeats", "checkers"))
     if found:
         return found
+    for i, dtype in enumerate(p["dtypes"]):
+        if p["inputs"] in OUT_OF_RANGE.get(
+            dtype, ()
+        ):  # its outputs round as subnormals: no threshold models it
+            return (
+                "inputs",
+                f"{p['inputs']} is out of the range of dtypes item [{i}] {dtype}: leave out that dtype",
+            )
     for i, (dtype, checker) in enumerate(zip(p["dtypes"], p["checkers"], strict=True)):
         if _DIGITS[checker] < _DIGITS[dtype]:  # checksums coarser than the data they check
             return "checkers", f"item [{i}] must be at least as precise as its dtype {dtype} (got {checker})"
