@@ -359,3 +359,23 @@ def test_compare_html_may_not_replace_an_input(small_fleet: Path, tmp_path: Path
 def test_hostile_report_still_validates() -> None:
     """The hostile fixture is a report every reader accepts: the escaping, not the validator, protects the page."""
     validate_report(copy.deepcopy(hostile_report()), label="hostile")
+
+
+def test_the_run_page_draws_each_gauge_over_the_run_and_survives_a_hostile_series() -> None:
+    """A report with telemetry series gets one line chart per gauge; a series of the wrong shape, NaN or
+    endless points is drawn as far as it makes sense, never breaking the page."""
+    doc = json.loads(BURNIN.read_text())
+    units = doc["telemetry"]["units"]
+    for k, uid in enumerate(sorted(units)):
+        units[uid]["freq_mhz"]["series"] = {
+            "every_s": 5.0,
+            "points": [2000.0 + 10 * k + i for i in range(40)],
+        }
+    page = run_page(validate_report(doc), source="r.json")
+    assert "freq_mhz (mean per point) over the run" in page and "seconds into the run" in page
+    uid = sorted(units)[0]
+    for hostile in ({"every_s": "x", "points": [1.0, 2.0]}, {"every_s": 5.0, "points": [float("nan")] * 3},
+                    {"every_s": 5.0, "points": list(range(100000))}, "not a series"):  # fmt: skip
+        units[uid]["freq_mhz"]["series"] = hostile
+        page = run_page(validate_report(copy.deepcopy(doc)), source="r.json")
+        assert "<html" in page and len(page) < 2_000_000

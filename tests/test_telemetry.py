@@ -201,3 +201,33 @@ def test_nvml_missing_makes_gpu_metrics_null_with_install_hint(monkeypatch: pyte
     summary = s.summary()
     assert summary["units"]["cuda:0"]["ecc_uncorrected"]["value"] is None
     assert any("sdcscan[gpu]" in n for n in summary["notes"])
+
+
+def test_a_gauge_keeps_a_bounded_series_whose_points_are_exact_reductions() -> None:
+    """However long the run, a gauge's series stays within 2 x MAX_POINTS points; each point is the
+    reduction of the samples it covers (max for a temperature, mean for a clock), and a counter keeps none."""
+    from sdcscan.telemetry.sampler import MAX_POINTS, _Acc
+
+    n = 10 * MAX_POINTS + 7
+    temps, clocks, counter = _Acc("max"), _Acc("mean"), _Acc("last")
+    for i in range(n):
+        temps.add(float(i % 50))
+        clocks.add(float(i))
+        counter.add(float(i))
+    t, c = temps.to_dict(True, 5.0)["series"], clocks.to_dict(True, 5.0)["series"]
+    assert MAX_POINTS <= len(t["points"]) <= 2 * MAX_POINTS and "series" not in counter.to_dict(True, 5.0)
+    stride = int(c["every_s"] / 5.0)
+    assert stride & (stride - 1) == 0 and stride * (len(c["points"]) - 1) < n <= stride * len(c["points"])
+    assert c["points"][0] == sum(range(stride)) / stride  # the mean of the samples it covers
+    assert t["points"][0] == max(i % 50 for i in range(stride))
+    assert c["points"][-1] == sum(range(stride * (len(c["points"]) - 1), n)) / (
+        n - stride * (len(c["points"]) - 1)
+    )
+
+
+def test_the_run_reports_a_series_per_gauge() -> None:
+    ps = _fake_psutil([1000.0, 2000.0, 3000.0], temps=[40.0, 70.0, 50.0])
+    with Sampler(["cpu:0"], interval_s=60, sources=[CpuSource([0], psutil_module=ps)]) as s:
+        s.sample()
+    host = s.summary()["host"]
+    assert host["cpu_temp_c"]["series"] == {"every_s": 60.0, "points": [40.0, 70.0, 50.0]}

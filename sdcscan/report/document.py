@@ -439,6 +439,11 @@ class MetricStats(TypedDict, total=False):
     reduce: Annotated[str, UNCHECKED]
     before: Annotated[float | None, UNCHECKED]
     after: Annotated[float | None, UNCHECKED]
+    series: Annotated[
+        dict[str, object],
+        UNCHECKED,
+        Doc("Gauges only: `points` over the run, one every `every_s` seconds, each reduced like `value`."),
+    ]
 
 
 Metrics = dict[str, MetricStats | None]

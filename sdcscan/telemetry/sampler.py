@@ -2,7 +2,10 @@
 
 A `Sampler` reads every source before the run, every `interval_s` during it (a daemon thread) and
 after it, and keeps one streaming reduction per metric (`REDUCE`: max temperature, mean frequency,
-last counter value), so a 10,000 s burn-in costs no more memory than a 60 s run. Telemetry is
+last counter value), so a 10,000 s burn-in costs no more memory than a 60 s run. Gauges (a clock, a
+temperature, a power) also keep a series of at most 2 × MAX_POINTS points: when it fills, neighbouring
+points are merged by the metric's own reduction and each point covers twice the samples, so a two-hour
+burn-in's clocks and temperatures can be drawn over time in the same bounded memory. Telemetry is
 evidence beside the verdict, never a reason a run fails: a source that is missing or raises becomes
 `null` values and a note. An increase of an uncorrectable-error counter during the run is a finding.
 """
@@ -49,16 +52,33 @@ REDUCE: dict[str, str] = {
 }
 
 
-class _Acc:
-    """Streaming reduction of one metric: before, after and the reduced value, in O(1) memory."""
+MAX_POINTS = 120  # a gauge's series keeps MAX_POINTS to 2 x MAX_POINTS points (`_Acc`)
+SERIES = ("mean", "max", "min")  # the reductions of gauges: they are drawn over time
 
-    __slots__ = ("before", "count", "how", "last", "value")
+
+def _reduced(how: str, values: Sequence[float]) -> float:
+    """Several samples (or equally wide points) of one metric as one, by its own reduction."""
+    if how == "max":
+        return max(values)
+    if how == "min":
+        return min(values)
+    return sum(values) / len(values)  # mean: points merged are equally wide, so this is exact
+
+
+class _Acc:
+    """Streaming reduction of one metric: before, after, the reduced value and, for a gauge, a series of
+    bounded length, in O(1) memory."""
+
+    __slots__ = ("before", "bucket", "count", "how", "last", "points", "stride", "value")
 
     def __init__(self, how: str) -> None:
         self.how, self.count = how, 0
         self.before: float | None = None
         self.last: float | None = None
         self.value: float | None = None
+        self.points: list[float] = []  # each the reduction of `stride` samples
+        self.bucket: list[float] = []  # samples of the point being filled
+        self.stride = 1
 
     def add(self, v: float | None) -> None:
         if v is None:
@@ -75,11 +95,27 @@ class _Acc:
             self.value = v
         self.count += 1
         self.last = v
+        if self.how in SERIES:
+            self._point(v)
 
-    def to_dict(self, after_seen: bool) -> MetricStats:
+    def _point(self, v: float) -> None:
+        self.bucket.append(v)
+        if len(self.bucket) < self.stride:
+            return
+        self.points.append(_reduced(self.how, self.bucket))
+        self.bucket = []
+        if len(self.points) == 2 * MAX_POINTS:  # full: merge neighbours, each point now twice as wide
+            self.points = [_reduced(self.how, self.points[i : i + 2]) for i in range(0, len(self.points), 2)]
+            self.stride *= 2
+
+    def to_dict(self, after_seen: bool, interval_s: float) -> MetricStats:
         out: MetricStats = {"before": self.before, "after": self.last if after_seen else None}
         out["value"] = round(self.value, 3) if isinstance(self.value, float) else self.value
         out["reduce"] = self.how
+        if self.points or self.bucket:
+            points = self.points + ([_reduced(self.how, self.bucket)] if self.bucket else [])
+            # samples with no reading are left out, so a point's time is approximate where a source failed
+            out["series"] = {"every_s": self.stride * interval_s, "points": [round(p, 3) for p in points]}
         if self.how == "last":
             before, last = self.before, self.last
             out["delta"] = last - before if after_seen and before is not None and last is not None else None
@@ -192,7 +228,7 @@ class Sampler:
         locked = self._lock.acquire(timeout=5.0)
         try:
             scopes: dict[str, Metrics | None] = {
-                scope: {m: acc.to_dict(self._after) for m, acc in sorted(accs.items())}
+                scope: {m: acc.to_dict(self._after, self.interval_s) for m, acc in sorted(accs.items())}
                 for scope, accs in self._accs.items()
             }
             return {

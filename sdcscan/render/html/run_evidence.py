@@ -17,6 +17,8 @@ from sdcscan.report.document import Report
 
 GAUGES = ("mean", "max", "min")  # reductions of a level (a temperature, a clock): drawn per unit
 MAX_COLUMNS = 128  # units of one telemetry chart (the first, in unit order)
+MAX_SERIES_POINTS = 512  # points drawn of one series (the sampler keeps at most 240; a hostile file more)
+PALETTE = 8  # scopes of one series chart drawn in a colour each (the page's c0..c7); beyond, grey
 MAX_EVENT_UNITS = 48
 EVENT_KINDS = (("segfault", "segfaults"), ("trap", "traps"), ("mce", "machine checks"), ("xid", "Xids"))
 
@@ -52,7 +54,8 @@ def telemetry_section(report: Report) -> str:
         rows = [(scope, _dict(ms.get(metric))) for scope, ms in scopes if metric in ms]
         reduce = next((_word(s.get("reduce")) for _, s in rows if s.get("reduce")), "")
         if reduce in GAUGES:
-            charts.append(_gauge_chart(metric, reduce, rows))
+            drawn = _series_chart(metric, reduce, rows) or _gauge_chart(metric, reduce, rows)
+            charts.append(drawn)
         else:
             counters += [_counter_row(metric, reduce, scope, s) for scope, s in rows]
     sources = ", ".join(f"{k} {_word(v) or '?'}" for k, v in sorted(_dict(tel.get("sources")).items()))
@@ -78,10 +81,41 @@ def telemetry_section(report: Report) -> str:
     body += f"<ul>{note_list}</ul>" if note_list else ""
     note = (
         "The sampler keeps, per metric, its first and last reading and one value reduced over the run (the "
-        "mean of a clock or load, the maximum of a temperature or power, the last of a counter) in constant "
-        "memory; the report holds no time series. Bars: the reduced value; rings: the first reading; dots: the last."
+        "mean of a clock or load, the maximum of a temperature or power, the last of a counter), and for a "
+        "gauge a series of at most 240 points, each reduced the same way over its stretch of the run, in "
+        "constant memory. Lines: a gauge over the run, one per scope; where a report has no series (older "
+        "sdcscan), bars show the reduced value, rings the first reading and dots the last."
     )
     return section("Telemetry", body, note=note, anchor="telemetry")
+
+
+def _series(s: Mapping[str, object]) -> tuple[float, list[float | None]] | None:
+    """(seconds between points, points) of a metric's series, None when it has fewer than two."""
+    series = _dict(s.get("series"))
+    every, points = _num(series.get("every_s")), series.get("points")
+    if every is None or every <= 0 or not isinstance(points, list) or len(points) < 2:
+        return None
+    return every, [_num(p) for p in points[:MAX_SERIES_POINTS]]
+
+
+def _series_chart(metric: str, reduce: str, rows: list[tuple[str, Mapping[str, object]]]) -> str:
+    """A gauge over the run, one line per scope (the first PALETTE in colour, the rest grey)."""
+    drawn = [(scope, got) for scope, s in rows if (got := _series(s)) is not None][:MAX_COLUMNS]
+    values = [v for _, (_, pts) in drawn for v in pts if v is not None]
+    if not values:
+        return ""
+    lo, hi = min(0.0, min(values)), max(values) * 1.1 or 1.0
+    end = max(every * (len(pts) - 1) for _, (every, pts) in drawn)
+    chart = Chart(f"{metric} ({reduce} per point) over the run", height=220, width=HALF, bottom=54)
+    xs, ys = Scale(0.0, end or 1.0, chart.x0, chart.x1), Scale(lo, hi, chart.y1, chart.y0)
+    chart.x_axis(xs, nice_ticks(0.0, end or 1.0, 5), fmt_num, "seconds into the run")
+    chart.y_axis(ys, nice_ticks(lo, hi, 4), fmt_num, f"{metric} ({reduce})")
+    for k, (scope, (every, pts)) in enumerate(drawn):
+        cls = f"c{k}" if len(drawn) <= PALETTE else "s-quiet"
+        chart.series(xs, ys, [(every * i, v) for i, v in enumerate(pts)], cls, scope)
+    if len(drawn) <= PALETTE:
+        chart.legend([(f"c{k}", scope) for k, (scope, _) in enumerate(drawn)])
+    return chart.svg() if chart.marks else ""
 
 
 def _gauge_chart(metric: str, reduce: str, rows: list[tuple[str, Mapping[str, object]]]) -> str:
