@@ -290,17 +290,10 @@ def _day_chart(c: Clusters) -> str:
     step = xs(1.0) - xs(0.0)
     every = max(1, len(bars) // 10)
     for k, b in enumerate(bars):
-        base = 0.0
-        for kind, n in b.units_by_kind:
-            chart.rect(
-                xs(k + 0.15),
-                ys(base + n),
-                step * 0.7,
-                ys(base) - ys(base + n),
-                f"k-{kind}",
-                f"{b.label}: {n} {kind} of {b.basis} {c.basis}",
-            )
-            base += n
+        parts = [
+            (n, f"k-{kind}", f"{b.label}: {n} {kind} of {b.basis} {c.basis}") for kind, n in b.units_by_kind
+        ]
+        chart.stack(xs(k + 0.15), step * 0.7, ys, parts)
         if b.basis:
             ey = ys(b.expected)
             chart.parts.append(

@@ -270,18 +270,9 @@ def _events_chart(units: Mapping[str, object]) -> str:
     chart.y_axis(ys, nice_ticks(0.0, hi, 4), fmt_num, "events")
     step = xs(1.0) - xs(0.0)
     for k, (unit, row) in enumerate(tallies):
-        base = 0.0
-        for kind, n in row:
-            if n:
-                chart.rect(
-                    xs(k + 0.15),
-                    ys(base + n),
-                    step * 0.7,
-                    ys(base) - ys(base + n),
-                    f"ev-{kind}",
-                    f"{unit}: {n} {kind}",
-                )
-                base += n
+        chart.stack(
+            xs(k + 0.15), step * 0.7, ys, [(n, f"ev-{kind}", f"{unit}: {n} {kind}") for kind, n in row]
+        )
         chart.text(xs(k + 0.5), chart.y1 + 14, unit, "tick", anchor="middle")
     chart.legend([(f"ev-{kind}", name) for kind, name in EVENT_KINDS])
     return chart.svg()

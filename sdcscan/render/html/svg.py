@@ -167,6 +167,15 @@ class Chart:
         )
         self.marks += 1
 
+    def stack(self, x: float, width: float, ys: Scale, parts: Sequence[tuple[float, str, str]]) -> None:
+        """A stacked bar at pixel `x`: (value, class, title) of each part, from the baseline up; empty
+        parts are left out."""
+        base = 0.0
+        for n, cls, title in parts:
+            if n:
+                self.rect(x, ys(base + n), width, ys(base) - ys(base + n), cls, title)
+                base += n
+
     def circle(self, x: float, y: float, r: float, cls: str, title: str = "") -> None:
         self.parts.append(
             f'<circle class="mark {cls}" cx="{_c(x)}" cy="{_c(y)}" r="{_c(r)}">{_title(title)}</circle>'
