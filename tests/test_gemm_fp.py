@@ -395,6 +395,8 @@ def test_the_host_read_guard_catches_a_loop_that_reads_every_repeat(host_reads, 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+# torch warns that the sync check is a prototype each time it is switched on (seen with 2.11.0+cu130)
+@pytest.mark.filterwarnings("ignore:Synchronization debug mode is a prototype feature:UserWarning")
 def test_on_cuda_nothing_inside_the_repeats_synchronises(monkeypatch):
     """CUDA's own sync check ("error" mode) around every compute and check phase, clean and failing."""
     cls = load("gemm_fp")
@@ -413,9 +415,13 @@ def test_on_cuda_nothing_inside_the_repeats_synchronises(monkeypatch):
 
     @contextmanager
     def strict(name: str) -> Iterator[None]:
+        if name not in ("compute", "check"):  # setup copies the case's host-drawn permutations: a sync
+            with phase(name):
+                yield
+            return
         with phase(name):
-            torch.cuda.set_sync_debug_mode("error")
-            try:
+            try:  # switched back whatever happens, or every later CUDA test fails on its first copy
+                torch.cuda.set_sync_debug_mode("error")
                 yield
             finally:
                 torch.cuda.set_sync_debug_mode("default")

@@ -13,9 +13,12 @@ from sdcscan import faults
 from sdcscan.checks import int8
 from sdcscan.faults import FaultSpec
 from sdcscan.outcomes import Case
+from sdcscan.peaks.plain_ops import plain_ops
 from sdcscan.workloads import load
 from sdcscan.workloads.base import Context, has_selftest
+from sdcscan.workloads.gemm_int8 import int_mm_path
 from sdcscan.workloads.gemm_int8 import workload as gemm_int8
+from sdcscan.workloads.gemm_int8.int_mm_path import takes_signed_path
 from sdcscan.workloads.gemm_int8.selftest_spec import BURSTS, OUTPUT_MODELS, SPATIAL_MODELS
 from sdcscan.workloads.gemm_int8.workload import GemmInt8, _probe
 
@@ -317,3 +320,60 @@ def test_a_seven_bit_burst_in_the_mod127_checksum_word_is_its_blind_spot() -> No
     assert ctx.injected is not None and ctx.injected["value_changed"] and outcome.status == "ok"
     seen = FaultSpec("burst", "output", 0, element=2 * n_ext + 5, bit=24, param=7)
     assert _run(workload, ctx, 3, seen).status == "mismatch"
+
+
+def _refuse_uint8_on_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A torch whose CPU `_int_mm` refuses a uint8 A, as torch 2.11.0+cu130's did on the H200 host's Xeon
+    (every CPU unit's setup failed there); the real kernel answers every other call."""
+    real = torch._int_mm
+
+    def int_mm(a: torch.Tensor, b: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        if a.device.type == "cpu" and a.dtype == torch.uint8:
+            raise RuntimeError("int_mm_out_cpu: Expected self dtype to be of type int8 but got unsigned char")
+        return real(a, b, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "_int_mm", int_mm)
+    int_mm_path.cpu_takes_unsigned.cache_clear()
+
+
+def test_auto_takes_the_signed_route_where_the_cpu_kernel_refuses_uint8(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Clean cases pass on the signed route with its usual digests, a flip is caught, the plain-op peak
+    multiplies the same types, and an explicit `unsigned` says why it cannot run."""
+    signed, ctx = _ready({"path": "signed"})
+    expected = [_run(signed, ctx, seed, occurrence=seed).digest for seed in range(3)]
+    _refuse_uint8_on_cpu(monkeypatch)
+    try:
+        workload, ctx = _ready({"path": "auto"})
+        assert workload.signed and takes_signed_path("auto", torch.device("cpu"))
+        assert {op.dtype for op in plain_ops("gemm_int8", {}, torch.device("cpu"))} == {"int8"}
+        for seed in range(3):
+            outcome = _run(workload, ctx, seed, occurrence=seed)
+            assert outcome.status == "ok" and outcome.detail["path"] == "signed"
+            assert outcome.digest == expected[seed]
+        assert _run(workload, ctx, 0, FaultSpec("bitflip", "output", 7, bit=20)).status == "mismatch"
+        with pytest.raises(ValueError, match=r"path unsigned needs a CPU torch\._int_mm that takes uint8"):
+            _ready({"path": "unsigned"})
+    finally:
+        int_mm_path.cpu_takes_unsigned.cache_clear()  # the next test asks the real kernel
+
+
+def test_auto_keeps_the_unsigned_route_where_the_cpu_kernel_takes_uint8() -> None:
+    """The probe asks the torch in hand: where it takes uint8 (torch 2.13.0+cpu does), auto keeps VNNI's
+    native u8 x s8; on CUDA, auto is always signed."""
+    int_mm_path.cpu_takes_unsigned.cache_clear()
+    cpu = torch.device("cpu")
+    assert takes_signed_path("auto", cpu) is not int_mm_path.cpu_takes_unsigned()
+    assert takes_signed_path("auto", torch.device("cuda", 0))
+    assert takes_signed_path("signed", cpu) and not takes_signed_path("unsigned", cpu)
+
+
+@pytest.mark.skipif(not int_mm_path.cpu_takes_unsigned(), reason="this torch's CPU _int_mm refuses uint8")
+def test_both_routes_compute_the_same_words() -> None:
+    """Units of one cohort may differ in route only if the routes agree bit for bit: same digests."""
+    digests = {}
+    for path in ("unsigned", "signed"):
+        workload, ctx = _ready({"path": path})
+        digests[path] = [_run(workload, ctx, seed, occurrence=seed).digest for seed in range(4)]
+    assert digests["unsigned"] == digests["signed"]

@@ -85,8 +85,9 @@ def _gemm_fp_ops(p: dict[str, Any]) -> list[PlainOp]:
 
 
 def _gemm_int8_ops(p: dict[str, Any], device: torch.device) -> list[PlainOp]:
-    # The workload's own A type: unsigned on CPUs (VNNI's u8 x s8), signed on GPUs (see GemmInt8.prepare).
-    signed = p["path"] == "signed" or (p["path"] == "auto" and device.type == "cuda")
+    from sdcscan.workloads.gemm_int8.int_mm_path import takes_signed_path  # imports torch
+
+    signed = takes_signed_path(p["path"], device)  # the workload's own A type
     ops = []
     for shape in p["shapes"]:
         per_gemm = 2.0 * math.prod(shape)

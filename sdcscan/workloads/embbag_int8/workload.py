@@ -93,17 +93,18 @@ class EmbbagInt8(SelftestMixin):
         self.scratch = exact.Scratch(EXACT_BLOCK_BYTES.get(ctx.device.type))
         g = ctx.generator(ctx.run_seed ^ 0xE3BA6)
         if p["mode"] == "exact":
-            tables = {b: exact_table(g, rows, p["dim"], b) for b in widths}
+            with ctx.exact_host_work():  # uint8 draws and integer sums
+                tables = {b: exact_table(g, rows, p["dim"], b) for b in widths}
+                self.row_sums = {b: exact.exact_row_sums(t, b).to(ctx.device) for b, t in tables.items()}
         else:
             tables = table_families.mixed_tables(g, rows, p["dim"], widths, chunk_rows=BUILD_CHUNK_ROWS)
         for bits, packed in tables.items():
             self.tables[bits] = packed.to(ctx.device)
-            if p["mode"] == "exact":
-                self.row_sums[bits] = exact.exact_row_sums(packed, bits).to(ctx.device)
-            else:
+            if p["mode"] != "exact":
                 self.stats[bits] = realistic.row_stats(packed, bits, weighted=p["weighted"]).to(ctx.device)
         g = ctx.generator(ctx.run_seed ^ 0x1D5)
-        self.ids = torch.randint(0, rows, (pool_ids,), generator=g, dtype=torch.int32).to(ctx.device)
+        with ctx.exact_host_work():
+            self.ids = torch.randint(0, rows, (pool_ids,), generator=g, dtype=torch.int32).to(ctx.device)
         if p["weighted"]:
             weights = (
                 torch.randint(

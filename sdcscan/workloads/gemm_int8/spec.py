@@ -12,7 +12,7 @@ from sdcscan.outcomes import CONSENSUS, INVARIANT
 from sdcscan.workloads.params import Choice, Int, ListOf, Number, Shape
 from sdcscan.workloads.workload_spec import Quality, WorkloadSpec
 
-PATHS = ("auto", "unsigned", "signed")  # signed = the CUDA route (int8 only), runnable on CPU for tests
+PATHS = ("auto", "unsigned", "signed")  # which one "auto" takes on a device: int_mm_path.py
 # torch 2.13's CPU `_int_mm` with a uint8 A and k = 1 returns uninitialised memory (seen on an AMD EPYC
 # with AVX-512 VNNI; k >= 2 verified exact there for m 1..33, n 8..24): a one-term dot product is no
 # test of anything, so such shapes are refused rather than worked around.

@@ -31,6 +31,7 @@ from sdcscan.checks import int8
 from sdcscan.checks.digest import Fingerprint
 from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
 from sdcscan.workloads.base import Context, register
+from sdcscan.workloads.gemm_int8.int_mm_path import cpu_takes_unsigned, takes_signed_path
 from sdcscan.workloads.gemm_int8.selftest_spec import SelftestMixin
 from sdcscan.workloads.gemm_int8.spec import MIN_K, PATHS, SPEC
 from sdcscan.workloads.workload_spec import WorkloadSpec
@@ -91,7 +92,14 @@ class GemmInt8(SelftestMixin):
         return cls(params)  # no shortcut: a trial is a few small GEMMs
 
     def prepare(self, ctx: Context) -> None:
-        self.signed = self.p["path"] == "signed" or (self.p["path"] == "auto" and ctx.device.type == "cuda")
+        self.signed = takes_signed_path(self.p["path"], ctx.device)
+        if not self.signed and ctx.device.type != "cpu":
+            raise ValueError(f"gemm_int8: path unsigned runs on CPUs only; {ctx.device} takes int8 x int8")
+        if not self.signed and not cpu_takes_unsigned():
+            raise ValueError(
+                f"gemm_int8: path unsigned needs a CPU torch._int_mm that takes uint8 activations, which "
+                f"torch {torch.__version__} lacks; use path auto or signed"
+            )
         bad = _probe(self._mm, ctx.device)
         if bad:
             self.a_max = 127
@@ -100,7 +108,8 @@ class GemmInt8(SelftestMixin):
                 f"({bad}); likely int16 saturation in a pre-VNNI kernel, not a fault. "
                 "Activations restricted to [0, 127]."
             )
-        self._build_pools(ctx)
+        with ctx.exact_host_work():  # int8 draws and integer checksum rows
+            self._build_pools(ctx)
 
     def _build_pools(self, ctx: Context) -> None:
         """The encoded weights of every shape and the activation buffer, from the run's seed."""
