@@ -73,6 +73,11 @@ class Rows(Protocol):
         """A temporary table of rows from Python (`columns`: (name, Arrow type)); yields its name."""
         ...
 
+    def kept(self, sql: str) -> AbstractContextManager[str]:
+        """A temporary table of a query's rows, computed once for the queries that read it; yields its
+        name."""
+        ...
+
 
 @dataclass(frozen=True)
 class Engine:
@@ -234,6 +239,16 @@ class DuckDB:
             yield name
         finally:
             self.con.unregister(name)
+
+    @contextmanager
+    def kept(self, sql: str) -> Iterator[str]:
+        self._wanted += 1
+        name = f"kept_rows_{self._wanted}"
+        self.con.execute(f"CREATE TEMP TABLE {name} AS {sql}")
+        try:
+            yield name
+        finally:
+            self.con.execute(f"DROP TABLE {name}")
 
 
 def _literal(text: str) -> str:

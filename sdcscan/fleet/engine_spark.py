@@ -231,6 +231,17 @@ class SparkRows:
         finally:
             self.spark.catalog.dropTempView(name)
 
+    @contextmanager
+    def kept(self, sql: str) -> Iterator[str]:
+        """A query's rows materialized as a step's are, as a uniquely named view."""
+        name = f"sdcscan_kept_{uuid.uuid4().hex}"
+        with _failing(self.errors, "Spark failed on a query"):
+            _materialized(self.spark.sql(sql)).createOrReplaceTempView(name)
+        try:
+            yield name
+        finally:
+            self.spark.catalog.dropTempView(name)
+
 
 def compare_from_spark(
     directory: str | os.PathLike[str],

@@ -111,17 +111,20 @@ def _combined_suspects(
     if not rows:
         return {}
     out: dict[tuple[int, str], dict[str, object]] = {}
-    with db.table(REFERENCE_COLUMNS, rows) as table:
-        scores = f"SELECT * FROM ({_unit_scores(table)}) u WHERE newest_report IS NOT NULL"
+    with (
+        db.table(REFERENCE_COLUMNS, rows) as table,
+        # every unit's score, aggregated once: each cohort below reads its own two slices of it
+        db.kept(f"SELECT * FROM ({_unit_scores(table)}) u WHERE newest_report IS NOT NULL") as scores,
+    ):
         for sha, cohort in sorted({(r[0], r[1]) for r in rows}):
             where = "profile_sha256 = ? AND cohort = ?"
             ref = perf.score_reference(
-                db.column(f"SELECT score FROM ({scores}) v WHERE {where}", [sha, cohort]), z=opts.slow_z
+                db.column(f"SELECT score FROM {scores} WHERE {where}", [sha, cohort]), z=opts.slow_z
             )
             if ref is None:
                 continue
             for report, unit, score, reports, loss in db.rows(
-                f"SELECT newest_report, unit, score, reports, newest_loss FROM ({scores}) v "
+                f"SELECT newest_report, unit, score, reports, newest_loss FROM {scores} "
                 f"WHERE {where} AND score <= ? AND newest_loss >= ?",
                 [sha, cohort, ref.cut, opts.slow_drop],
             ):
