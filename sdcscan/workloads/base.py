@@ -54,14 +54,15 @@ class Context:
 
     @contextmanager
     def exact_host_work(self) -> Iterator[None]:
-        """Around a GPU unit's preparation on the CPU that is serial draws and integer arithmetic only:
-        run it on up to HOST_THREADS threads, then go back to the unit's own count.
+        """Around a GPU unit's preparation on the CPU that is serial draws and exact arithmetic only
+        (integers, or floats holding integers too small to round): run it on up to HOST_THREADS threads,
+        then go back to the unit's own count.
 
         Inputs are made on the CPU so that every device of a cohort sees the same data, and a GPU worker
         has one thread: embbag_int8's two 20M-row burnin tables took 74 s there on a 2-vCPU AMD EPYC,
         and on the H200 (2026-11-27) the doctor's GPU unit was not ready within 38 s. Integers and serial
-        draws come out the same on any thread count (tests/test_host_threads.py); floating-point work
-        may not, so it stays outside. A CPU unit is pinned to its core and keeps its count.
+        draws come out the same on any thread count (tests/test_host_threads.py); rounded floating-point
+        work may not, so it stays outside. A CPU unit is pinned to its core and keeps its count.
         """
         if self.device.type == "cpu":
             yield
