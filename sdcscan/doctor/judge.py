@@ -56,7 +56,7 @@ def selftest_reasons(device: str, result: dict[str, Any]) -> list[str]:
             rate = "no trial" if row["rate"] is None else f"{row['rate']:.0%}"
             reasons.append(
                 f"{what}: detection floor missed at {row['site']} bit {row['bit']}: {rate} of "
-                f"{row['trials']} trials < {row['floor']:.0%}"
+                f"{row['trials']} trials, below {row['floor']:.0%} beyond chance"
             )
     if not result["rows"]:
         reasons.append(f"{device}: the self-test ran no workload")

@@ -26,6 +26,7 @@ import torch
 from sdcscan.errors import UsageError
 from sdcscan.faults import from_label
 from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case
+from sdcscan.selftest.floors import below_floor
 from sdcscan.workloads import SPECS, load
 from sdcscan.workloads.base import Context, SelftestWorkload, Workload, has_selftest
 
@@ -83,7 +84,8 @@ class _Tally:
             passed = self.detected == 0 and self.not_reached == 0
         else:
             passed = self.not_reached == 0 and (
-                self.floor is None or (rate is not None and rate >= self.floor)
+                self.floor is None
+                or (self.trials > 0 and not below_floor(self.detected, self.trials, self.floor))
             )
         return {
             "workload": workload,

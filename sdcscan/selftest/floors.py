@@ -1,0 +1,34 @@
+"""Whether a self-test row's detections fall short of its floor, judged as the sample it is.
+
+A floor below 1.0 is a statistical claim (gemm_fp's exponent bits are caught 96-100% of the time, not
+always), and the doctor runs only a few trials of each row: with 3 trials, one chance miss of a 0.96
+floor (probability 1 - 0.96^3 = 11.5%) would read as 67% and fail the row. So a row misses its floor only
+when so few detections would come from a detector that meets the floor less than once in 1/ALPHA runs
+(a one-sided binomial test). A floor of 1.0 is the arithmetic's guarantee: any miss is a miss.
+"""
+
+from __future__ import annotations
+
+import math
+
+ALPHA = 1e-3  # a detector that meets its floor is failed by chance in under one run in a thousand, per row
+
+
+def below_floor(detected: int, trials: int, floor: float) -> bool:
+    """Whether `detected` of `trials` shows a detection rate below `floor` beyond chance."""
+    if detected >= trials * floor:
+        return False
+    if floor >= 1.0:
+        return True
+    return binomial_cdf(detected, trials, floor) < ALPHA
+
+
+def binomial_cdf(k: int, n: int, p: float) -> float:
+    """P(X <= k) for X ~ Binomial(n, p), 0 < p < 1, summed in log space (n may be thousands)."""
+    log_p, log_q = math.log(p), math.log1p(-p)
+    terms = [
+        math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * log_p + (n - i) * log_q
+        for i in range(k + 1)
+    ]
+    top = max(terms)
+    return min(1.0, math.exp(top) * sum(math.exp(t - top) for t in terms))

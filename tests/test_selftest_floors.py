@@ -1,0 +1,55 @@
+"""A self-test row misses a floor below 1.0 only beyond chance, and a floor of 1.0 on any miss."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sdcscan.selftest import floors
+from sdcscan.selftest.floors import below_floor, binomial_cdf
+from sdcscan.selftest.sweep import _Tally
+
+
+def _exact_cdf(k: int, n: int, p: Fraction) -> Fraction:
+    """P(X <= k) in exact rationals: an independent reference for the log-space sum."""
+    return sum((math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k + 1)), Fraction(0))
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(1, 60), data=st.data(), p=st.fractions(Fraction(1, 100), Fraction(99, 100)))
+def test_the_binomial_cdf_matches_exact_rational_arithmetic(n: int, data: st.DataObject, p: Fraction) -> None:
+    k = data.draw(st.integers(0, n))
+    assert binomial_cdf(k, n, float(p)) == pytest.approx(float(_exact_cdf(k, n, p)), rel=1e-9, abs=1e-300)
+
+
+def test_a_floor_of_one_is_missed_by_any_miss() -> None:
+    assert not below_floor(3, 3, 1.0) and not below_floor(200, 200, 1.0)
+    assert below_floor(2, 3, 1.0) and below_floor(199, 200, 1.0)
+
+
+def test_one_chance_miss_in_a_few_trials_is_not_a_missed_floor() -> None:
+    """2 of 3 at a 0.96 floor happens to a detector at the floor 11.5% of the time: no failure."""
+    assert binomial_cdf(2, 3, 0.96) == pytest.approx(1 - 0.96**3)
+    assert not below_floor(2, 3, 0.96) and not below_floor(96, 100, 0.96) and not below_floor(92, 100, 0.96)
+
+
+def test_a_detector_clearly_below_its_floor_fails() -> None:
+    """0 of 3 at 0.96 (p = 6.4e-5), 85 of 100 (far below 96), 0 of 8 at 0.6: each below the floor."""
+    assert below_floor(0, 3, 0.96) and below_floor(85, 100, 0.96) and below_floor(0, 8, 0.6)
+    # the boundary is the test's level, not the point estimate
+    n, floor = 100, 0.96
+    first_pass = min(k for k in range(n + 1) if binomial_cdf(k, n, floor) >= floors.ALPHA)
+    assert below_floor(first_pass - 1, n, floor) and not below_floor(first_pass, n, floor)
+
+
+def test_a_row_judged_by_the_sweep_uses_the_same_rule() -> None:
+    def row(detected: int, trials: int, floor: float | None) -> bool:
+        tally = _Tally("output", 30, floor, False, trials=trials, detected=detected)
+        return tally.record("gemm_fp", "float32")["passed"]
+
+    assert row(2, 3, 0.96) and not row(0, 3, 0.96) and not row(2, 3, 1.0) and row(0, 3, None)
+    assert not row(0, 0, 0.96)  # no trial shows nothing
