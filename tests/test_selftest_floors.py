@@ -38,8 +38,9 @@ def test_one_chance_miss_in_a_few_trials_is_not_a_missed_floor() -> None:
 
 
 def test_a_detector_clearly_below_its_floor_fails() -> None:
-    """0 of 3 at 0.96 (p = 6.4e-5), 85 of 100 (far below 96), 0 of 8 at 0.6: each below the floor."""
-    assert below_floor(0, 3, 0.96) and below_floor(85, 100, 0.96) and below_floor(0, 8, 0.6)
+    """1 of 3 at 0.96 (p = 0.0047), 90 of 100, 1 of 3 at 0.99, 0 of 8 at 0.6: each below its floor."""
+    assert below_floor(1, 3, 0.96) and below_floor(90, 100, 0.96) and not below_floor(91, 100, 0.96)
+    assert below_floor(1, 3, 0.99) and not below_floor(2, 3, 0.99) and below_floor(0, 8, 0.6)
     # the boundary is the test's level, not the point estimate
     n, floor = 100, 0.96
     first_pass = min(k for k in range(n + 1) if binomial_cdf(k, n, floor) >= floors.ALPHA)
@@ -51,5 +52,5 @@ def test_a_row_judged_by_the_sweep_uses_the_same_rule() -> None:
         tally = _Tally("output", 30, floor, False, trials=trials, detected=detected)
         return tally.record("gemm_fp", "float32")["passed"]
 
-    assert row(2, 3, 0.96) and not row(0, 3, 0.96) and not row(2, 3, 1.0) and row(0, 3, None)
+    assert row(2, 3, 0.96) and not row(1, 3, 0.96) and not row(2, 3, 1.0) and row(0, 3, None)
     assert not row(0, 0, 0.96)  # no trial shows nothing

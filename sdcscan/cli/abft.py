@@ -107,7 +107,7 @@ def selftest(
     Per workload and variant: clean trials (must never fire), trials per fault site and bit position or
     fault model (bursts, warp runs and strides, tiles, stuck bits, wrong rows: docs/fault_models.md;
     detection must not fall below the workload's floor beyond chance: at a floor of 1.0 no miss, below
-    it a one-sided binomial test at 0.001), and a negative-control site the check cannot see by
+    it a one-sided binomial test at 0.01), and a negative-control site the check cannot see by
     design (must stay silent). Exit 0 when all hold, 1 otherwise, 2 on bad options. Floors assume a
     calibrated device: on an uncalibrated one gemm_fp uses a conservative bound and says so.
 
