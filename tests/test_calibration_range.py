@@ -1,0 +1,40 @@
+"""fp16's calibration at large K: a draw whose exact product the format cannot hold is left out, and
+only such a draw (an output that is non-finite where the product is in range stays an error)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from sdcscan.calibration import measure
+from sdcscan.calibration.measure import beyond_range, ceiling_for, measure_needed
+
+BURNIN_FP16 = (128, 4096, 256)  # profiles/burnin.yaml, gemm_fp's fp16 shape on a CPU
+
+
+def test_a_product_past_fp16s_largest_value_is_beyond_its_range() -> None:
+    a = torch.full((2, 64), 40.0, dtype=torch.float16)
+    b = torch.full((64, 3), 30.0, dtype=torch.float16)  # every element 76,800 > 65,504
+    assert beyond_range(a, b, torch.float16)
+    assert not beyond_range(a / 4, b / 4, torch.float16)  # 4,800: in range
+    assert not beyond_range(a.float(), b.float(), torch.float32)  # fp32 holds it
+
+
+def test_fp16_calibrates_to_a_finite_e_max_at_the_burnin_shape(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seed 0's outlier-channel draws overflow fp16 at K = 4096 now and then; they made e_max infinite
+    and refused fp16 on every correct CPU (seen in an hour's burnin soak, 2026-11-27)."""
+    left_out = []
+
+    def counted(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype) -> bool:
+        left_out.append(beyond_range(a, b, dtype))
+        return left_out[-1]
+
+    monkeypatch.setattr(measure, "beyond_range", counted)
+    trials = math.ceil(measure.SELF_ROWS / BURNIN_FP16[0])  # as a unit's self-calibration draws them
+    needed = measure_needed(
+        "float16", ["float32"], device=torch.device("cpu"), shape=BURNIN_FP16, trials=trials
+    )
+    assert any(left_out)  # the case this guards: without the rule, e_max would be inf
+    assert 0 < needed["float32"] < ceiling_for("float16", "float32", BURNIN_FP16)
