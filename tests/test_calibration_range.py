@@ -10,6 +10,8 @@ import torch
 
 from sdcscan.calibration import measure
 from sdcscan.calibration.measure import beyond_range, ceiling_for, measure_needed
+from sdcscan.profile import builtin_profile_names, load_profile
+from sdcscan.workloads import SPECS
 
 BURNIN_FP16 = (128, 4096, 256)  # profiles/burnin.yaml, gemm_fp's fp16 shape on a CPU
 
@@ -38,3 +40,26 @@ def test_fp16_calibrates_to_a_finite_e_max_at_the_burnin_shape(monkeypatch: pyte
     )
     assert any(left_out)  # the case this guards: without the rule, e_max would be inf
     assert 0 < needed["float32"] < ceiling_for("float16", "float32", BURNIN_FP16)
+
+
+def _profile_slots() -> list[tuple[str, str, str, tuple[int, int, int]]]:
+    """(profile, dtype, checker, shape) of every gemm_fp slot a CPU unit of a built-in profile runs."""
+    slots = []
+    for name in builtin_profile_names():
+        for entry in load_profile(name).workloads:
+            if entry.name == "gemm_fp":
+                p = {**SPECS["gemm_fp"].defaults, **entry.params_for("cpu")}
+                for dtype, checker, shape in zip(p["dtypes"], p["checkers"], p["shapes"], strict=True):
+                    slots.append((name, dtype, checker, tuple(shape)))
+    return slots
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("profile", "dtype", "checker", "shape"), _profile_slots())
+def test_every_profiles_gemm_fp_calibrates_on_a_cpu(profile: str, dtype: str, checker: str, shape) -> None:
+    """What a CPU unit measures the first time it runs the profile (no cache, no file): an e_max under
+    the ceiling, so that no dtype of a built-in profile is refused on a correct CPU."""
+    entry = measure.fresh_entry(
+        torch.device("cpu"), measure.fingerprint(torch.device("cpu"), dtype, checker), shape
+    )
+    assert 0 < entry["e_max"] <= ceiling_for(dtype, checker, shape), (profile, dtype, entry["needed"])

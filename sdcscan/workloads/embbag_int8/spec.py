@@ -38,7 +38,7 @@ SPEC = WorkloadSpec(
         "8- and 4-bit rowwise-quantized EmbeddingBag (FBGEMM) with per-bag checksums of the intended rows"
     ),
     evidence=(INVARIANT, CONSENSUS),
-    quality=Quality.BETA,
+    quality=Quality.PROD,
     defaults={
         "mode": "exact",
         "rows": 1_000_000,  # scaled down when memory is short (see EmbbagInt8.prepare)

@@ -52,7 +52,7 @@ SPEC = WorkloadSpec(
         "position-weighted row checksums"
     ),
     evidence=(INVARIANT, CONSENSUS),
-    quality=Quality.BETA,
+    quality=Quality.PROD,
     defaults={
         "scheme": "mod2_32",
         # (m, k, n): DLRM MLP layers, batch rows m from 1 (inference) to 128
