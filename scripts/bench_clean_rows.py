@@ -58,16 +58,19 @@ def main() -> None:
     ap.add_argument("--shape", type=int, nargs=3, default=[128, 1024, 256], metavar=("M", "K", "N"))
     ap.add_argument("--rows", type=int, default=1_000_000, help="clean rows per distribution")
     ap.add_argument("--dists", default="", help="comma-separated; default every calibration input and unseen")
+    ap.add_argument("--checker", default="", help="checksum precision (default: gemm_fp's for the dtype)")
     ap.add_argument("--seed", type=int, default=2026)
     args = ap.parse_args()
     import torch
 
     from sdcscan.calibration import measure as calibration
     from sdcscan.checks import vabft
+    from sdcscan.workloads.gemm_fp.spec import SPEC
 
     torch.set_num_threads(1)
     dtype, (m, k, n) = calibration.DTYPES[args.dtype], args.shape
-    checker_name = calibration.CHECKERS[args.dtype][0]
+    defaults = SPEC.defaults
+    checker_name = args.checker or defaults["checkers"][defaults["dtypes"].index(args.dtype)]
     checker = calibration.DTYPES[checker_name]
     device = torch.device("cpu")
     found = calibration.resolve(device, args.dtype, checker_name, (m, k, n))
@@ -78,6 +81,7 @@ def main() -> None:
         "checker": checker_name,
         "shape": [m, k, n],
         "e_max": found.e_max,
+        "e_mean": found.e_mean,
         "source": found.source,
         "ceiling": found.ceiling,
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
@@ -93,7 +97,7 @@ def main() -> None:
                 a, b = (torch.from_numpy(x).to(dtype) for x in unseen_pair(dist, (m, k, n), rng))
             else:
                 a, b = calibration.sample_pair(dist, (m, k, n), g, dtype)
-            exp = vabft.expected(a, b, vabft.encode(b, checker), checker, found.e_max)
+            exp = vabft.expected(a, b, vabft.encode(b, checker), checker, found.e_max, e_mean=found.e_mean)
             r, c = vabft.verify(a @ b, exp)
             rows, cols = rows + m, cols + n
             bad_rows, bad_cols = bad_rows + int(r.bad.sum()), bad_cols + int(c.bad.sum())

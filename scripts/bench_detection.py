@@ -26,6 +26,7 @@ def main() -> None:
     ap.add_argument("--shape", type=int, nargs=3, default=[256, 4096, 256], metavar=("M", "K", "N"))
     ap.add_argument("--inputs", default="normal", help="a gemm_fp input distribution")
     ap.add_argument("--faults", default="relerr:1e-3", help="comma-separated self-test labels (bits, models)")
+    ap.add_argument("--checker", default="", help="checksum precision (default: gemm_fp's for the dtype)")
     ap.add_argument("--trials", type=int, default=200)
     ap.add_argument("--e-max", type=float, default=0.0, help="force this e_max (0: resolve it as a run does)")
     ap.add_argument("--seed", type=int, default=0)
@@ -39,7 +40,7 @@ def main() -> None:
 
     torch.set_num_threads(1)
     cls = load("gemm_fp")
-    checker = "float64" if args.dtype == "float64" else "float32"
+    checker = args.checker or cls.spec.defaults["checkers"][cls.spec.defaults["dtypes"].index(args.dtype)]
     params = {**cls.spec.defaults, "dtypes": [args.dtype], "shapes": [args.shape], "repeats": [1],
               "checkers": [checker], "inputs": args.inputs}  # fmt: skip
     workload = cls(params)
@@ -57,6 +58,7 @@ def main() -> None:
         "dtype": args.dtype,
         "shape": args.shape,
         "inputs": args.inputs,
+        "checker": checker,
         "e_max": args.e_max or (found.e_max if found else None),
         "source": "forced" if args.e_max else (found.source if found else None),
         "trials": args.trials,

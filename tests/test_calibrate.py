@@ -30,7 +30,8 @@ def test_calibrate_writes_a_table_that_gemm_fp_loads(tmp_path: Path):
     assert keys == {("float32", "float32"), ("float32", "float64"), ("float16", "float32")}
     for e in table["entries"]:
         assert e["device_model"] == device_model(torch.device("cpu")) and e["torch"] == torch.__version__
-        assert e["e_max"] >= 3 * e["needed"] * 0.999 and e["rows"] >= 64 and e["k_max"] == 64
+        assert e["e_max"] >= calibrate.DEFAULT_MARGIN * e["needed"] * 0.999 and e["rows"] >= 64
+        assert e["k_max"] == 64 and e["method"] == calibrate.METHOD
     cls = load("gemm_fp")
     params = {
         **cls.spec.defaults,
@@ -82,7 +83,8 @@ def test_shipped_table_is_valid_and_covers_every_dtype():
         ("bfloat16", "float32"),
         ("float16", "float32"),
     }
-    assert all(e["rows"] >= 10_000 and e["margin"] >= 3 for e in table["entries"])
+    assert all(e["rows"] >= 10_000 and e["margin"] >= calibrate.DEFAULT_MARGIN for e in table["entries"])
+    assert all(e["method"] == calibrate.METHOD for e in table["entries"])  # else no unit would use them
 
 
 def test_unreadable_or_foreign_calibration_files_are_usage_errors(tmp_path: Path):

@@ -216,7 +216,8 @@ class SynchronisingGemmFp(gemm_fp.GemmFp):
                 rows, cols = vabft.verify(out, expect)
                 ratio = max(ratio, rows.ratio(), cols.ratio())
                 if bool(rows.bad.any()) or bool(cols.bad.any()):
-                    bad_rows, bad_cols = bad_rows + int(rows.bad.sum()), bad_cols + int(cols.bad.sum())
+                    bad_rows += int(rows.failing_lines().sum())
+                    bad_cols += int(cols.failing_lines().sum())
                     found_at += self._locate(slot, (a, b, out), expect, (rows, cols), r)[
                         : gemm_fp.MAX_RECORDED - len(found_at)
                     ]

@@ -8,6 +8,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
+from sdcscan.calibration import measure as calibrate
 from sdcscan.cli.abft import selftest
 from sdcscan.selftest.sweep import selftest_workloads
 from sdcscan.workloads import SPECS
@@ -44,6 +45,7 @@ def test_gemm_fp_selftest_runs_and_reports_documented_rows(calibration_here):
 def test_a_device_missing_from_the_table_calibrates_itself_and_says_so(tmp_path, monkeypatch):
     """On a device the named table does not know, gemm_fp measures e_max itself (no weaker fallback)."""
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setattr(calibrate, "SHIPPED_TABLE", "data/no-such-table.json")  # nor the shipped one
     empty = tmp_path / "empty.json"
     empty.write_text(json.dumps({"schema": "sdcscan-calibration/1", "c": 2.5, "entries": []}))
     args = ["--workloads", "gemm_fp", "--trials", "1", "--json", "--calibration", str(empty)]

@@ -217,11 +217,14 @@ def test_an_e_max_no_rounding_can_need_is_refused_before_work(tmp_path, e_max):
 
 
 def test_plausible_e_max_bounds_hold_every_measured_entry_with_margin():
-    """The shipped entries (clean measurements) lie at least 10x inside both bounds."""
+    """The shipped entries (clean measurements) lie at least 10x above the floor and 3x below the
+    ceiling. The ceiling is a tile of 8's (`limits.e_max_ceiling`): bf16's rounding fills a quarter of
+    it, since the threshold's second-moment term no longer overstates the rounding (docs/abft.md §3.1b)."""
     for e in SHIPPED_TABLE["entries"]:
         bounds = e_max_bounds(e["dtype"], e["checker"], e["k_max"])
         assert bounds is not None
-        assert 10 * bounds[0] <= e["e_max"] <= bounds[1] / 10, e
+        assert 10 * bounds[0] <= e["e_max"] <= bounds[1] / 3, e
+        assert e["e_mean"] <= bounds[1] / 3, e
     assert e_max_bounds("float8", "float32", 4096) is None  # never used by gemm_fp: not judged here
 
 

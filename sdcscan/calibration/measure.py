@@ -15,6 +15,7 @@ faults: a measurement above it is refused, and gemm_fp on that unit is an error,
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -31,6 +32,7 @@ import torch
 
 from sdcscan.calibration.table import (
     CHECKERS,
+    DEFAULT_MARGIN,
     DISTRIBUTION_NAMES,
     DTYPE_NAMES,
     MAX_TABLE_BYTES,
@@ -42,6 +44,7 @@ from sdcscan.calibration.table import (
     gemm_e_max_ceiling,
 )
 from sdcscan.checks import vabft
+from sdcscan.checks.limits import tile_width
 from sdcscan.errors import ReportError, UsageError
 from sdcscan.files import calibration_cache_dir, make_state_dir, parse_json, read_json, write_json_atomic
 from sdcscan.timefmt import iso_utc
@@ -49,7 +52,6 @@ from sdcscan.timefmt import iso_utc
 DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in DTYPE_NAMES}
 DEFAULT_K = (256, 1024, 4096)
 DEFAULT_ROWS = 10_000
-DEFAULT_MARGIN = 3.0
 DEFAULT_MN = 256  # rows and columns of each calibration GEMM
 SHIPPED_TABLE = "data/calibration.json"  # inside the sdcscan package
 
@@ -196,11 +198,66 @@ def calibration_inputs(dtype: str = "") -> list[str]:
     return [d for d in (*DISTRIBUTIONS, *PAIRS) if d not in OUT_OF_RANGE.get(dtype, ())]
 
 
-def needed_e_max(a: torch.Tensor, b: torch.Tensor, c_out: torch.Tensor, checker: torch.dtype) -> float:
-    """max |D| / T(e_max = 1) over the rows and the columns of one clean GEMM: the e_max it needed
-    (gemm_fp checks both, with one e_max)."""
-    rows = vabft.row_check(a, c_out, vabft.encode(b, checker), 1.0).ratio()
-    return max(rows, vabft.column_check(a, b, c_out, checker, 1.0).ratio())
+FIT_TURNS = 3  # turns of `fit_need`: the coefficients change by under 1% after the third (fp32, bf16)
+
+
+@dataclass(frozen=True, slots=True)
+class Need:
+    """What clean GEMMs needed of the threshold's two coefficients (`vabft.vabft_threshold`), before the
+    margin: `moment` (e_max, of the second-moment term) and `mean` (e_mean, of the mean term)."""
+
+    moment: float
+    mean: float
+
+    def worst(self, other: Need) -> Need:
+        """Each coefficient's larger need of the two."""
+        return Need(max(self.moment, other.moment), max(self.mean, other.mean))
+
+
+def clean_terms(
+    a: torch.Tensor, b: torch.Tensor, c_out: torch.Tensor, checker: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(|D|, mean term, second-moment term) of every checksum of the rows and the columns of one clean
+    GEMM, flattened, float64 on the CPU: what `fit_need` fits the two coefficients to."""
+    enc_b, enc_a = vabft.encode(b, checker), vabft.encode(a.t(), checker)
+    d = torch.cat(
+        [
+            vabft.row_residual(a, c_out, enc_b.rowsum).flatten(),
+            vabft.row_residual(b.t(), c_out.t(), enc_a.rowsum).flatten(),
+        ]
+    )
+    rows, cols = vabft.threshold_terms(a, enc_b.summary), vabft.threshold_terms(b.t(), enc_a.summary)
+    mean = torch.cat([rows[0].flatten(), cols[0].flatten()])
+    moment = torch.cat([rows[1].flatten(), cols[1].flatten()])
+    return d.double().abs().cpu(), mean.cpu(), moment.cpu()
+
+
+def fit_need(d: torch.Tensor, mean: torch.Tensor, moment: torch.Tensor) -> Need:
+    """The two coefficients clean checksums needed, fitted in turns: e_max from the checksums whose mean
+    term is no larger than their second-moment term (zero-mean data, where e_max decides), less what
+    the mean term covers of them; then e_mean as the most any checksum needs beyond e_max's part. The
+    first turn takes e_mean as 0, an upper bound on e_max; each turn ends with every checksum given
+    within e_mean·mean + e_max·moment. A non-finite |D| needs infinity."""
+    if not bool(torch.isfinite(d).all()):
+        return Need(math.inf, math.inf)
+    small, has_mean = mean <= moment, mean > 0
+    if not bool(small.any()):
+        small = torch.ones_like(small)
+    need = Need(math.inf, 0.0)
+    for _ in range(FIT_TURNS):
+        moment_need = float(
+            ((d - need.mean * mean)[small].clamp_min(0.0) / moment[small].clamp_min(1e-300)).max()
+        )
+        rest = (d - moment_need * moment).clamp_min(0.0)
+        need = Need(
+            moment_need, float((rest[has_mean] / mean[has_mean]).max()) if bool(has_mean.any()) else 0.0
+        )
+    return need
+
+
+def needed_e_max(a: torch.Tensor, b: torch.Tensor, c_out: torch.Tensor, checker: torch.dtype) -> Need:
+    """What one clean GEMM needed of the two coefficients (`fit_need` of its `clean_terms`)."""
+    return fit_need(*clean_terms(a, b, c_out, checker))
 
 
 def calibrate_dtype(
@@ -211,18 +268,18 @@ def calibrate_dtype(
     k_values: tuple[int, ...],
     mn: int = DEFAULT_MN,
     seed: int = 0,
-) -> tuple[dict[str, dict[int, float]], int]:
+) -> tuple[dict[str, dict[int, Need]], int]:
     """Needed e_max per checker and K for one GEMM dtype over every distribution.
 
     Args:
         dtype_name: key of DTYPES.  device: where the GEMM runs.  rows: clean rows in total (≥ this many).
         k_values: inner dimensions.  mn: M = N of each GEMM.  seed: input seed.
     Returns:
-        ({checker: {K: needed e_max}}, number of clean rows measured).
+        ({checker: {K: Need}}, number of clean rows measured).
     """
     m = min(mn, max(1, rows))
     trials = max(1, math.ceil(rows / (len(k_values) * len(calibration_inputs(dtype_name)) * m)))
-    out: dict[str, dict[int, float]] = {chk: {} for chk in CHECKERS[dtype_name]}
+    out: dict[str, dict[int, Need]] = {chk: {} for chk in CHECKERS[dtype_name]}
     for k in k_values:
         needed = measure_needed(
             dtype_name, list(out), device=device, shape=(m, k, mn), trials=trials, seed=seed
@@ -240,23 +297,27 @@ def measure_needed(
     shape: tuple[int, int, int],
     trials: int,
     seed: int = 0,
-) -> dict[str, float]:
-    """The largest needed e_max per checker over `trials` clean GEMMs of `shape` per distribution.
+) -> dict[str, Need]:
+    """What `trials` clean GEMMs of `shape` per distribution needed, per checker: the two coefficients
+    fitted to all their checksums at once (`fit_need`).
 
     Deterministic in its arguments: correct units of one fingerprint measure the same numbers.
     """
     dtype, (m, k, n) = DTYPES[dtype_name], shape
     g = torch.Generator().manual_seed(seed)
-    out = dict.fromkeys(checkers, 0.0)
+    terms: dict[str, list[tuple[torch.Tensor, ...]]] = {chk: [] for chk in checkers}
     for dist in calibration_inputs(dtype_name):
         for _ in range(trials):
             a, b = (x.to(device) for x in sample_pair(dist, (m, k, n), g, dtype))
             c_out = a @ b
             if not bool(torch.isfinite(c_out).all()) and beyond_range(a, b, dtype):
                 continue  # this draw measures the format's range, not its rounding
-            for chk in out:
-                out[chk] = max(out[chk], needed_e_max(a, b, c_out, DTYPES[chk]))
-    return out
+            for chk, found in terms.items():
+                found.append(clean_terms(a, b, c_out, DTYPES[chk]))
+    return {
+        chk: fit_need(*(torch.cat(part) for part in zip(*found, strict=True))) if found else Need(0.0, 0.0)
+        for chk, found in terms.items()
+    }
 
 
 def beyond_range(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype) -> bool:
@@ -301,8 +362,7 @@ def calibrate(
     for name in dtypes:
         measured, n_rows = calibrate_dtype(name, device=device, rows=rows, k_values=k_values, seed=seed)
         for chk, per_k in measured.items():
-            needed = max(per_k.values())
-            entries.append(_entry(model, device, name, chk, per_k, needed, margin, n_rows))
+            entries.append(_entry(model, device, name, chk, per_k, margin, n_rows))
     return {"schema": SCHEMA, "c": vabft.SIGMA_C, "entries": entries}
 
 
@@ -311,30 +371,40 @@ def _entry(
     device: torch.device,
     dtype: str,
     chk: str,
-    per_k: dict[int, float],
-    needed: float,
+    per_k: dict[int, Need],
     margin: float,
     rows: int,
 ) -> dict[str, Any]:
     """One table row: the key fields first, then how it was measured."""
+    needed = functools.reduce(Need.worst, per_k.values())
     return {
         "device_model": model,
         "torch": torch.__version__,
         "dtype": dtype,
         "checker": chk,
-        "e_max": rounded_up(needed * margin),
-        "needed": needed,
+        **_coefficients(needed, margin),
         "margin": margin,
         "k_max": max(per_k),
         "checks": CHECKS,
         "method": METHOD,
-        "needed_per_k": {str(k): v for k, v in sorted(per_k.items())},
+        "needed_per_k": {str(k): v.moment for k, v in sorted(per_k.items())},
+        "needed_mean_per_k": {str(k): v.mean for k, v in sorted(per_k.items())},
         "rows": rows,
         "distributions": calibration_inputs(dtype),
         "device_kind": device.type,
         "cpu_capability": torch.backends.cpu.get_cpu_capability() if device.type == "cpu" else None,
         "threads": torch.get_num_threads() if device.type == "cpu" else None,
         "measured_utc": iso_utc(time.time()),
+    }
+
+
+def _coefficients(needed: Need, margin: float) -> dict[str, float]:
+    """An entry's coefficients (the margin on what was needed) and what was needed."""
+    return {
+        "e_max": rounded_up(needed.moment * margin),
+        "e_mean": rounded_up(needed.mean * margin),
+        "needed": needed.moment,
+        "needed_mean": needed.mean,
     }
 
 
@@ -440,9 +510,10 @@ SELF_ROWS = 512  # clean rows (and as many columns) per distribution: 5,632 of e
 SOURCES = ("file", "cache", "shipped", "fresh")
 CHECKS = ["rows", "columns"]  # what a measurement covered; entries without it predate the column check
 # How e_max is measured and applied: 2 = the column-mean term of the threshold, contiguous checksum
-# products and the issue-32 distributions (docs/abft.md §3.1a). Part of the cache key, and a shipped entry
-# of another method is not used: an e_max fits the threshold it was measured with.
-METHOD = 2
+# products and the issue-32 distributions (docs/abft.md §3.1a); 3 = checksums over tiles of 8 and the
+# whole line, a second-moment term, two coefficients (e_max, e_mean) (§3.1b). Part of the cache key, and
+# an entry of another method is not used: a coefficient fits the threshold it was measured with.
+METHOD = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -461,12 +532,14 @@ class Threshold:
     refused: str = ""
     cache_note: str = ""  # why a fresh measurement could not be cached, if it could not
     cache: str = ""  # the cache file's name (in `calibration_cache_dir()`) it was read from or written to
+    file_note: str = ""  # why the named calibration file's entry was not used, if it was not
+    e_mean: float | None = None  # the mean term's coefficient (vabft.vabft_threshold), with e_max
 
 
 def ceiling_for(dtype: str, checker: str, shape: tuple[int, int, int]) -> float:
     """`table.gemm_e_max_ceiling` for a GEMM of `shape` = (M, K, N) in `dtype` checked in `checker`."""
     m, k, n = shape
-    return gemm_e_max_ceiling(dtype, checker, k=k, width=max(m, n))
+    return gemm_e_max_ceiling(dtype, checker, k=k, width=max(tile_width(m), tile_width(n)))
 
 
 def fingerprint(device: torch.device, dtype: str, checker: str) -> dict[str, Any]:
@@ -503,8 +576,8 @@ def resolve(
 ) -> Threshold:
     """The e_max gemm_fp uses for one (dtype, checker, shape) on `device`, and where it came from.
 
-    Order: the file at `path` (an entry for this device model), the cache (this exact fingerprint and
-    K), the shipped table (an entry measured on this exact fingerprint), a fresh measurement (cached).
+    Order: the file at `path` (an entry for this device model, unless it was measured for another
+    METHOD), the cache (this exact fingerprint and K), the shipped table (an entry measured on this exact fingerprint), a fresh measurement (cached).
     An entry measured at a smaller K is scaled by sqrt(K / k_max), as the V-ABFT artifact does.
 
     Raises:
@@ -512,10 +585,25 @@ def resolve(
     """
     k, ceiling = shape[1], ceiling_for(dtype, checker, shape)
     fp = fingerprint(device, dtype, checker)
+    file_note = ""
     if path:
         entry = lookup(load_table(path), fp["device_model"], dtype, checker)
-        if entry is not None:
+        if entry is not None and entry.get("method", METHOD) != METHOD:
+            file_note = (
+                f"{path}: its {dtype} ({checker} checker) entry was measured for another threshold (method "
+                f"{entry.get('method')}, this sdcscan's is {METHOD}), so it is not used; measure the table "
+                "again with `sdcscan calibrate`"
+            )
+        elif entry is not None:  # a measured entry fits its method; a hand-written one is taken as written
             return _held(entry, "file", k, ceiling)
+    return dataclasses.replace(_unfiled(device, fp, shape, ceiling), file_note=file_note)
+
+
+def _unfiled(
+    device: torch.device, fp: dict[str, Any], shape: tuple[int, int, int], ceiling: float
+) -> Threshold:
+    """`resolve` without a file: the cache, the shipped table, or a fresh measurement (cached)."""
+    k = shape[1]
     cache = _cache_file(fp, shape)
     entry = _read_cached(cache)
     if entry is not None:
@@ -536,11 +624,9 @@ def fresh_entry(device: torch.device, fp: dict[str, Any], shape: tuple[int, int,
     m, k, n = min(shape[0], SELF_MAX_MN), shape[1], min(shape[2], SELF_MAX_MN)
     trials = max(1, math.ceil(SELF_ROWS / m))
     needed = measure_needed(fp["dtype"], [fp["checker"]], device=device, shape=(m, k, n), trials=trials)
-    value = needed[fp["checker"]]
     return {
         **fp,
-        "e_max": rounded_up(value * DEFAULT_MARGIN),
-        "needed": value,
+        **_coefficients(needed[fp["checker"]], DEFAULT_MARGIN),
         "margin": DEFAULT_MARGIN,
         "k_max": k,
         "checks": CHECKS,
@@ -554,19 +640,22 @@ def fresh_entry(device: torch.device, fp: dict[str, Any], shape: tuple[int, int,
 
 
 def _held(entry: dict[str, Any], source: str, k: int, ceiling: float) -> Threshold:
-    """The entry's e_max scaled to K, refused when it is above the ceiling (or not a positive number)."""
+    """The entry's coefficients scaled to K, refused when either is above the ceiling (or e_max is not a
+    positive number). An entry without e_mean (written by hand) uses e_max for both terms."""
     e_max, k_max = float(entry["e_max"]), int(entry["k_max"])
-    if k > k_max:  # e_max grows with K
-        e_max *= math.sqrt(k / k_max)
+    e_mean = float(entry.get("e_mean", e_max))
+    if k > k_max:  # the coefficients grow with K
+        e_max, e_mean = (e * math.sqrt(k / k_max) for e in (e_max, e_mean))
     raw = entry.get("needed")
     needed = float(raw) if isinstance(raw, int | float) and not isinstance(raw, bool) else None
-    if not 0.0 < e_max <= ceiling:
-        why = (
-            f"the {source} e_max {e_max:.3g} is above {ceiling:.3g}, the most any correct device can need "
-            f"at this shape: the measurement saw errors, not rounding"
-        )
-        return Threshold(None, source, needed, ceiling, refused=why)
-    return Threshold(e_max, source, needed, ceiling)
+    for name, value, least in (("e_max", e_max, 0.0), ("e_mean", e_mean, -1.0)):
+        if not least < value <= ceiling:
+            why = (
+                f"the {source} {name} {value:.3g} is above {ceiling:.3g}, the most any correct device can "
+                f"need at this shape: the measurement saw errors, not rounding"
+            )
+            return Threshold(None, source, needed, ceiling, refused=why)
+    return Threshold(e_max, source, needed, ceiling, e_mean=e_mean)
 
 
 def _cache_file(fp: dict[str, Any], shape: tuple[int, int, int]) -> Path:

@@ -22,6 +22,9 @@ SCHEMA = "sdcscan-calibration/1"
 # 0.35 (bf16, fp16) to 75 (fp64) times the output's unit roundoff at K = 4096: a hundredth of it leaves a
 # margin of 35 and more, and is far above what a mistyped or scaled file holds (the issue's 10^-3).
 E_MAX_FLOOR = 0.01
+# e_max = margin x the largest |D|/T a clean measurement needed. 2 keeps the largest clean tile of 10^6
+# per distribution within 0.8 of its threshold (docs/abft.md §3.1b); more costs detection on every unit.
+DEFAULT_MARGIN = 2.0
 WIDEST = 2**20  # the widest GEMM (M or N) an entry may be meant for: a million columns
 MAX_TABLE_BYTES = 16 << 20  # a table holds a few entries per device model; anything larger is not one
 _KEY_FIELDS = ("device_model", "dtype", "checker")  # what `calibration.lookup` matches on
@@ -125,6 +128,14 @@ def _entry_problem(entry: Any) -> str:
             f".e_max: outside what the arithmetic allows for {entry['dtype']} checked in {entry['checker']} "
             f"at k_max ({low:.3g} .. {high:.3g}): it would flag clean rows, or pass corrupted ones"
         )
+    e_mean = entry.get("e_mean", e_max)  # written by hand without it: e_max serves both terms
+    if isinstance(e_mean, bool) or not isinstance(e_mean, int | float) or not 0 <= e_mean < math.inf:
+        return ".e_mean: must be a finite number >= 0"
+    if bounds is not None and e_mean > bounds[1]:
+        return (
+            f".e_mean: above what the arithmetic allows for {entry['dtype']} checked in {entry['checker']} "
+            f"at k_max ({bounds[1]:.3g}): it would pass corrupted rows"
+        )
     return ""
 
 
@@ -142,8 +153,8 @@ def e_max_bounds(dtype: str, checker: str, k_max: int) -> tuple[float, float] | 
 
 
 def gemm_e_max_ceiling(dtype: str, checker: str, *, k: int, width: int) -> float:
-    """`limits.e_max_ceiling` for a GEMM in `dtype` (K deep, `width` the longer of M and N) checked in
-    `checker`: the unit roundoffs of its output, its accumulation and its checker."""
+    """`limits.e_max_ceiling` for a GEMM in `dtype` (K deep, `width` the line whose check tiles are the
+    widest) checked in `checker`: the unit roundoffs of its output, its accumulation and its checker."""
     u_out = UNIT_ROUNDOFF[dtype]
     u_acc = min(u_out, UNIT_ROUNDOFF["float32"])  # bf16/fp16 GEMMs accumulate in fp32
     return e_max_ceiling(k=k, width=width, u_acc=u_acc, u_chk=UNIT_ROUNDOFF[checker], u_out=u_out)

@@ -67,6 +67,12 @@ BITS = (8, 4)  # 8-bit rows (fp32 scale, bias) and 4-bit rows (fp16 scale, bias)
 # --- V-ABFT (sdcscan.checks.vabft) ----------------------------------------------------------------
 
 SIGMA_C = 2.5  # c in the threshold: how many (bounded) standard deviations of rounding error to allow
+TILE = 8  # outputs per checksum: columns per row tile, rows per column tile (where the size divides)
+
+
+def tile_width(n: int) -> int:
+    """Outputs per tile of a line of `n`: TILE where it divides n, else the whole line (one tile)."""
+    return TILE if n % TILE == 0 else n
 
 
 # --- V-ABFT's arithmetic (sdcscan.checks.vabft; docs/abft.md §3.3) -------------------------------------
@@ -77,15 +83,24 @@ UNIT_ROUNDOFF = {"float64": 2.0**-53, "float32": 2.0**-24, "bfloat16": 2.0**-8, 
 
 
 def e_max_ceiling(*, k: int, width: int, u_acc: float, u_chk: float, u_out: float) -> float:
-    """The largest e_max any correct device may need, from the arithmetic alone (docs/abft.md §3.3)::
+    """The largest coefficient (e_max, e_mean) any correct device may be given, from the arithmetic alone
+    (docs/abft.md §3.3)::
 
-        γ_{K+2}(u_acc) + γ_{W+K+2}(u_chk) + u_out + γ_{W}(u_chk),   W = the longer of M and N
+        (γ_{K+2}(u_acc) + γ_{n+K+2}(u_chk) + u_out + γ_{n}(u_chk))·n,   n = tile_width(width)
 
-    These are the coefficients of `rigorous_threshold`, which bounds |D| for any summation order: for
-    operands of one sign, N·|μA|·S1 is |A_i|·(|B|·1), so an e_max above this accepts more than worst-case
-    rounding can produce. A calibration that needs more saw errors, not rounding.
+    The sum is the coefficient of `rigorous_threshold`, which bounds a tile's |D| for any summation
+    order by that coefficient times Σ_k|A_ik|·Σ_{j in t}|B_kj| (plus Σ|C| for the outputs' rounding).
+    For operands of one sign the threshold's mean term is that magnitude. For zero-mean ones its
+    second-moment term is the outputs' typical size, and n outputs of similar size add up to sqrt(n)
+    times their root sum of squares: a measurement should need at most the coefficient times sqrt(n).
+    The ceiling allows another sqrt(n) (2.8 for tiles of 8) for the margin and for outputs of unequal
+    size. A coefficient above it accepts more than rounding produces: the measurement saw errors.
+
+    Args:
+        width: the longer of M and N, whose tiles set n.
     """
-    return gamma(k + 2, u_acc) + gamma(width + k + 2, u_chk) + u_out + gamma(width, u_chk)
+    n = tile_width(width)
+    return (gamma(k + 2, u_acc) + gamma(n + k + 2, u_chk) + u_out + gamma(n, u_chk)) * n
 
 
 def gamma(n: int, u: float) -> float:

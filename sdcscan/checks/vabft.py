@@ -2,10 +2,16 @@
 
 For `C = A @ B` with A (M, K) and B (K, N), the row identity is `Σ_j C_ij = A_i · (B · 1_N)`. In floating
 point the two sides differ by rounding; V-ABFT (Gao, Hua, Chen) bounds that difference per row with a
-threshold built from the mean and a variance bound of A's row and of B's rows, scaled by a per-platform
+threshold built from the means and variances of A's row and of B's rows, scaled by a per-platform
 `e_max` (V-ABFT §3.4-3.5, with N and "k" mapped as in the authors' artifact: docs/abft.md §3.1). The
 column check is the same identity with the roles of A and B swapped, `Σ_i C_ij = (1_Mᵀ A) · B_j`; a row
 and a column that both fail name the corrupted element (two-sided localisation, docs/abft.md §3.5).
+
+Two departures from V-ABFT, both for sensitivity (issue 32, docs/abft.md §3.1b): each row is checked in
+tiles of `limits.TILE` (8) columns (and each column in tiles of 8 rows), so a checksum adds up 8 outputs' rounding
+instead of N's; and the threshold's spread term is the second moment of the products a tile adds up, not
+V-ABFT's product of Bhatia–Davis variance bounds, whose overestimate depends on each distribution's
+extremes and scales, so that one e_max covering all distributions was loose on all but the worst.
 
 Pure maths: tensors in, tensors out. No device choice, no I/O, no clock.
 """
@@ -20,48 +26,76 @@ import torch
 from sdcscan.checks.limits import (  # torch-free there: the catalogue and the calibration table read them
     SIGMA_C,
     gamma,
+    tile_width,
 )
+
+
+def tile_sums(x: torch.Tensor) -> torch.Tensor:
+    """Sums of the last dimension's tiles: (..., n) -> (..., n / tile_width(n))."""
+    w = tile_width(x.shape[-1])
+    return x.reshape(*x.shape[:-1], x.shape[-1] // w, w).sum(dim=-1)
+
+
+def with_total(tiles: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Tile sums along `dim` and, where there are several, their total (the whole line) after them: a
+    tile sees an error in one element above 8 outputs' rounding; the whole line sees an error spread
+    over the line (a row or column offset), which no tile of 8 holds enough of."""
+    if tiles.shape[dim] == 1:
+        return tiles
+    return torch.cat([tiles, tiles.sum(dim=dim, keepdim=True)], dim=dim)
+
+
+def checksums(x: torch.Tensor) -> torch.Tensor:
+    """The checksums of each line of x (its last dimension): its tiles' sums, then its total."""
+    return with_total(tile_sums(x))
+
+
+def checksum_widths(n: int) -> list[int]:
+    """Outputs added up by each of `checksums`' sums of a line of n: the tiles', then the line's."""
+    w = tile_width(n)
+    return [w] * (n // w) + ([n] if n > w else [])
 
 
 @dataclass(frozen=True, slots=True)
 class OperandSummary:
-    """What the threshold needs from the "B side" of a check, taken once before the GEMM ("offline").
+    """What the threshold needs from the "B side" of a check, taken once before the GEMM ("offline"),
+    per tile of B's columns.
+
+    Per checksum t (the tiles of `checksums`, then the whole line):
 
     Attributes:
-        n: entries per row of B, i.e. the number of output columns the row checksum adds up (N).
-        s1: Σ_k |μB_k| over the K rows of B.
-        s2: Σ_k σB_k², with σ² the Bhatia–Davis bound of row k.
-        s3: Σ_k μB_k².
-        s1_cols: Σ_j |Σ_k B_kj| / N, B's mass by columns on the scale of s1 (docs/abft.md §3.1a): the
-            threshold's mean term takes the larger of the two.
+        n: (checksums,) float64: the number of outputs checksum t adds up (its columns).
+        s1: (checksums,) float64: Σ_k |μB_kt| over the K rows of B, μ over checksum t's columns.
+        s1_cols: (checksums,) float64: Σ_{j in t} |Σ_k B_kj| / n, B's mass by columns on the scale of s1
+            (docs/abft.md §3.1a): the threshold's mean term takes the larger of the two.
+        squares: (K, checksums) float64: Σ_{j in t} B_kj², for the threshold's second-moment term.
     """
 
-    n: int
-    s1: float
-    s2: float
-    s3: float
-    s1_cols: float = 0.0
+    n: torch.Tensor
+    s1: torch.Tensor
+    s1_cols: torch.Tensor
+    squares: torch.Tensor
 
 
 @dataclass(frozen=True, slots=True)
 class Encoding:
-    """B encoded for the row check: its row sums in the checker's precision and its summary."""
+    """B encoded for the row check: its tiles' row sums in the checker's precision and its summary."""
 
-    rowsum: torch.Tensor  # (K,) checker dtype: B · 1_N
+    rowsum: torch.Tensor  # (K, tiles) checker dtype: B's rows summed over each tile of columns
     summary: OperandSummary
-    abs_rowsum: torch.Tensor | None = None  # (K,) |B| · 1_N, only for the rigorous bound
+    abs_rowsum: torch.Tensor | None = None  # (K, tiles) the same of |B|, only for the rigorous bound
 
 
 @dataclass(frozen=True, slots=True)
 class CheckResult:
-    """Residuals, thresholds and the NaN-safe verdict per row (or per column)."""
+    """Residuals, thresholds and the NaN-safe verdict per tile of each row (or column): (..., lines, tiles)."""
 
-    d: torch.Tensor  # (M,) checker dtype: Σ_j C_ij − A_i·(B·1)
-    t: torch.Tensor  # (M,) float64 thresholds
-    bad: torch.Tensor  # (M,) bool: ~(|d| <= t), so NaN and inf residuals fail
+    d: torch.Tensor  # checker dtype: Σ_{j in tile} C_ij − A_i·(B·1_tile)
+    t: torch.Tensor  # float64 thresholds
+    bad: torch.Tensor  # bool: ~(|d| <= t), so NaN and inf residuals fail
 
     def ratio(self) -> float:
-        """max |d|/t over the checked rows: how close a clean case came to its threshold (inf if any fail)."""
+        """max |d|/t over the checked tiles: how close a clean case came to its threshold (inf if any fail)."""
         return float(self.ratio_tensor())
 
     def ratio_tensor(self) -> torch.Tensor:
@@ -69,85 +103,94 @@ class CheckResult:
         r = self.d.double().abs() / self.t.clamp_min(1e-300)
         return torch.nan_to_num(r, nan=math.inf).max() if r.numel() else r.new_zeros(())
 
-
-def bhatia_davis(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-row mean and the Bhatia–Davis variance bound `(max − μ)(μ − min)`, in float64.
-
-    Args:
-        x: (R, L) any float dtype.
-    Returns:
-        (μ, σ²), each (R,) float64. σ² ≥ the true variance of the row, which is what the threshold needs.
-    """
-    lo, hi = x.amin(dim=1), x.amax(dim=1)  # two vectorised passes: torch.aminmax is ~10x slower on CPU
-    acc = torch.float64 if x.dtype == torch.float64 else torch.float32  # no float64 copy of a large operand
-    mu = x.sum(dim=1, dtype=acc).double() / x.shape[1]
-    return mu, ((hi.double() - mu) * (mu - lo.double())).clamp_min(0.0)
+    def failing_lines(self) -> torch.Tensor:
+        """(..., lines) bool: the rows (or columns) with a failing tile."""
+        return self.bad.any(dim=-1)
 
 
 def summarize(b: torch.Tensor) -> OperandSummary:
-    """Summary of the rows of B (K rows of N entries each) for `vabft_threshold`.
+    """Summary of the rows of B (K rows of N entries each), per tile of its columns, for `vabft_threshold`.
 
     Args:
         b: (K, N) the operand on the right of the GEMM.
     """
-    mu, var = bhatia_davis(b)
-    acc = torch.float64 if b.dtype == torch.float64 else torch.float32
-    s1_cols = float(b.sum(dim=0, dtype=acc).double().abs().sum()) / b.shape[1]
+    (k, n), w = b.shape, tile_width(b.shape[1])
+    tiles = b.to(torch.float64).reshape(k, n // w, w)  # float64: squares of fp32 values may overflow fp32
+    widths = torch.tensor(checksum_widths(n), dtype=torch.float64, device=b.device)
     return OperandSummary(
-        n=b.shape[1], s1=float(mu.abs().sum()), s2=float(var.sum()), s3=float((mu * mu).sum()),
-        s1_cols=s1_cols,
-    )  # fmt: skip
+        n=widths,
+        s1=(with_total(tiles.sum(dim=-1)) / widths).abs().sum(dim=0),
+        s1_cols=with_total(tiles.sum(dim=0).abs().sum(dim=-1)) / widths,
+        squares=with_total(tiles.square().sum(dim=-1)),
+    )
+
+
+def threshold_terms(
+    a: torch.Tensor, summary: OperandSummary, c: float = SIGMA_C
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The threshold's two terms per row of A and checksum of B's columns, each (M, checksums) float64
+    (V-ABFT §3.4, as changed in docs/abft.md §3.1a-b)::
+
+        mean_it   = n_t·|μA_i|·max(S1_t, S1c_t)
+        moment_it = c·sqrt(Σ_k A_ik²·Σ_{j in t} B_kj²)
+
+    with n_t the number of outputs checksum t adds up. The mean term is V-ABFT's, the rounding that
+    drifting partial sums collect; S1c (`OperandSummary.s1_cols`) is sdcscan's: B's column sums can be
+    large while its row means cancel (weights whose output channels have means of either sign), and then
+    C_ij = K·μA_i·β_j + … carries a mean part that V-ABFT's S1 does not see. The second-moment term
+    replaces V-ABFT's product of Bhatia–Davis variance bounds: rounding errors of random sign add up
+    with the size of the terms they round, and the products' squares give that size for any spread of
+    scales across rows, columns and channels.
+    """
+    a64 = a.to(torch.float64)
+    mean = summary.n * a64.mean(dim=1).abs()[:, None] * torch.maximum(summary.s1, summary.s1_cols)
+    return mean, c * torch.sqrt(a64.square() @ summary.squares)
 
 
 def vabft_threshold(
-    mu_a: torch.Tensor, var_a: torch.Tensor, summary: OperandSummary, e_max: float, c: float = SIGMA_C
+    a: torch.Tensor, summary: OperandSummary, e_max: float, c: float = SIGMA_C, *, e_mean: float | None = None
 ) -> torch.Tensor:
-    """V-ABFT threshold per row (V-ABFT §3.4; docs/abft.md §3.1, §3.1a)::
-
-        T_i = e_max·( N·|μA_i|·max(S1, S1c) + c·sqrt(N·μA_i²·S2 + N²·σA_i²·S3) + c·sqrt(N)·σA_i·sqrt(S2) )
-
-    S1c (`OperandSummary.s1_cols`) is sdcscan's: B's column sums can be large while its row means cancel
-    (weights whose output channels have means of either sign), and then C_ij = K·μA_i·β_j + … carries
-    a mean part that V-ABFT's S1 does not see. For operands of one sign S1c = S1 and T is V-ABFT's.
+    """T_it = e_mean·mean_it + e_max·moment_it (`threshold_terms`): each term with its own calibrated
+    coefficient, since how much a device's rounding fills each differs per dtype and kernel (one
+    coefficient for both is the worst of the two on every input; `e_mean` None means e_max).
 
     Args:
-        mu_a: (M,) float64 mean of each row of A.
-        var_a: (M,) float64 Bhatia–Davis variance bound of each row of A.
-        summary: the B side (`summarize(B)`), with N the number of columns summed.
-        e_max: the calibrated relative error unit for this device, dtype and checker.
+        a: (M, K) the operand on the left of the GEMM.
+        summary: the B side (`summarize(B)`).
+        e_max: the calibrated coefficient of the second-moment term.
         c: number of standard deviations allowed.
+        e_mean: the calibrated coefficient of the mean term.
     Returns:
-        (M,) float64 thresholds for |D_i|.
+        (M, checksums) float64 thresholds for |D_it|.
     """
-    n = float(summary.n)
-    spread = torch.sqrt(n * mu_a * mu_a * summary.s2 + n * n * var_a * summary.s3)
-    tail = math.sqrt(n) * torch.sqrt(var_a) * math.sqrt(summary.s2)
-    s1 = max(summary.s1, summary.s1_cols)
-    return e_max * (n * mu_a.abs() * s1 + c * spread + c * tail)
+    mean, moment = threshold_terms(a, summary, c)
+    return (e_max if e_mean is None else e_mean) * mean + e_max * moment
 
 
 def encode(b: torch.Tensor, checker: torch.dtype, *, rigorous: bool = False) -> Encoding:
-    """Encode B for the row check: B · 1_N in the checker's precision plus the threshold summary.
+    """Encode B for the row check: B's rows summed per tile in the checker's precision, and its summary.
 
     Args:
         b: (K, N) the exact operand fed to the GEMM (bf16/fp16 operands are widened exactly).
         checker: dtype the checksums are computed in.
-        rigorous: also keep |B| · 1_N for `rigorous_threshold`.
+        rigorous: also keep |B|'s tile sums for `rigorous_threshold`.
     """
     bc = b.to(checker)
-    abs_rowsum = bc.abs().sum(dim=1) if rigorous else None
-    return Encoding(rowsum=bc.sum(dim=1), summary=summarize(b), abs_rowsum=abs_rowsum)
+    abs_rowsum = checksums(bc.abs()) if rigorous else None
+    return Encoding(rowsum=checksums(bc), summary=summarize(b), abs_rowsum=abs_rowsum)
 
 
 def row_residual(a: torch.Tensor, c_out: torch.Tensor, rowsum: torch.Tensor) -> torch.Tensor:
-    """D_i = Σ_j C_ij − A_i · (B · 1_N), in the dtype of `rowsum` (the checker's precision).
+    """D_it = Σ_{j in tile t} C_ij − A_i · (B · 1_t), in the dtype of `rowsum` (the checker's precision).
 
     Args:
-        a: (M, K) operand as fed to the GEMM.  c_out: (M, N) result under test.  rowsum: (K,) B · 1_N.
+        a: (M, K) operand as fed to the GEMM.  c_out: (M, N) result under test.  rowsum: (K, tiles).
+    Returns:
+        (M, tiles).
     """
     # contiguous: a product with a transposed matrix (the column check's Bᵀ) sums K terms one after
     # another on MKL, with 3x the rounding of a product with contiguous rows (docs/abft.md §3.2)
-    return c_out.to(rowsum.dtype).sum(dim=1) - a.to(rowsum.dtype).contiguous() @ rowsum
+    return checksums(c_out.to(rowsum.dtype)) - a.to(rowsum.dtype).contiguous() @ rowsum
 
 
 def failing(d: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
@@ -156,17 +199,22 @@ def failing(d: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
 
 
 def row_check(
-    a: torch.Tensor, c_out: torch.Tensor, enc: Encoding, e_max: float, c: float = SIGMA_C
+    a: torch.Tensor,
+    c_out: torch.Tensor,
+    enc: Encoding,
+    e_max: float,
+    c: float = SIGMA_C,
+    *,
+    e_mean: float | None = None,
 ) -> CheckResult:
-    """The V-ABFT row check of `c_out = a @ b` against B's encoding.
+    """The V-ABFT row check of `c_out = a @ b` against B's encoding, per tile of each row.
 
     Args:
         a: (M, K) left operand.  c_out: (M, N) result under test.  enc: `encode(b, checker)`.
         e_max: calibrated error unit.  c: standard deviations allowed.
     """
     d = row_residual(a, c_out, enc.rowsum)
-    mu, var = bhatia_davis(a)
-    t = vabft_threshold(mu, var, enc.summary, e_max, c)
+    t = vabft_threshold(a, enc.summary, e_max, c, e_mean=e_mean)
     return CheckResult(d=d, t=t, bad=failing(d, t))
 
 
@@ -177,30 +225,50 @@ def column_check(
     checker: torch.dtype,
     e_max: float,
     c: float = SIGMA_C,
+    *,
+    e_mean: float | None = None,
 ) -> CheckResult:
-    """The column check `Σ_i C_ij − (1ᵀA)·B_j`: the row check of Cᵀ = Bᵀ Aᵀ (roles swapped, N → M).
+    """The column check `Σ_{i in tile} C_ij − (1_tileᵀA)·B_j`: the row check of Cᵀ = Bᵀ Aᵀ (roles
+    swapped, N → M), per tile of each column's rows.
 
     Args:
         a: (M, K).  b: (K, N).  c_out: (M, N).  checker: dtype of the checksums.
     Returns:
-        A CheckResult over the N columns.
+        A CheckResult over the N columns, (N, tiles of M).
     """
-    return row_check(b.t(), c_out.t(), encode(a.t(), checker), e_max, c)
+    return row_check(b.t(), c_out.t(), encode(a.t(), checker), e_max, c, e_mean=e_mean)
+
+
+def tiled_permutation(size: int, g: torch.Generator) -> torch.Tensor:
+    """A random permutation of range(size) that keeps each tile's members together (tiles in a random
+    order, members in a random order within each): a tile's sum and statistics are the same before and
+    after, so thresholds taken once on a pool of operands hold for any case permuted from it."""
+    w = tile_width(size)
+    order = torch.randperm(size // w, generator=g)
+    within = torch.rand((size // w, w), generator=g).argsort(dim=1)
+    return (order[:, None] * w + within).flatten()
 
 
 @dataclass(frozen=True, slots=True)
 class Expected:
-    """What the row and the column checksums of `C = A @ B` must be, and their thresholds, computed once
-    per pair of operands; each repeat of the product then costs two reductions of C (`verify`)."""
+    """What the row and the column tile checksums of `C = A @ B` must be, and their thresholds, computed
+    once per pair of operands; each repeat of the product then costs two reductions of C (`verify`)."""
 
-    rows: torch.Tensor  # (M,) checker dtype: A_i · (B · 1_N)
-    row_t: torch.Tensor  # (M,) float64
-    cols: torch.Tensor  # (N,) checker dtype: (1_Mᵀ A) · B_j
-    col_t: torch.Tensor  # (N,) float64
+    rows: torch.Tensor  # (M, tiles of N) checker dtype: A_i · (B · 1_t)
+    row_t: torch.Tensor  # (M, tiles of N) float64
+    cols: torch.Tensor  # (N, tiles of M) checker dtype: (1_tᵀ A) · B_j
+    col_t: torch.Tensor  # (N, tiles of M) float64
 
 
 def expected(
-    a: torch.Tensor, b: torch.Tensor, enc: Encoding, checker: torch.dtype, e_max: float, c: float = SIGMA_C
+    a: torch.Tensor,
+    b: torch.Tensor,
+    enc: Encoding,
+    checker: torch.dtype,
+    e_max: float,
+    c: float = SIGMA_C,
+    *,
+    e_mean: float | None = None,
 ) -> Expected:
     """Row and column expectations of `a @ b`, with the row side from B's encoding `enc` (taken before
     any fault could touch B) and the column side from A and B as given.
@@ -208,22 +276,23 @@ def expected(
     The arithmetic is that of `row_check` and `column_check`, expression for expression, so the values
     e_max was calibrated with are the values checked.
     """
-    mu, var = bhatia_davis(a)
-    row_t = vabft_threshold(mu, var, enc.summary, e_max, c)
+    row_t = vabft_threshold(a, enc.summary, e_max, c, e_mean=e_mean)
     bt, enc_a = b.t(), encode(a.t(), checker)
-    mu_b, var_b = bhatia_davis(bt)
-    col_t = vabft_threshold(mu_b, var_b, enc_a.summary, e_max, c)
+    col_t = vabft_threshold(bt, enc_a.summary, e_max, c, e_mean=e_mean)
     cols = bt.to(checker).contiguous() @ enc_a.rowsum  # as row_residual computes it
     return Expected(a.to(checker).contiguous() @ enc.rowsum, row_t, cols, col_t)
 
 
 def verify(c_out: torch.Tensor, exp: Expected) -> tuple[CheckResult, CheckResult]:
     """(row check, column check) of one product, or of a stack of them (R, M, N), against its
-    expectations; NaN-safe. For a stack, d and bad are (R, M) and (R, N): one reduction per side for
-    the whole stack, which is what makes checking small products cheap (few eager ops per repeat)."""
+    expectations; NaN-safe. For a stack, d and bad are (R, M, tiles) and (R, N, tiles): one reduction per
+    side for the whole stack, which is what makes checking small products cheap (few eager ops per repeat)."""
     c = c_out.to(exp.rows.dtype)  # one conversion shared by both sides (none when dtypes agree)
-    d_rows = c.sum(dim=-1) - exp.rows
-    d_cols = c.sum(dim=-2) - exp.cols
+    d_rows = checksums(c) - exp.rows
+    m = c.shape[-2]
+    h = tile_width(m)  # the column side's tiles, summed in place (no transposed copy of C)
+    col_tiles = c.reshape(*c.shape[:-2], m // h, h, c.shape[-1]).sum(dim=-2)
+    d_cols = with_total(col_tiles, dim=-2).transpose(-1, -2) - exp.cols
     return (
         CheckResult(d=d_rows, t=exp.row_t, bad=failing(d_rows, exp.row_t)),
         CheckResult(d=d_cols, t=exp.col_t, bad=failing(d_cols, exp.col_t)),
@@ -232,32 +301,36 @@ def verify(c_out: torch.Tensor, exp: Expected) -> tuple[CheckResult, CheckResult
 
 @dataclass(frozen=True, slots=True)
 class PoolStats:
-    """What the checks of `A @ B` need of two operands and that no permutation changes, taken once.
+    """What the checks of `A @ B` need of two operands and that tiled permutations do not change, taken once.
 
-    Cases that multiply `A[rows][:, inner] @ B[inner][:, cols]` for permutations rows, inner and cols
-    (gemm_fp's operand pool) then need no statistics of their own: a row's mean, minimum and maximum do
-    not depend on the order of its elements, so its V-ABFT threshold is the pool row's threshold, and
-    the sums S1..S3 run over the inner index in any order. Only the float rounding of the means and
-    sums may differ from a computation on the case's operands, by about one ulp of fp32 relative,
-    which is far inside the margin of e_max.
+    Cases that multiply `A[rows][:, inner] @ B[inner][:, cols]` for `tiled_permutation`s rows and cols
+    and any permutation inner (gemm_fp's operand pool) then need no statistics of their own: a row's
+    mean and variance do not depend on the order of its elements, a tile keeps its members, and the sums
+    S1..S3 run over the inner index in any order. So a case's thresholds are the pool's, reordered. Only
+    the float rounding of the means and sums may differ from a computation on the case's operands, by
+    about one ulp of fp32 relative, which is far inside the margin of e_max.
     """
 
-    row_t: torch.Tensor  # (M,) float64 threshold of each row of A @ B
-    col_t: torch.Tensor  # (N,) float64 threshold of each column
-    b_rowsum: torch.Tensor  # (K,) checker dtype: B · 1_N
-    a_colsum: torch.Tensor  # (K,) checker dtype: 1_Mᵀ · A
+    row_t: torch.Tensor  # (M, tiles of N) float64 threshold of each row tile of A @ B
+    col_t: torch.Tensor  # (N, tiles of M) float64 threshold of each column tile
+    b_rowsum: torch.Tensor  # (K, tiles of N) checker dtype: B's rows summed per tile
+    a_colsum: torch.Tensor  # (K, tiles of M) checker dtype: A's columns summed per tile
 
 
 def pool_stats(
-    a: torch.Tensor, b: torch.Tensor, checker: torch.dtype, e_max: float, c: float = SIGMA_C
+    a: torch.Tensor,
+    b: torch.Tensor,
+    checker: torch.dtype,
+    e_max: float,
+    c: float = SIGMA_C,
+    *,
+    e_mean: float | None = None,
 ) -> PoolStats:
     """The statistics `expected` computes for `a @ b`, kept for `permuted_expected`."""
     enc_b, enc_a = encode(b, checker), encode(a.t(), checker)
-    mu, var = bhatia_davis(a)
-    mu_b, var_b = bhatia_davis(b.t())
     return PoolStats(
-        row_t=vabft_threshold(mu, var, enc_b.summary, e_max, c),
-        col_t=vabft_threshold(mu_b, var_b, enc_a.summary, e_max, c),
+        row_t=vabft_threshold(a, enc_b.summary, e_max, c, e_mean=e_mean),
+        col_t=vabft_threshold(b.t(), enc_a.summary, e_max, c, e_mean=e_mean),
         b_rowsum=enc_b.rowsum,
         a_colsum=enc_a.rowsum,
     )
@@ -270,37 +343,53 @@ def permuted_expected(
     perms: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
 ) -> Expected:
     """Expectations of `a @ b` for `a = A[rows][:, inner]` and `b = B[inner][:, cols]`, with
-    `perms = (rows, inner, cols)` and `stats = pool_stats(A, B, ...)`: the pool's thresholds in the
-    case's order, and the checksums of the case's own operands (two matrix-vector products)."""
+    `perms = (rows, inner, cols)` (rows and cols from `tiled_permutation`) and `stats = pool_stats(A, B,
+    ...)`: the pool's thresholds in the case's order, and the checksums of the case's own operands (two
+    skinny matrix products)."""
     rows, inner, cols = perms
+    row_tiles, col_tiles = _checksum_order(rows), _checksum_order(cols)
     checker = stats.b_rowsum.dtype
     return Expected(
-        rows=a.to(checker) @ stats.b_rowsum[inner],
-        row_t=stats.row_t[rows],
-        cols=b.t().to(checker).contiguous() @ stats.a_colsum[inner],  # as row_residual computes it
-        col_t=stats.col_t[cols],
+        rows=a.to(checker) @ stats.b_rowsum[inner][:, col_tiles],
+        row_t=stats.row_t[rows][:, col_tiles],
+        cols=b.t().to(checker).contiguous() @ stats.a_colsum[inner][:, row_tiles],  # as row_residual does
+        col_t=stats.col_t[cols][:, row_tiles],
     )
+
+
+def _checksum_order(perm: torch.Tensor) -> torch.Tensor:
+    """The pool's checksum at each of a `tiled_permutation`'s: its tiles moved, the total last."""
+    w = tile_width(perm.numel())
+    order = perm.view(-1, w)[:, 0] // w
+    if order.numel() == 1:
+        return order
+    return torch.cat([order, order.new_full((1,), order.numel())])  # the total stays where it was: last
 
 
 def rigorous_threshold(
     a: torch.Tensor, c_out: torch.Tensor, enc: Encoding, *, u_acc: float, u_chk: float, u_out: float
 ) -> torch.Tensor:
-    """A worst-case bound on |D_i| valid for any summation order (docs/abft.md §3.3)::
+    """A worst-case bound on |D_it| valid for any summation order (docs/abft.md §3.3)::
 
-        T_i = (γ_{K+2}(u_acc) + γ_{N+K+2}(u_chk))·|A_i|·(|B|·1) + (u_out + γ_{N}(u_chk))·Σ_j|C_ij|
+        T_it = (γ_{K+2}(u_acc) + γ_{n+K+2}(u_chk))·|A_i|·(|B|·1_t) + (u_out + γ_{n}(u_chk))·Σ_{j in t}|C_ij|
 
-    The first term covers the GEMM's own accumulation and the checker's GEMV; the second the rounding
-    of each output to its dtype and the checker's row sum. It needs no calibration but detects less.
+    with n the tile's width. The first term covers the GEMM's own accumulation and the checker's GEMV;
+    the second the rounding of each output to its dtype and the checker's tile sum. It needs no
+    calibration but detects less.
 
     Args:
         a: (M, K).  c_out: (M, N).  enc: `encode(b, checker, rigorous=True)`.
         u_acc: unit roundoff of the GEMM's accumulation.  u_chk: of the checker.  u_out: of C's dtype.
+    Returns:
+        (M, tiles) float64.
     """
-    assert enc.abs_rowsum is not None, "encode(..., rigorous=True) keeps |B|·1"
-    k, n = a.shape[1], enc.summary.n
-    scale = a.to(torch.float64).abs() @ enc.abs_rowsum.to(torch.float64)  # (M,)
-    out_abs = c_out.to(torch.float64).abs().sum(dim=1)  # (M,)
-    return (gamma(k + 2, u_acc) + gamma(n + k + 2, u_chk)) * scale + (u_out + gamma(n, u_chk)) * out_abs
+    assert enc.abs_rowsum is not None, "encode(..., rigorous=True) keeps |B|'s tile sums"
+    k, widths = a.shape[1], [int(n) for n in enc.summary.n.tolist()]
+    scale = a.to(torch.float64).abs() @ enc.abs_rowsum.to(torch.float64)  # (M, checksums)
+    out_abs = checksums(c_out.to(torch.float64).abs())  # (M, checksums)
+    acc = torch.tensor([gamma(k + 2, u_acc) + gamma(n + k + 2, u_chk) for n in widths], dtype=torch.float64)
+    out = torch.tensor([u_out + gamma(n, u_chk) for n in widths], dtype=torch.float64)
+    return acc * scale + out * out_abs
 
 
 def localize(rows: CheckResult, cols: CheckResult, limit: int = 8) -> list[tuple[int, int | None]]:
@@ -313,8 +402,8 @@ def localize(rows: CheckResult, cols: CheckResult, limit: int = 8) -> list[tuple
         each failing row where no column fails (an operand changed after encoding) or where several rows
         and several columns fail and the pairing is ambiguous.
     """
-    bad_rows = rows.bad.nonzero().flatten().tolist()
-    bad_cols = cols.bad.nonzero().flatten().tolist()
+    bad_rows = rows.failing_lines().nonzero().flatten().tolist()
+    bad_cols = cols.failing_lines().nonzero().flatten().tolist()
     if len(bad_rows) == 1 and bad_cols:
         return [(bad_rows[0], j) for j in bad_cols[:limit]]
     if len(bad_cols) == 1:

@@ -10,6 +10,7 @@ import sys
 
 import click
 
+from sdcscan.calibration.table import DEFAULT_MARGIN
 from sdcscan.cli.common import reports_errors
 from sdcscan.errors import EXIT_FAIL, EXIT_PASS, UsageError
 
@@ -23,7 +24,9 @@ def _split(values: tuple[str, ...]) -> list[str]:
 @click.option("--dtypes", default="float32,float64,bfloat16,float16", show_default=True, help="GEMM dtypes.")
 @click.option("--rows", default=10_000, show_default=True, help="Clean rows per dtype (at least).")
 @click.option("--k", "k_values", default="256,1024,4096", show_default=True, help="Inner dimensions K.")
-@click.option("--margin", default=3.0, show_default=True, help="Safety factor on the largest needed e_max.")
+@click.option(
+    "--margin", default=DEFAULT_MARGIN, show_default=True, help="Safety factor on the largest needed e_max."
+)
 @click.option("--seed", default=0, show_default=True, help="Input seed.")
 @click.option(
     "-o", "--output", type=click.Path(dir_okay=False), help="Write (merge into) this calibration file."

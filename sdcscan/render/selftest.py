@@ -63,13 +63,15 @@ def render_selftest(result: dict[str, Any], console: Console) -> None:
 
 
 def render_calibration(table: dict[str, Any], console: Console) -> None:
-    """The measured e_max values, one line per (device model, dtype, checker)."""
-    t = Table(title="sdcscan calibrate: e_max = margin × max |D|/T(e_max=1)")
-    for col in ("device model", "dtype", "checker", "rows", "K ≤", "needed", "e_max"):
+    """The measured coefficients, one line per (device model, dtype, checker): e_max of the threshold's
+    second-moment term and e_mean of its mean term, each the margin times what clean GEMMs needed."""
+    t = Table(title="sdcscan calibrate: coefficients = margin × what clean rows and columns needed")
+    for col in ("device model", "dtype", "checker", "rows", "K ≤", "needed", "e_max", "e_mean"):
         t.add_column(col)
     for e in table["entries"]:
         row = (cell(e["device_model"]), cell(e["dtype"]), cell(e["checker"]), str(e["rows"]), str(e["k_max"]))
-        t.add_row(*row, f"{e['needed']:.3g}", f"{e['e_max']:.3g}")
+        e_mean = e.get("e_mean")
+        t.add_row(*row, f"{e['needed']:.3g}", f"{e['e_max']:.3g}", "" if e_mean is None else f"{e_mean:.3g}")
     console.print(t)
 
 

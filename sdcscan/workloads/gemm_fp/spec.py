@@ -62,14 +62,15 @@ SPEC = WorkloadSpec(
         # (m, k, n) per dtype: about 0.1-0.5 s per case on one AVX2 core (bf16/fp16 have no fast kernel there)
         "shapes": [[1024, 1024, 1024], [512, 1024, 512], [128, 1024, 256], [128, 1024, 256]],
         "repeats": [4, 4, 2, 2],
-        "checkers": ["float32", "float64", "float32", "float32"],  # precision of the checksums per dtype
+        "checkers": ["float64", "float64", "float32", "float32"],  # precision of the checksums per dtype
         "inputs": "abs_normal",  # calibration.DISTRIBUTIONS name; |N(0,1)|+0.5 (docs/abft.md §3.2)
         "c": SIGMA_C,
         "calibration": "",  # path of a calibration table; "" = the one shipped with sdcscan
     },
     fault_sites=("output", "operand_b_encoded", "operand_a"),
-    # 2: repeats digested by device-side fingerprints; 3: operands permuted from a per-worker pool
-    data_version=3,
+    # 2: repeats digested by device-side fingerprints; 3: operands permuted from a per-worker pool;
+    # 4: rows and columns permuted with their check tiles (vabft.tiled_permutation)
+    data_version=4,
     tiny={"shapes": [[16, 64, 16]] * 4, "repeats": [1, 1, 1, 1]},
     params={
         "dtypes": ListOf(Choice(DTYPES)),

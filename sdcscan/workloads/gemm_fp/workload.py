@@ -89,10 +89,12 @@ class GemmFp(SelftestMixin):
                     f"gemm_fp: {dtype} ({chk} checker) K={shape[1]} calibrated on this unit: e_max "
                     f"{found.e_max:.3g} (ceiling {found.ceiling:.3g})"
                 )
+            if found.file_note:
+                ctx.note(f"gemm_fp: {found.file_note}")
             if found.cache_note:
                 ctx.note(f"gemm_fp: {found.cache_note}")
             if found.e_max is not None:
-                self.pools[slot] = _Pool.draw(ctx, slot, p, found.e_max)
+                self.pools[slot] = _Pool.draw(ctx, slot, p, found)
 
     def run(self, ctx: Context, case: Case) -> Outcome:
         p = self.p
@@ -109,7 +111,9 @@ class GemmFp(SelftestMixin):
             a, b, perms = pool.case_operands(ctx.generator(case.seed))
             if ctx.armed_at("operand_a"):  # negative control: A is not encoded, the error is consistent
                 ctx.fault("operand_a", a)  # and A's statistics change with it, so they are taken anew
-                expect = vabft.expected(a, b, vabft.encode(b, DTYPES[chk]), DTYPES[chk], found.e_max, p["c"])
+                expect = vabft.expected(
+                    a, b, vabft.encode(b, DTYPES[chk]), DTYPES[chk], found.e_max, p["c"], e_mean=found.e_mean
+                )
             else:
                 expect = vabft.permuted_expected(pool.stats, a, b, perms)
             ctx.fault("operand_b_encoded", b)  # after encoding: the checksums no longer match B
@@ -144,6 +148,7 @@ class GemmFp(SelftestMixin):
                 "threshold_source": found.source,
                 "k": k,
                 "e_max": found.e_max,
+                "e_mean": found.e_mean,
                 "calibration_cache": found.cache,  # peers that disagree have it measured again
                 "e_max_ceiling": found.ceiling,
                 "bad_rows": bad_rows,
@@ -180,10 +185,10 @@ class GemmFp(SelftestMixin):
         chk, check = DTYPES[chk_name], f"vabft_{chk_name}"
         if not bool(rows.bad.any()):  # row sums agree: values moved within rows (a swap, a compensating pair)
             found = []
-            for j in cols.bad.nonzero().flatten()[:MAX_RECORDED].tolist():
+            for j in cols.failing_lines().nonzero().flatten()[:MAX_RECORDED].tolist():
                 total = out[:, j].to(chk).sum()
                 where = f"{name} C column {j} (column check; every row sum agrees) (repeat {r})"
-                found.append(Mismatch(check, where, repr(float(total - cols.d[j])), repr(float(total))))
+                found.append(Mismatch(check, where, repr(float(total - cols.d[j].sum())), repr(float(total))))
             return found
         found = []
         for i, j in vabft.localize(rows, cols, MAX_RECORDED):
@@ -191,7 +196,7 @@ class GemmFp(SelftestMixin):
                 where = (
                     f"{name} C row {i} (row check; no single column fails: operand changed after encoding?)"
                 )
-                expected, actual = float(expect.rows[i]), float(out[i].to(chk).sum())
+                expected, actual = float(expect.rows[i].sum()), float(out[i].to(chk).sum())
             else:
                 where = f"{name} C[{i}, {j}] (row {i} and column {j} checks)"
                 expected, actual = float(a[i].to(chk) @ b[:, j].to(chk)), float(out[i, j])  # recomputed dot
@@ -217,8 +222,9 @@ class RepeatTally:
         """Fold in repeats first .. first + len(outs) - 1: their outputs (R, M, N) and checks, whose
         d and bad are (R, M) and (R, N). The caller may overwrite `outs` afterwards."""
         self.ratio = torch.maximum(self.ratio, torch.maximum(rows.ratio_tensor(), cols.ratio_tensor()))
-        self.bad = self.bad + torch.stack([rows.bad.sum(), cols.bad.sum()])
-        failed = rows.bad.any(dim=1) | cols.bad.any(dim=1)  # (R,) per repeat of the block
+        self.bad = self.bad + torch.stack([rows.failing_lines().sum(), cols.failing_lines().sum()])
+        # (R,) per repeat of the block: any failing checksum of any row or column
+        failed = rows.bad.flatten(1).any(dim=1) | cols.bad.flatten(1).any(dim=1)
         # The block's first failing repeat (0 when none failed), and whether it is the case's first.
         at = torch.argmax(failed.to(torch.int8)).view(1)
         new = failed.any() & (self.first_bad < 0)
@@ -268,20 +274,27 @@ class _Pool:
     stats: vabft.PoolStats
 
     @classmethod
-    def draw(cls, ctx: Context, slot: int, p: Mapping[str, Any], e_max: float) -> _Pool:
+    def draw(cls, ctx: Context, slot: int, p: Mapping[str, Any], found: calibration.Threshold) -> _Pool:
         (m, k, n), dtype = p["shapes"][slot], DTYPES[p["dtypes"][slot]]
         g = ctx.generator(ctx.run_seed ^ POOL_SEED ^ slot)
         a = calibration.sample(p["inputs"], (m, k), g, dtype).to(ctx.device)
         b = calibration.sample(p["inputs"], (k, n), g, dtype).to(ctx.device)
-        return cls(a, b, vabft.pool_stats(a, b, DTYPES[p["checkers"][slot]], e_max, p["c"]))
+        assert found.e_max is not None, "a refused threshold draws no pool"
+        checker = DTYPES[p["checkers"][slot]]
+        return cls(a, b, vabft.pool_stats(a, b, checker, found.e_max, p["c"], e_mean=found.e_mean))
 
     def case_operands(
         self, g: torch.Generator
     ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
         """A case's A and B: the pool's rows of A, inner index and columns of B permuted from `g`, so
-        A @ B is the pool's product permuted, summed in another order. Returns (A, B, permutations)."""
+        A @ B is the pool's product permuted, summed in another order. Rows and columns move with their
+        check tiles (`vabft.tiled_permutation`), so the pool's thresholds hold. Returns (A, B, permutations)."""
         (m, k), n, device = self.a.shape, self.b.shape[1], self.a.device
-        rows, inner, cols = (torch.randperm(size, generator=g).to(device) for size in (m, k, n))
+        rows, inner, cols = (
+            vabft.tiled_permutation(m, g).to(device),
+            torch.randperm(k, generator=g).to(device),
+            vabft.tiled_permutation(n, g).to(device),
+        )
         a = self.a.index_select(0, rows).index_select(1, inner)
         b = self.b.index_select(0, inner).index_select(1, cols)
         return a, b, (rows, inner, cols)
