@@ -16,7 +16,7 @@ from sdcscan.calibration import measure as calibrate
 from sdcscan.checks import vabft
 from sdcscan.checks.digest import RepeatDigest
 from sdcscan.faults import FaultSpec, from_label
-from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
+from sdcscan.outcomes import STATUS_ERROR, STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
 from sdcscan.units import device_model
 from sdcscan.workloads import SPECS, base, load
 from sdcscan.workloads.base import Context
@@ -480,3 +480,20 @@ def test_inputs_out_of_a_dtypes_range_are_refused_before_work_and_allowed_withou
         profile({"inputs": "log_scales"})
     kept = {"dtypes": ["float32", "bfloat16"], "shapes": [[64, 64, 64]] * 2, "repeats": [1, 1]}
     profile({**kept, "checkers": ["float32", "float32"], "inputs": "log_scales"})
+
+
+def test_a_pool_whose_product_overflows_fp16_makes_every_case_an_error_not_a_mismatch(table_path):
+    """|N|+0.5 operands at K = 65,536 sum to about 110,000 per output, past fp16's 65,504: every output
+    overflows on any unit. That was `fail` (exit 1) on a correct CPU; it is refused, so the unit is
+    `invalid` (exit 3) with the reason, and a shape in range is untouched."""
+    workload, ctx = make("float16", table_path, shapes=[[16, 65536, 16]])
+    found = workload.thresholds[0]
+    assert found is not None and found.e_max is None
+    assert "exceeds float16's largest value" in found.refused
+    assert any("use a smaller K or leave float16 out" in note for note in ctx.notes)
+    outcome = run(workload, ctx, seed=3)
+    assert outcome.status == STATUS_ERROR and "exceeds float16's largest value" in (outcome.error or "")
+
+    workload, ctx = make("float16", table_path, shapes=[[16, 4096, 16]])
+    assert workload.thresholds[0] is not None and workload.thresholds[0].e_max is not None
+    assert run(workload, ctx, seed=3).status == STATUS_OK

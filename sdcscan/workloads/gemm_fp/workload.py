@@ -24,7 +24,7 @@ gemm_fp case as an error, so it is `invalid`, never a quiet pass.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 import torch
@@ -93,8 +93,19 @@ class GemmFp(SelftestMixin):
                 ctx.note(f"gemm_fp: {found.file_note}")
             if found.cache_note:
                 ctx.note(f"gemm_fp: {found.cache_note}")
-            if found.e_max is not None:
-                self.pools[slot] = _Pool.draw(ctx, slot, p, found)
+            if found.e_max is None:
+                continue
+            a, b = _Pool.operands(ctx, slot, p)
+            if calibration.beyond_range(a, b, DTYPES[dtype]):
+                # Every unit draws this pool: its product is out of range everywhere, on every case.
+                why = (
+                    f"the product of {p['inputs']} operands at {tuple(shape)} exceeds {dtype}'s largest "
+                    f"value, so every output would overflow on any unit: use a smaller K or leave {dtype} out"
+                )
+                self.thresholds[slot] = replace(found, e_max=None, refused=why)
+                ctx.note(f"gemm_fp: {dtype} cannot be checked: {why}")
+                continue
+            self.pools[slot] = _Pool.of(a, b, p["checkers"][slot], p["c"], found)
 
     def run(self, ctx: Context, case: Case) -> Outcome:
         p = self.p
@@ -273,15 +284,22 @@ class _Pool:
     b: torch.Tensor  # (K, N)
     stats: vabft.PoolStats
 
-    @classmethod
-    def draw(cls, ctx: Context, slot: int, p: Mapping[str, Any], found: calibration.Threshold) -> _Pool:
+    @staticmethod
+    def operands(ctx: Context, slot: int, p: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """One dtype's (A, B), drawn from the run seed on the unit's device."""
         (m, k, n), dtype = p["shapes"][slot], DTYPES[p["dtypes"][slot]]
         g = ctx.generator(ctx.run_seed ^ POOL_SEED ^ slot)
         a = calibration.sample(p["inputs"], (m, k), g, dtype).to(ctx.device)
         b = calibration.sample(p["inputs"], (k, n), g, dtype).to(ctx.device)
+        return a, b
+
+    @classmethod
+    def of(
+        cls, a: torch.Tensor, b: torch.Tensor, checker: str, c: float, found: calibration.Threshold
+    ) -> _Pool:
+        """The pool of operands (A, B) with their check statistics."""
         assert found.e_max is not None, "a refused threshold draws no pool"
-        checker = DTYPES[p["checkers"][slot]]
-        return cls(a, b, vabft.pool_stats(a, b, checker, found.e_max, p["c"], e_mean=found.e_mean))
+        return cls(a, b, vabft.pool_stats(a, b, DTYPES[checker], found.e_max, c, e_mean=found.e_mean))
 
     def case_operands(
         self, g: torch.Generator
