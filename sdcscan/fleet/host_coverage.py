@@ -28,6 +28,7 @@ import ipaddress
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import chain
 from typing import NamedTuple
 
 from sdcscan.fleet.findings import Collector
@@ -49,12 +50,20 @@ class Covered(NamedTuple):
 
 
 def coverage_findings(
-    reports: list[Covered], col: Collector, hosts: tuple[str, ...], *, now: float, stale_s: float
+    reported: Iterable[str],
+    by_host: Iterable[tuple[str, list[Covered]]],
+    col: Collector,
+    hosts: tuple[str, ...],
+    *,
+    now: float,
+    stale_s: float,
 ) -> int:
     """Add `missing`, `stale`, `alias`, `unlisted` and `future` findings for an inventory of hosts.
 
     Args:
-        reports: de-duplicated, usable reports (a corrupt file does not count as coverage).
+        reported: every hostname that has a report among `by_host`.
+        by_host: (hostname, its de-duplicated, usable reports), one item per host (a corrupt file does
+            not count as coverage). Read once, host by host: a million hosts' reports are never held.
         col: where findings go.
         hosts: hostnames that should have reported (the inventory).
         now: POSIX seconds to measure age against (passed in, so tests are deterministic).
@@ -63,20 +72,19 @@ def coverage_findings(
     Returns:
         How many reported hosts are not in the inventory (an alias counts as listed).
     """
-    future_findings([c.report for c in reports], col, now=now)
-    by_host: dict[str, list[Covered]] = {}
-    for c in reports:
-        by_host.setdefault(c.report.host, []).append(c)
-    match = match_inventory(hosts, by_host)
-    for name in sorted(set(hosts)):
-        reported = match.reported_as.get(name)
-        if reported is None:
-            near = tuple(n for n in match.near(name) if n not in match.listed)
-            col.add_host(name, None, "missing", {"reason": _missing_reason([], near)})
-            continue
-        if reported != name:
-            col.add_host(name, None, "alias", _alias_evidence(name, reported))
-        _judge_host(name, by_host[reported], col, now=now, stale_s=stale_s)
+    match = match_inventory(hosts, reported)
+    alias_of = {seen: name for name, seen in match.reported_as.items() if seen != name}
+    for host, reports in by_host:
+        future_findings([c.report for c in reports], col, now=now)
+        name = alias_of.get(host, host if host in match.listed else None)
+        if name is None:
+            continue  # unlisted: below
+        if name != host:
+            col.add_host(name, None, "alias", _alias_evidence(name, host))
+        _judge_host(name, reports, col, now=now, stale_s=stale_s)
+    for name in sorted(match.listed - match.reported_as.keys()):
+        near = tuple(n for n in match.near(name) if n not in match.listed)
+        col.add_host(name, None, "missing", {"reason": _missing_reason([], near)})
     for host in match.unlisted:
         near = tuple(n for n in match.near(host) if n in match.listed)
         col.add_host(host, None, "unlisted", _unlisted_evidence(host, near))
@@ -216,8 +224,8 @@ class InventoryMatch:
     Attributes:
         reported_as: inventory name -> the reported hostname standing for it (itself, or an alias).
         unlisted: reported hostnames standing for no inventory name, sorted.
-        keys: name_key -> every inventory name and reported hostname with that key, sorted (only keys
-            with more than one name).
+        keys: name_key -> every inventory name and reported hostname with that key, sorted, for the keys
+            of names left without an exact match that more than one name shares.
         listed: the inventory.
     """
 
@@ -227,7 +235,8 @@ class InventoryMatch:
     listed: frozenset[str]
 
     def near(self, name: str) -> tuple[str, ...]:
-        """Other names (listed or reported) that differ from `name` only by case or domain."""
+        """Other names (listed or reported) that differ from `name`, a name without an exact match
+        (missing or unlisted), only by case or domain."""
         return tuple(n for n in self.keys.get(name_key(name), ()) if n != name)
 
 
@@ -237,28 +246,37 @@ def match_inventory(hosts: Iterable[str], reported: Iterable[str]) -> InventoryM
     A pair that differs only by case or domain is merged only when it is the one inventory name and
     the one unmatched reported name with that key: `node1` in the inventory and reports from both
     `node1.a.com` and `node1.b.com` (two machines?) are not merged, and each is named as a near-match.
+
+    Only the names without an exact match (a few, in a fleet that reports) get anything more than the
+    two sets: at a million hosts, a set of names per key of every name held half a gigabyte.
     """
-    listed, seen = set(hosts), set(reported)
+    listed, seen = frozenset(hosts), set(reported)
     reported_as = {h: h for h in listed & seen}
+    spare_seen = sorted(seen - listed)
     spare_listed: dict[str, list[str]] = {}
-    spare_seen: dict[str, list[str]] = {}
+    by_key: dict[str, list[str]] = {}
     for h in sorted(listed - seen):
         spare_listed.setdefault(name_key(h), []).append(h)
-    for h in sorted(seen - listed):
-        spare_seen.setdefault(name_key(h), []).append(h)
+    for h in spare_seen:
+        by_key.setdefault(name_key(h), []).append(h)
+    merged: set[str] = set()
     for key, names in spare_listed.items():
-        others = spare_seen.get(key, [])
+        others = by_key.get(key, [])
         if len(names) == 1 and len(others) == 1:
             reported_as[names[0]] = others[0]
-    aliases = set(reported_as.values())
+            merged.add(others[0])
     keys: dict[str, set[str]] = {}
-    for h in listed | seen:
-        keys.setdefault(name_key(h), set()).add(h)
+    wanted = spare_listed.keys() | by_key.keys()
+    if wanted:
+        for h in chain(listed, spare_seen):  # every name once: a reported name is listed or spare
+            key = name_key(h)
+            if key in wanted:
+                keys.setdefault(key, set()).add(h)
     return InventoryMatch(
         reported_as=reported_as,
-        unlisted=tuple(sorted(seen - aliases)),
+        unlisted=tuple(h for h in spare_seen if h not in merged),
         keys={k: tuple(sorted(v)) for k, v in keys.items() if len(v) > 1},
-        listed=frozenset(listed),
+        listed=listed,
     )
 
 

@@ -74,9 +74,7 @@ def references(db: Rows, opts: Options) -> dict[perf.GroupKey, perf.Reference]:
         key = (sha, cohort, workload, measure)
         if n < opts.slow_min_units:
             continue
-        values = db.column(
-            f"SELECT reading FROM slow_samples WHERE {in_group} ORDER BY reading", key
-        ).tolist()
+        values = db.column(f"SELECT reading FROM slow_samples WHERE {in_group}", key)
         ref = perf.healthy_reference(values, z=opts.slow_z, drop=opts.slow_drop)
         if ref is not None:
             refs[key] = ref
