@@ -81,13 +81,13 @@ def test_readme_workload_table_matches_the_catalogue():
 def test_the_table_check_sees_each_kind_of_disagreement():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     wrong = readme.replace(
-        "| `gemm_fp` | invariant, consensus, repeat | beta |", "| `gemm_fp` | invariant | prod |"
+        "| `collective` | invariant | beta |", "| `collective` | invariant, consensus | prod |"
     )
     wrong = wrong.replace("| `train` |", "| `trian` |")
     assert _table_problems(wrong) == [
         "row for unknown workload 'trian'",
-        "gemm_fp: evidence 'invariant', catalogue invariant, consensus, repeat",
-        "gemm_fp: quality 'prod', catalogue beta",
+        "collective: evidence 'invariant, consensus', catalogue invariant",
+        "collective: quality 'prod', catalogue beta",
         "no row for 'train'",
     ]
 

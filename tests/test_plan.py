@@ -20,8 +20,10 @@ def test_different_seeds_give_different_case_seeds():
     assert Plan(p, 1).case(3).seed != Plan(p, 2).case(3).seed
 
 
-def test_workloads_alternate_and_occurrences_count_per_workload():
-    plan = Plan(load_profile("quick"), 7)
+def test_workloads_alternate_and_occurrences_count_per_workload(tmp_path: Path):
+    f = tmp_path / "two.yaml"
+    f.write_text("version: 1\nworkloads: [{name: train}, {name: matmul_golden}]\n")
+    plan = Plan(load_profile(str(f)), 7)
     cases = [plan.case(i) for i in range(6)]
     assert [c.workload for c in cases] == ["train", "matmul_golden"] * 3
     assert [c.occurrence for c in cases] == [0, 0, 1, 1, 2, 2]
