@@ -22,8 +22,9 @@ from tests.helpers.cli import child_env, one_error_line, sdcscan_cmd
 from tests.helpers.profiles import HOSTILE_PROFILES
 from tests.helpers.reports import make_report
 
-BUDGET = "20s"
-BOUND_S = 20 + 10 + 5 + 3 + 5  # budget + overrun + re-run window + stop + slack for interpreter start
+BUDGET_S = 10
+BUDGET = f"{BUDGET_S}s"
+BOUND_S = BUDGET_S + 10 + 5 + 3 + 5  # budget + overrun + re-run window + stop + slack for interpreter start
 
 
 def invoke(*args: str) -> Result:
