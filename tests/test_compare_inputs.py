@@ -454,7 +454,6 @@ def test_match_inventory_follows_its_rules_on_any_spelling(hosts: list[str], rep
         assert set(m.near(name)) == same_key - {name}, name
 
 
-
 def test_matching_a_big_inventory_holds_little_beyond_its_two_sets():
     """100,000 names, 1,000 of them missing: the matching peaked at 54 MB of Python objects when it
     grouped every name by its key (half a gigabyte at a million hosts); now only the names without an
