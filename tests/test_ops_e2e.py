@@ -8,6 +8,7 @@ import pytest
 from junitparser import JUnitXml
 from prometheus_client.parser import text_string_to_metric_families
 
+from sdcscan.profile import load_profile
 from tests.helpers.cli import CPUS, TWO, needs_two_cpus
 
 pytestmark = pytest.mark.slow
@@ -36,7 +37,7 @@ def test_failed_unit_stays_flagged_until_cleared_and_history_lists_both_runs(run
 
     suites = {s.name: s for s in JUnitXml.fromfile(str(junit))}
     assert set(suites) == {f"cpu:{CPUS[0]}", bad}
-    assert {c.name for c in suites[bad]} == {"train", "matmul_golden"}
+    assert {c.name for c in suites[bad]} == {w.name for w in load_profile("quick").workloads}
     families = {f.name: f for f in text_string_to_metric_families(prom.read_text())}
     verdicts = {
         (s.labels["unit"], s.labels["verdict"]): s.value for s in families["sdcscan_unit_verdict"].samples

@@ -11,10 +11,13 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from sdcscan.profile import load_profile
 from sdcscan.report import SCHEMA_PATH, case_records, load_report
 from tests.helpers.cli import CPUS, TWO, child_env, needs_two_cpus, one_error_line, sdcscan_cmd
 
 pytestmark = pytest.mark.slow  # every test here starts `sdcscan` in a subprocess
+
+QUICK_WORKLOADS = {w.name for w in load_profile("quick").workloads}  # what `sdcscan run` runs
 
 
 def _report(proc: subprocess.CompletedProcess[str]) -> dict:
@@ -30,7 +33,7 @@ def test_clean_run_passes_covers_every_cpu_and_matches_the_schema(run_cli):
     assert {u["id"] for u in report["units"]} == {f"cpu:{c}" for c in CPUS}
     for unit in report["units"]:
         assert unit["verdict"] == "pass" and unit["cases_run"] >= 2
-        assert set(unit["workloads"]) == {"train", "matmul_golden"}
+        assert set(unit["workloads"]) == QUICK_WORKLOADS
         assert unit["throughput"]["matmul_golden"]["ops_per_s"] > 0
     jsonschema.validate(report, json.loads(SCHEMA_PATH.read_text()))
     assert proc.stderr.rstrip().splitlines()[-1] == "exit: pass"
