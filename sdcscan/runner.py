@@ -330,7 +330,7 @@ class Runner:
             # `since` is the worker's own clock: a parent that was stalled still measures the case
             # from when it really started.
             _, _, index, workload, _attempt, since = msg
-            state.current = CaseInFlight(index, workload, since)
+            state.current = CaseInFlight(index, workload, since, state.unit.kind)
             self._mark(state)
             self.emit(CaseStarted(uid, index, workload))
         elif msg[0] == "outcome":
@@ -393,7 +393,7 @@ class Runner:
                 uid, index, workload, out["status"], out["digest"], out["seconds"], out.get("error")
             )
             state.results.append(result)
-            self.watchdog.case_finished(workload, result.seconds)
+            self.watchdog.case_finished(workload, result.seconds, state.unit.kind)
         else:
             self.retests.setdefault((uid, index), []).append(
                 out["digest"] if out["status"] == STATUS_OK else None

@@ -26,19 +26,22 @@ class CaseInFlight:
     index: int
     workload: str
     since: float  # when the worker started it, by its own clock (seconds since the epoch)
+    kind: str = ""  # the unit's kind (cpu, cuda): its case times are learned apart from other kinds'
 
 
 class Watchdog:
     """Decides when a worker is hung, never started, or runs on past the budget.
 
-    It learns the case times of the main pass (`case_finished`) per workload, in a bounded window:
-    the check runs on every message, and a 10,000 s burn-in on 128 units records over a million cases.
+    It learns the case times of the main pass (`case_finished`) per unit kind and workload, in a
+    bounded window: the check runs on every message, and a 10,000 s burn-in on 128 units records over a
+    million cases. Kinds are apart because a GPU unit runs other parameters than a CPU unit: on an H200
+    the CPU units' 0.1 s embbag_int8 cases set a 5 s limit that killed the GPU's first, longer case.
     """
 
     def __init__(self, window: int = CASE_TIME_WINDOW) -> None:
         self._window = window
-        self._case_times: dict[str, deque[float]] = {}
-        self._limits: dict[str, float] = {}  # case_limit per workload, until its next finished case
+        self._case_times: dict[tuple[str, str], deque[float]] = {}
+        self._limits: dict[tuple[str, str], float] = {}  # case_limit per key, until its next finished case
         self.spawned_at = 0.0
         self.overrun_at: float | None = None  # main pass only: a unit still busy after this is stuck
 
@@ -51,21 +54,23 @@ class Watchdog:
         """Re-runs follow: they have their own time window, so overrunning the budget no longer counts."""
         self.overrun_at = None
 
-    def case_finished(self, workload: str, seconds: float) -> None:
-        """Record how long a main-pass case of `workload` took."""
-        times = self._case_times.setdefault(workload, deque(maxlen=self._window))
+    def case_finished(self, workload: str, seconds: float, kind: str = "") -> None:
+        """Record how long a main-pass case of `workload` took on a unit of `kind`."""
+        key = (kind, workload)
+        times = self._case_times.setdefault(key, deque(maxlen=self._window))
         times.append(seconds)
-        self._limits.pop(workload, None)
+        self._limits.pop(key, None)
 
-    def case_limit(self, workload: str) -> float:
-        """Seconds a case of `workload` may run before it counts as hung."""
-        times = self._case_times.get(workload)
+    def case_limit(self, workload: str, kind: str = "") -> float:
+        """Seconds a case of `workload` on a unit of `kind` may run before it counts as hung."""
+        key = (kind, workload)
+        times = self._case_times.get(key)
         if not times:
             return WATCHDOG_FIRST_S
         # Cached: `check` asks for every busy unit on every message, and a median sorts the window.
-        limit = self._limits.get(workload)
+        limit = self._limits.get(key)
         if limit is None:
-            limit = self._limits[workload] = max(WATCHDOG_FLOOR_S, WATCHDOG_FACTOR * statistics.median(times))
+            limit = self._limits[key] = max(WATCHDOG_FLOOR_S, WATCHDOG_FACTOR * statistics.median(times))
         return limit
 
     def overrun(self, now: float) -> bool:
@@ -103,7 +108,7 @@ class Watchdog:
             return f"worker did not start within {waited:.0f} s{why}"
         if current is not None:
             running = now - current.since - starved_s
-            if running > self.case_limit(current.workload) + grace_s or overrun:
+            if running > self.case_limit(current.workload, current.kind) + grace_s or overrun:
                 return f"case {current.index} ({current.workload}) hung: no result after {running:.0f} s; worker killed"
             return None
         if busy and overrun:  # stuck outside any case, e.g. sending its results

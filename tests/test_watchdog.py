@@ -63,6 +63,22 @@ def test_fast_cases_are_never_called_hung_before_the_floor():
     assert running(dog, T0 + 5.1, case) is not None
 
 
+def test_a_gpu_case_is_not_held_to_the_cpu_units_times_of_its_workload():
+    """On an H200 the CPU units' 0.1 s embbag_int8 cases gave a 5 s limit, and the GPU unit's first
+    case, of GPU-sized parameters, was killed as hung after 5 s. Each kind learns its own times; a CPU
+    case is still held to them."""
+    dog = started()
+    for _ in range(5):
+        dog.case_finished("embbag_int8", 0.1, "cpu")
+    gpu = CaseInFlight(3, "embbag_int8", since=T0, kind="cuda")
+    cpu = CaseInFlight(4, "embbag_int8", since=T0, kind="cpu")
+    assert dog.case_limit("embbag_int8", "cuda") == WATCHDOG_FIRST_S
+    assert running(dog, T0 + 30.0, gpu) is None
+    assert running(dog, T0 + 5.1, cpu) == "case 4 (embbag_int8) hung: no result after 5 s; worker killed"
+    dog.case_finished("embbag_int8", 8.0, "cuda")
+    assert dog.case_limit("embbag_int8", "cuda") == 80.0 and dog.case_limit("embbag_int8", "cpu") == 5.0
+
+
 def test_the_first_case_of_a_workload_gets_sixty_seconds():
     """No time known yet for the workload (another workload's times do not count): 60 s."""
     dog = started()
