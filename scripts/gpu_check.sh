@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check a session runs when it is lent a GPU machine (DEVELOPERS.md "The GPU"), as one command
+# The GPU check to run when a GPU machine is at hand for a short while, as one command
 # of about 9 minutes: install, `sdcscan doctor --budget 6m`, then where a GPU unit's start-up and its
 # cases spend their time (scripts/bench_startup.py, scripts/profile_case.py). Everything goes under
 # OUT (default ./gpu-check), eight files at most: the doctor's five, and three logs.
