@@ -504,3 +504,46 @@ def test_selftest_device_is_checked_before_any_trial(device, message):
 
     r = CliRunner().invoke(selftest, ["--device", device, "--budget", "5s"])
     assert r.exit_code == 2 and message in r.stderr
+
+
+# --- the budget where a GPU must start ---------------------------------------------------------------
+
+
+GPU0 = Unit("cuda:0", "cuda", 0, "GPU")
+
+
+def test_the_default_budget_is_longer_where_a_gpu_unit_must_start():
+    assert schedule.default_budget([CPU0, CPU1]) == schedule.DEFAULT_BUDGET_S == 300.0
+    assert schedule.default_budget([CPU0, CPU1, GPU0]) == schedule.DEFAULT_GPU_BUDGET_S == 480.0
+    assert schedule.short_for_gpus(270.0, [CPU0, CPU1]) is None
+    assert schedule.short_for_gpus(480.0, [CPU0, GPU0]) is None
+    warning = schedule.short_for_gpus(270.0, [CPU0, GPU0])
+    assert warning is not None and "cuda:0" in warning and "--budget 8m" in warning
+
+
+@pytest.mark.parametrize(
+    ("args", "found", "budget_s", "warned"),
+    [
+        ([], [CPU0, CPU1], 300.0, False),
+        ([], [CPU0, CPU1, GPU0], 480.0, False),
+        (["--budget", "270s"], [CPU0, CPU1, GPU0], 270.0, True),
+        (["--budget", "270s"], [CPU0, CPU1], 270.0, False),
+        (["--budget", "270s", "--units", "cpu:0,cpu:1"], [CPU0, CPU1, GPU0], 270.0, False),
+    ],
+)
+def test_the_command_line_budget_follows_the_units_and_warns_a_gpu_host_given_too_little(
+    monkeypatch, args, found, budget_s, warned
+):
+    seen: list[Setup] = []
+
+    def fake_checkup(setup: Setup, say: Any) -> dict[str, Any]:
+        seen.append(setup)
+        return {"exit_code": 0}
+
+    monkeypatch.setattr(checkup_module, "discover_units", lambda: list(found))
+    monkeypatch.setattr(checkup_module, "checkup", fake_checkup)
+    monkeypatch.setattr("sdcscan.render.doctor.render_doctor", lambda summary, console: None)
+    r = CliRunner().invoke(doctor, args)
+    assert r.exit_code == 0, r.stderr
+    assert [s.budget_s for s in seen] == [budget_s]
+    assert ("note: cuda:0 may not get to run every workload twice" in r.stderr) == warned

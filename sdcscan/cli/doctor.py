@@ -12,7 +12,11 @@ from sdcscan.cli.common import emit_json, reports_errors
 
 @click.command("doctor")
 @click.option("--units", "units_spec", help="Units to use (default: the first two CPUs and GPUs).")
-@click.option("-b", "--budget", default="5m", show_default=True, help="Time for every step together.")
+@click.option(
+    "-b",
+    "--budget",
+    help="Time for every step together.  [default: 5m; 8m when a GPU is among the units]",
+)
 @click.option(
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
@@ -20,7 +24,7 @@ from sdcscan.cli.common import emit_json, reports_errors
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the summary JSON on stdout.")
 @reports_errors
-def doctor(units_spec: str | None, budget: str, out: Path | None, as_json: bool) -> None:
+def doctor(units_spec: str | None, budget: str | None, out: Path | None, as_json: bool) -> None:
     """Prove sdcscan works on this host's hardware and software stack, in one bounded command.
 
     Run it on new hardware, a new driver or a new torch build before trusting a fleet's exit codes.
@@ -42,6 +46,7 @@ def doctor(units_spec: str | None, budget: str, out: Path | None, as_json: bool)
     """
     from sdcscan import interrupts
     from sdcscan.doctor.checkup import checkup, prepare
+    from sdcscan.doctor.schedule import short_for_gpus
     from sdcscan.profile import parse_budget
     from sdcscan.render.console import stderr_console
     from sdcscan.render.doctor import render_doctor
@@ -49,13 +54,16 @@ def doctor(units_spec: str | None, budget: str, out: Path | None, as_json: bool)
     console = stderr_console()
     interrupts.install()  # from here on, Ctrl-C and SIGTERM end in 130/143 and a partial summary
     try:
-        setup = prepare(parse_budget(budget), units_spec, out, sys.argv[1:])
+        setup = prepare(None if budget is None else parse_budget(budget), units_spec, out, sys.argv[1:])
     except interrupts.Interrupted as stop:
         console.print("interrupted before any step ran\nexit: interrupted")
         sys.exit(stop.exit_code)
     console.print(
         f"sdcscan doctor: budget {setup.budget_s:g} s, units {', '.join(u.id for u in setup.units)}"
     )
+    warning = short_for_gpus(setup.budget_s, setup.units)
+    if warning:
+        console.print(f"  note: {warning}", markup=False, highlight=False)
     summary = checkup(setup, lambda line: console.print(f"  {line}", markup=False, highlight=False))
     render_doctor(summary, console)
     if as_json:

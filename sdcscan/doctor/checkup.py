@@ -47,17 +47,19 @@ class Setup:
     argv: list[str] = field(default_factory=list)
 
 
-def prepare(budget_s: float, units_spec: str | None, out: Path | None, argv: list[str]) -> Setup:
-    """Check everything the doctor was asked before any work.
+def prepare(budget_s: float | None, units_spec: str | None, out: Path | None, argv: list[str]) -> Setup:
+    """Check everything the doctor was asked before any work; `budget_s` None: the default for the units.
 
     Raises:
         UsageError: a budget too short, a unit this host lacks, an --out that cannot be a directory.
     """
     from sdcscan.doctor.bundle import check_out_dir
 
-    schedule.check_budget(budget_s)
+    if budget_s is not None:
+        schedule.check_budget(budget_s)
     found = discover_units()
     chosen = schedule.doctor_units(found, units_spec)
+    budget_s = schedule.default_budget(chosen) if budget_s is None else budget_s
     if out is not None:
         check_out_dir(out)
     return Setup(budget_s, chosen, found, out, argv)

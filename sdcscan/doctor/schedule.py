@@ -14,6 +14,10 @@ from sdcscan.errors import UsageError
 from sdcscan.units import Unit, select_units
 
 DEFAULT_BUDGET_S = 300.0
+# With a GPU among the units: a GPU unit took 37-46 s to start under the doctor profile in every run
+# measured so far (twice on an H200, once on an H100, README "On a GPU"), so a 5-minute doctor's
+# 50 s determinism runs left it a few seconds of cases, or none. 8 minutes give each about 90 s.
+DEFAULT_GPU_BUDGET_S = 480.0
 MIN_BUDGET_S = 80.0  # below this the drill runs would be mostly start-up and show nothing
 SEED = 20261127  # one fixed plan: two doctors on two hosts ran the same cases
 PROFILE = "doctor"  # every per-unit workload (profiles/doctor.yaml)
@@ -49,6 +53,23 @@ def doctor_units(found: Sequence[Unit], spec: str | None) -> list[Unit]:
     if not chosen:
         raise UsageError("this host has no unit sdcscan can test")
     return chosen
+
+
+def default_budget(units: Sequence[Unit]) -> float:
+    """The budget when `--budget` is not given: longer where a GPU unit must start."""
+    return DEFAULT_GPU_BUDGET_S if any(u.kind == "cuda" for u in units) else DEFAULT_BUDGET_S
+
+
+def short_for_gpus(budget_s: float, units: Sequence[Unit]) -> str | None:
+    """A warning when a GPU unit is among `units` and the budget is under what GPU hosts needed."""
+    gpus = [u.id for u in units if u.kind == "cuda"]
+    if not gpus or budget_s >= DEFAULT_GPU_BUDGET_S:
+        return None
+    return (
+        f"{', '.join(gpus)} may not get to run every workload twice in {budget_s:g} s: GPU units took "
+        f"37-46 s to start under the doctor's plan on the GPUs measured so far; give --budget "
+        f"{DEFAULT_GPU_BUDGET_S / 60:g}m or more, or expect 'use a longer --budget' (exit 3)"
+    )
 
 
 def check_budget(budget_s: float) -> None:
