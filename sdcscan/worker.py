@@ -168,7 +168,7 @@ class _Engine:
         while not self.stop_requested():
             workload = self.plan.workload_of(index)
             expected = self.mean_s.get(workload, 0.0)
-            agreed = self.lockstep is not None and workload in self.lockstep.distributed
+            lockstep_case = self.lockstep is not None and workload in self.lockstep.distributed
             if self.lockstep is not None and not self.lockstep.may_run(workload, deadline - expected):
                 if self.lockstep.distributed >= set(self.workloads):  # nothing of its own left to run
                     self._leave_world(tell_peers=False)
@@ -178,9 +178,9 @@ class _Engine:
             # Once every rank agreed to run a distributed case, it runs here too, even if waiting for
             # the agreement took this rank past its latest start: the peers are already in its
             # collectives, and a rank that left now would meet them with another collective.
-            if not agreed and self.gate is not None and not self._wait_for_idle(deadline - expected):
+            if not lockstep_case and self.gate is not None and not self._wait_for_idle(deadline - expected):
                 return "stopped" if self.stopped else "done"
-            if not agreed and time.time() + expected > deadline:
+            if not lockstep_case and time.time() + expected > deadline:
                 self._leave_world(tell_peers=True)
                 return "done"
             seconds = self.run_case(index, attempt=0)

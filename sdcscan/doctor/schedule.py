@@ -14,9 +14,10 @@ from sdcscan.errors import UsageError
 from sdcscan.units import Unit, select_units
 
 DEFAULT_BUDGET_S = 300.0
-# With a GPU among the units: a GPU unit took 37-46 s to start under the doctor profile in every run
+# With a GPU among the units: a GPU unit took this long to start under the doctor profile in every run
 # measured so far (twice on an H200, once on an H100, README "On a GPU"), so a 5-minute doctor's
 # 50 s determinism runs left it a few seconds of cases, or none. 8 minutes give each about 90 s.
+GPU_START_SEEN = "37-46 s"
 DEFAULT_GPU_BUDGET_S = 480.0
 MIN_BUDGET_S = 80.0  # below this the drill runs would be mostly start-up and show nothing
 SEED = 20261127  # one fixed plan: two doctors on two hosts ran the same cases
@@ -67,7 +68,7 @@ def short_for_gpus(budget_s: float, units: Sequence[Unit]) -> str | None:
         return None
     return (
         f"{', '.join(gpus)} may not get to run every workload twice in {budget_s:g} s: GPU units took "
-        f"37-46 s to start under the doctor's plan on the GPUs measured so far; give --budget "
+        f"{GPU_START_SEEN} to start under the doctor's plan on the GPUs measured so far; give --budget "
         f"{DEFAULT_GPU_BUDGET_S / 60:g}m or more, or expect 'use a longer --budget' (exit 3)"
     )
 
