@@ -163,7 +163,7 @@ def _embbag_profile_records(p: dict[str, Any], samples: int | None) -> list[dict
     for mode in embbag_int8.MODES:
         g = torch.Generator().manual_seed(2)
         if mode == "exact":
-            tables = {b: embbag_int8.exact_table(g, rows, p["dim"], b) for b in widths}
+            tables = {b: embbag_int8.exact_table(g.initial_seed(), rows, p["dim"], b) for b in widths}
         else:
             tables = table_families.mixed_tables(
                 g, rows, p["dim"], widths, chunk_rows=embbag_int8.BUILD_CHUNK_ROWS
@@ -186,7 +186,7 @@ def _embbag_paper_records(samples: int | None) -> list[dict[str, Any]]:
     for dim in paper["dims"]:
         g = torch.Generator().manual_seed(3)
         rows = _rows_that_fit(paper["rows"], dim, [paper["bits"]])
-        packed = embbag_int8.exact_table(g, rows, dim, paper["bits"])
+        packed = embbag_int8.exact_table(g.initial_seed(), rows, dim, paper["bits"])
         lengths = torch.full((paper["bags"],), paper["pooling"], dtype=torch.int64)
         for mode in embbag_int8.MODES:
             timing = _embbag_timing(

@@ -402,15 +402,20 @@ def test_plan_cuda_rejects_bad_shapes(m: int, k: int, n_ext: int) -> None:
 
 @settings(max_examples=40, deadline=None)
 @given(operands(), st.sampled_from(int8.SCHEMES))
-def test_signed_padded_path_equals_unsigned_product(
+def test_the_signed_product_keeps_every_row_identity_and_its_columns_shift_by_a_constant(
     ops: tuple[torch.Tensor, torch.Tensor], scheme: str
 ) -> None:
-    """The CUDA route (xor 0x80, padding, +128·rowsum correction) gives the same int32 words, on CPU."""
+    """The s8 x s8 route (A xor 0x80 = A - 128) passes the row checks as it is, and its column sums are
+    the u8 product's less rows x signed_column_shift."""
     a, w = ops
     w_ext = int8.encode_weight(w, scheme)
-    plan = int8.plan_cuda(a.shape[0], a.shape[1], w_ext.shape[0])
-    a_s8, w_s8 = int8.signed_operands(a, w_ext, plan)
-    assert a_s8.dtype == w_s8.dtype == torch.int8
-    assert a_s8.shape == (plan.m_pad, plan.k_pad) and w_s8.shape == (plan.n_ext, plan.k_pad)
-    c = torch._int_mm(a_s8, w_s8.t())[: a.shape[0]] + int8.unsigned_correction(w_ext)
-    assert torch.equal(c, _product(a, w_ext))
+    a_s8 = int8.signed_activations(a)
+    assert a_s8.dtype == torch.int8 and torch.equal(a_s8.long(), a.long() - 128)
+    c_s = (a_s8.double() @ w_ext.double().t()).to(torch.int32)  # exact
+    lay = int8.layout(w.shape[0], scheme)
+    rows = int8.check_rows(c_s, lay)
+    assert not bool(rows.bad.any())
+    shift = int8.signed_column_shift(w_ext)
+    assert torch.equal(
+        rows.column_sums, int8.check_rows(_product(a, w_ext), lay).column_sums - a.shape[0] * shift[: lay.n]
+    )

@@ -26,8 +26,7 @@ def test_tiles_are_eight_wide_where_eight_divides_the_line_else_the_whole_line()
 @pytest.mark.parametrize("size", [8, 64, 40, 12])
 def test_a_tiled_permutation_moves_whole_tiles(size):
     """A permutation of range(size) whose every tile holds one tile of the original, all tiles differing."""
-    g = torch.Generator().manual_seed(size)
-    perm = vabft.tiled_permutation(size, g)
+    perm = vabft.tiled_permutation(size, size)
     assert sorted(perm.tolist()) == list(range(size))
     w = vabft.tile_width(size)
     members = {frozenset(p // w for p in tile) for tile in perm.view(-1, w).tolist()}
@@ -164,9 +163,9 @@ def test_a_permuted_pool_expects_what_the_case_operands_give(dtype, checker, e_m
     b[:, 7] *= 50
     stats = vabft.pool_stats(a, b, checker, e_max)  # ~4x what these operands need
     perms = (
-        vabft.tiled_permutation(48, g),
+        vabft.tiled_permutation(48, 1),
         torch.randperm(96, generator=g),
-        vabft.tiled_permutation(40, g),
+        vabft.tiled_permutation(40, 2),
     )
     rows, inner, cols = perms
     pa, pb = a[rows][:, inner], b[inner][:, cols]

@@ -10,13 +10,14 @@ from typing import Any
 import pytest
 import torch
 
+from sdcscan.checks import counter_rng
 from sdcscan.checks.digest import Fingerprint
 from sdcscan.checks.embbag import packing
 from sdcscan.faults import FaultSpec
 from sdcscan.outcomes import Case, Outcome
 from sdcscan.workloads import SPECS
 from sdcscan.workloads.base import Context
-from sdcscan.workloads.embbag_int8.workload import MAX_RECORDED, EmbbagInt8
+from sdcscan.workloads.embbag_int8.workload import LENGTHS_ROOM, MAX_RECORDED, EmbbagInt8
 
 MODES = ["exact", "realistic"]
 
@@ -39,15 +40,16 @@ def _run(workload: EmbbagInt8, ctx: Context, seed: int, fault: FaultSpec | None 
 
 
 def _reference_digest(workload: EmbbagInt8, ctx: Context, seed: int, repeats: int | None) -> str:
-    """The digest written out by hand: the case generator draws the bag lengths, then one pool offset
-    (`repeats` None: the draws of a case before `repeats` existed) or `repeats` of them; each batch's
-    output is fingerprinted in order."""
-    p, g = workload.p, ctx.generator(seed)
+    """The digest written out by hand: the counter generator picks the window of the lengths pool, then
+    one pool offset per batch (`repeats` None: one batch); each batch's output is fingerprinted in order."""
+    p = workload.p
     lo, hi = p["pooling"]
-    lengths = torch.randint(lo, hi + 1, (p["bags"],), generator=g, dtype=torch.int32)
+    lengths_pool = counter_rng.below(ctx.run_seed ^ 0x1E9, p["bags"] + LENGTHS_ROOM, hi - lo + 1, "cpu") + lo
+    window = counter_rng.host_below(seed, 0, LENGTHS_ROOM + 1)
+    lengths = lengths_pool[window : window + p["bags"]].to(torch.int32)
     count = int(lengths.sum())
     draws = 1 if repeats is None else repeats
-    starts = torch.randint(workload.ids.numel() - count + 1, (draws,), generator=g).tolist()
+    starts = [counter_rng.host_below(seed, 1 + i, workload.ids.numel() - count + 1) for i in range(draws)]
     offsets = torch.cumsum(lengths, 0, dtype=torch.int32) - lengths
     fingerprint = Fingerprint()
     for start in starts:
@@ -103,7 +105,7 @@ def test_three_batches_are_deterministic_distinct_and_count_three_times(mode: st
         assert a.digest != one.digest
         assert a.ops == 3 * one.ops and a.ops_unit == "lookup"
         assert a.detail["rows_checked"] == 3 * one.detail["rows_checked"] == 24
-    _, starts = first._case_draws(ctx1, Case(0, "embbag_int8", 0, 0))
+    _, _, starts = first._case_draws(Case(0, "embbag_int8", 0, 0))
     assert len(set(starts)) == 3  # each batch reads its own stretch of the pool
 
 

@@ -203,7 +203,7 @@ class SynchronisingGemmFp(gemm_fp.GemmFp):
         assert found is not None and found.e_max is not None
         pool = self.pools[slot]
         assert pool is not None
-        a, b, perms = pool.case_operands(ctx.generator(case.seed))
+        a, b, perms = pool.case_operands(case.seed)
         expect = vabft.permuted_expected(pool.stats, a, b, perms)
         ctx.fault("operand_b_encoded", b)
         found_at: list[Mismatch] = []

@@ -56,7 +56,7 @@ def _gemm_int8_pools(thread_count: int) -> list[torch.Tensor]:
     torch.set_num_threads(thread_count)
     workload = GemmInt8({**GemmInt8.spec.defaults, **GEMM_INT8})
     workload.prepare(_context("cpu"))
-    weights = [w for encoded in workload.weights.values() for w in encoded]
+    weights = [w.w_ext for encoded in workload.weights.values() for w in encoded]
     return [workload.activations, *workload.activation_prefix.values(), *weights]
 
 

@@ -72,13 +72,23 @@ class RepeatDigest:
         words = outs.detach().contiguous().view(len(outs), -1).view(torch.uint8).view(torch.int64)
         self._fingerprints.append(_keyed_sums(words))
 
-    def hexdigest(self) -> str:
+    def sums(self) -> torch.Tensor:
+        """(repeats,) int64 fingerprints on the device, for a caller that reads them with its own results
+        in one wait (`hexdigest_of`)."""
         import torch
 
+        if not self._fingerprints:
+            return torch.zeros(0, dtype=torch.int64)
+        return torch.cat(self._fingerprints)
+
+    def hexdigest(self) -> str:
+        return self.hexdigest_of(self.sums().tolist())  # the one wait for the device
+
+    def hexdigest_of(self, values: list[int]) -> str:
+        """The digest, given the `sums()` as read by the caller."""
         h = hashlib.blake2b(digest_size=DIGEST_BYTES)
         if self._first is None:
             return h.hexdigest()
-        values = torch.cat(self._fingerprints).tolist()  # the one wait for the device
         h.update(self._first + _sum_bytes(values[0]))
         for index, value in enumerate(values[1:], start=1):
             if value != values[0]:
@@ -110,16 +120,25 @@ class Fingerprint:
         self._parts.append(("meta", data))
         return self
 
-    def hexdigest(self) -> str:
+    def sums(self) -> torch.Tensor:
+        """(parts,) int64: every tensor's fingerprint sum, on the device, for a caller that reads them
+        with its own results in one wait (`hexdigest_of`)."""
         import torch
 
-        sums = [part[1] for part in self._parts if part[0] == "sum"]
-        one_device = len({s.device for s in sums}) == 1
-        # the one wait for the device, and one copy to the host
-        values = iter(torch.stack(sums).tolist() if one_device else [int(s) for s in sums])
+        found = [part[1] for part in self._parts if part[0] == "sum"]
+        if not found:
+            return torch.zeros(0, dtype=torch.int64)
+        return torch.stack([s.to(found[0].device) for s in found])
+
+    def hexdigest(self) -> str:
+        return self.hexdigest_of(self.sums().tolist())  # the one wait for the device
+
+    def hexdigest_of(self, values: list[int]) -> str:
+        """The digest, given the `sums()` as read by the caller."""
+        found = iter(values)
         h = hashlib.blake2b(digest_size=DIGEST_BYTES)
         for part in self._parts:
-            h.update(part[1] if part[0] == "meta" else _sum_bytes(next(values)))
+            h.update(part[1] if part[0] == "meta" else _sum_bytes(next(found)))
         return h.hexdigest()
 
 
@@ -161,17 +180,24 @@ def _keyed_sums(words: torch.Tensor) -> torch.Tensor:
 _KEYS: dict[torch.device, torch.Tensor] = {}  # device -> the longest key vector built there so far
 
 
+def fingerprint_keys(count: int, device: torch.device) -> torch.Tensor:
+    """The fingerprint's first `count` keys on `device`, built there once and kept (`_keys`): the cost
+    model makes them ready before it counts a case, as a unit's later cases find them."""
+    return _keys(count, device)
+
+
 def _keys(count: int, device: torch.device) -> torch.Tensor:
-    """The first `count` keys K_i = splitmix64(i) | 1, the same on every host and device."""
-    import numpy as np
+    """The first `count` keys K_i = splitmix64(i) | 1 (i = 1, 2, ...), the same on every host and device.
+
+    Built where they are used, by a few elementwise kernels (sdcscan.checks.counter_rng): on a GPU the
+    host neither computes them nor copies them (2^26 keys took seconds of one host thread in numpy).
+    """
     import torch
+
+    from sdcscan.checks.counter_rng import splitmix64
 
     have = _KEYS.get(device)
     if have is None or have.numel() < count:
         size = 1 << max(10, (count - 1).bit_length())
-        z = np.arange(1, size + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)  # wraps mod 2^64
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        z = (z ^ (z >> np.uint64(31))) | np.uint64(1)
-        have = _KEYS[device] = torch.from_numpy(z.view(np.int64)).to(device)
+        have = _KEYS[device] = splitmix64(torch.arange(1, size + 1, dtype=torch.int64, device=device)) | 1
     return have[:count]

@@ -212,50 +212,80 @@ def encode_weight(w: torch.Tensor, scheme: str) -> torch.Tensor:
     return torch.cat([w, chk, weighted, pad]).contiguous()
 
 
-def verify(c_ext: torch.Tensor, n: int, scheme: str) -> RowCheck:
+def verify(c_ext: torch.Tensor, n: int, scheme: str, data_sum: torch.Tensor | None = None) -> RowCheck:
     """The modular row check: every row of C_ext = A @ W_ext.T against its row checksum columns.
 
     Args:
         c_ext: (m, n_ext) int32 product with an encoded weight of n data rows.
         n: number of data rows of the weight (data columns of C).
         scheme: the scheme the weight was encoded with.
+        data_sum: (m,) int64 exact Σ_{j<n} C[i, j], where the caller has it (check_rows takes it from its
+            one GEMM of row sums); summed here otherwise.
     Returns:
         RowCheck; exact, so any bad row is a wrong result, never rounding.
     """
     lay = layout(n, scheme)
-    rows = lay.row_digits
-    chk = c_ext[:, n : n + rows].to(torch.int64)  # (m, rows)
+    chk = c_ext[:, n : n + lay.row_digits].to(torch.int64)  # (m, rows)
     pad_nonzero = (c_ext[:, lay.pad_start :] != 0).any(1)  # (m,)
+    if data_sum is None:
+        data_sum = c_ext[:, :n].sum(1, dtype=torch.int64)
     if scheme == "mod2_32":
-        data = c_ext[:, :n].sum(1, dtype=torch.int32).to(torch.int64) & 0xFFFFFFFF  # wraps mod 2^32
-        weights = torch.tensor([1, DIGIT_BASE, DIGIT_BASE**2], dtype=torch.int64, device=c_ext.device)
-        checksum = (chk * weights).sum(1) & 0xFFFFFFFF  # & on int64 is the non-negative residue
+        data = data_sum & 0xFFFFFFFF  # the int32 sum as it wraps, as a non-negative residue mod 2^32
+        checksum = (chk[:, 0] + DIGIT_BASE * chk[:, 1] + DIGIT_BASE**2 * chk[:, 2]) & 0xFFFFFFFF
     else:
-        data = torch.remainder(c_ext[:, :n].sum(1, dtype=torch.int64), 127)  # int64: 2^32 ≢ 0 (mod 127)
+        data = torch.remainder(data_sum, 127)  # exact int64 sum: 2^32 ≢ 0 (mod 127)
         checksum = torch.remainder(-chk[:, 0], 127)
     return RowCheck((data != checksum) | pad_nonzero, data, checksum, pad_nonzero)
 
 
-def check_rows(c_ext: torch.Tensor, lay: Layout) -> RowsCheck:
+def row_sum_coefficients(n: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """(n, 1 + chunks) fp64: a column of ones, then the position weights j + 1 of each chunk of columns
+    (zero elsewhere), so that one GEMM of a block's data columns gives its exact row sums and the
+    partial sums of its weighted row sums (`check_rows`).
+
+    Chunks are fewer than 2^22/n columns wide, so Σ_chunk (j + 1)·|word| < 2^53: every partial sum of a
+    column of the product is an integer a double holds, in any summation order (zeros add nothing).
+    """
+    width = max(1, (FP64_EXACT - 1) // (n * WORD))  # Σ_{chunk} (j + 1)·|word| <= width·n·2^31
+    chunks = -(-n // width)
+    weights = position_weights(n, device).double()
+    coefficients = torch.zeros((n, 1 + chunks), dtype=torch.float64, device=device)
+    coefficients[:, 0] = 1.0
+    rows = torch.arange(n, device=device)
+    coefficients[rows, 1 + rows // width] = weights
+    return coefficients
+
+
+def check_rows(c_ext: torch.Tensor, lay: Layout, coefficients: torch.Tensor | None = None) -> RowsCheck:
     """Both per-row checks of a block of output rows (any number, e.g. several repeats stacked), and
     the block's column sums for check_columns.
+
+    One conversion of the block's data columns to fp64 (exact: int32 words are doubles) serves one GEMM
+    for the row sums and the weighted row sums' partials (`row_sum_coefficients`) and one GEMV for the
+    column sums: a fixed handful of kernels per block, whatever its size.
 
     Args:
         c_ext: (rows, n_ext) int32 product, fewer than CHUNK_ROWS rows; it must not have wrapped
             (k <= max_exact_k()).
         lay: the layout of the weight the product was made with.
+        coefficients: `row_sum_coefficients(lay.n)` on c_ext's device, built once by a caller that
+            checks many blocks; built here otherwise.
     Returns:
         RowsCheck; exact, so any bad row is a wrong result, never rounding.
     Raises:
         ValueError: CHUNK_ROWS rows or more.
     """
-    data = c_ext[:, : lay.n].double()  # exact: int32 words are doubles; one copy serves both exact sums
-    weighted_sum = weighted_row_sums(data)
+    if coefficients is None:
+        coefficients = row_sum_coefficients(lay.n, c_ext.device)
+    data = c_ext[:, : lay.n].double()  # (rows, n) exact
+    sums = (data @ coefficients).to(torch.int64)  # (rows, 1 + chunks), exact integers
+    weighted_sum = sums[:, 1:].sum(1)
     digits = c_ext[:, lay.weighted_start : lay.pad_start].to(torch.int64)
-    powers = DIGIT_BASE ** torch.arange(lay.weighted_digits, dtype=torch.int64, device=c_ext.device)
-    weighted_checksum = (digits * powers).sum(1)  # exact, see MAX_WEIGHTED_DIGITS
+    weighted_checksum = digits[:, 0].clone()
+    for t in range(1, lay.weighted_digits):  # Σ_t 255^t·digit_t, exact (see MAX_WEIGHTED_DIGITS)
+        weighted_checksum += DIGIT_BASE**t * digits[:, t]
     return RowsCheck(
-        row=verify(c_ext, lay.n, lay.scheme),
+        row=verify(c_ext, lay.n, lay.scheme, sums[:, 0]),
         weighted_bad=weighted_sum != weighted_checksum,
         weighted_sum=weighted_sum,
         weighted_checksum=weighted_checksum,
@@ -264,18 +294,8 @@ def check_rows(c_ext: torch.Tensor, lay: Layout) -> RowsCheck:
 
 
 def weighted_row_sums(data: torch.Tensor) -> torch.Tensor:
-    """(rows,) int64 Σ_j (j + 1)·data[i, j] of int32 words held as fp64, exactly.
-
-    fp64 dot products over chunks of fewer than 2^22/n columns, so that Σ_chunk (j + 1)·2^31 < 2^53:
-    every partial sum is an integer a double holds, in any summation order. One chunk up to n = 2,048.
-    """
-    n = data.shape[1]
-    weights = position_weights(n, data.device).double()
-    width = max(1, (FP64_EXACT - 1) // (n * WORD))  # Σ_{chunk} (j + 1)·|word| <= width·n·2^31
-    total = torch.zeros(data.shape[0], dtype=torch.int64, device=data.device)
-    for start in range(0, n, width):
-        total += (data[:, start : start + width] @ weights[start : start + width]).to(torch.int64)
-    return total
+    """(rows,) int64 Σ_j (j + 1)·data[i, j] of int32 words held as fp64, exactly (`row_sum_coefficients`)."""
+    return (data @ row_sum_coefficients(data.shape[1], data.device)[:, 1:]).to(torch.int64).sum(1)
 
 
 def column_sums(data: torch.Tensor) -> torch.Tensor:
@@ -338,9 +358,29 @@ def activation_digits(s: torch.Tensor, max_value: int) -> torch.Tensor:
 
 def expected_column_sums(digit_products: torch.Tensor, n: int) -> torch.Tensor:
     """(n,) int64 W·s from the products P of activation_digits and W_ext: Σ_t 128^t·P[t, :n], exact."""
-    count = digit_products.shape[0]
-    powers = ACTIVATION_DIGIT_BASE ** torch.arange(count, dtype=torch.int64, device=digit_products.device)
-    return (digit_products[:, :n].to(torch.int64) * powers.unsqueeze(1)).sum(0)
+    total = digit_products[0, :n].to(torch.int64)
+    for t in range(1, digit_products.shape[0]):
+        total = total + ACTIVATION_DIGIT_BASE**t * digit_products[t, :n].to(torch.int64)
+    return total
+
+
+def activation_sums_of_views(prefix: torch.Tensor, offsets: torch.Tensor, m: int, k: int) -> torch.Tensor:
+    """(k,) int64 Σ over the pool's (m, k) views at every offset (a (R,) int64 tensor) of their
+    activation_sums, from activation_prefix: two gathers of R·k values, a handful of kernels per case."""
+    at = offsets.unsqueeze(1) + torch.arange(k, dtype=torch.int64, device=offsets.device)  # (R, k)
+    return (prefix[at + m * k] - prefix[at]).sum(0, dtype=torch.int64)
+
+
+def signed_activations(a_u8: torch.Tensor) -> torch.Tensor:
+    """u8 activations as the s8 words of a − 128 (a ^ 0x80), for the s8 × s8 route."""
+    return (a_u8 ^ 0x80).view(torch.int8)
+
+
+def signed_column_shift(w_ext: torch.Tensor) -> torch.Tensor:
+    """(n_ext,) int64 128·Σ_k W_ext[j, k]: what each row of activations shifted by −128 takes off each
+    column of the product, so Σ_i C_s[i, j] = W[j, :]·Σ_i A[i, :] − rows·shift[j] (the column check of
+    the s8 × s8 route). Every identity of the row checks is linear in A, so it holds for C_s as it is."""
+    return w_ext.sum(1, dtype=torch.int64) * 128
 
 
 def check_columns(data_sum: torch.Tensor, expected: torch.Tensor) -> ColumnCheck:
@@ -371,28 +411,6 @@ def plan_cuda(m: int, k: int, n_ext: int) -> CudaPlan:
     if n_ext % ROW_MULTIPLE:
         raise ValueError(f"n_ext={n_ext} must be a multiple of {ROW_MULTIPLE}; encode_weight pads it")
     return CudaPlan(m if m >= CUDA_MIN_M else CUDA_PAD_M, _round_up(k, ROW_MULTIPLE), n_ext)
-
-
-def signed_operands(
-    a_u8: torch.Tensor, w_ext: torch.Tensor, plan: CudaPlan
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """u8 activations as s8 (a ^ 0x80 is the bit pattern of a − 128), both operands zero-padded to `plan`.
-
-    Zero padding of k contributes 0 to every dot product because W's padding is zero; padded rows of A
-    give extra rows of C that the caller drops.
-    """
-    m, k = a_u8.shape
-    a_s8 = (a_u8 ^ 0x80).view(torch.int8)  # (m, k)
-    a_pad = a_s8.new_zeros(plan.m_pad, plan.k_pad)
-    a_pad[:m, :k] = a_s8
-    w_pad = w_ext.new_zeros(plan.n_ext, plan.k_pad)
-    w_pad[:, :k] = w_ext
-    return a_pad, w_pad
-
-
-def unsigned_correction(w_ext: torch.Tensor) -> torch.Tensor:
-    """(n_ext,) int32: 128 · Σ_k W_ext[j, k], so that A_u8 @ W.T = (A_u8 − 128) @ W.T + correction."""
-    return w_ext.sum(1, dtype=torch.int32) * 128
 
 
 def _round_up(x: int, multiple: int) -> int:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
+from sdcscan.checks import counter_rng
 from sdcscan.checks.limits import (  # torch-free there: the catalogue and the calibration table read them
     SIGMA_C,
     gamma,
@@ -30,10 +31,11 @@ from sdcscan.checks.limits import (  # torch-free there: the catalogue and the c
 )
 
 
-def tile_sums(x: torch.Tensor) -> torch.Tensor:
-    """Sums of the last dimension's tiles: (..., n) -> (..., n / tile_width(n))."""
+def tile_sums(x: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """Sums of the last dimension's tiles: (..., n) -> (..., n / tile_width(n)), accumulated in `dtype`
+    (x's own when None): a wider checker reads x once, with no converted copy of it."""
     w = tile_width(x.shape[-1])
-    return x.reshape(*x.shape[:-1], x.shape[-1] // w, w).sum(dim=-1)
+    return x.reshape(*x.shape[:-1], x.shape[-1] // w, w).sum(dim=-1, dtype=dtype)
 
 
 def with_total(tiles: torch.Tensor, dim: int = -1) -> torch.Tensor:
@@ -45,9 +47,9 @@ def with_total(tiles: torch.Tensor, dim: int = -1) -> torch.Tensor:
     return torch.cat([tiles, tiles.sum(dim=dim, keepdim=True)], dim=dim)
 
 
-def checksums(x: torch.Tensor) -> torch.Tensor:
-    """The checksums of each line of x (its last dimension): its tiles' sums, then its total."""
-    return with_total(tile_sums(x))
+def checksums(x: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """The checksums of each line of x (its last dimension), in `dtype`: its tiles' sums, then its total."""
+    return with_total(tile_sums(x, dtype))
 
 
 def checksum_widths(n: int) -> list[int]:
@@ -99,9 +101,13 @@ class CheckResult:
         return float(self.ratio_tensor())
 
     def ratio_tensor(self) -> torch.Tensor:
-        """`ratio` as a 0-dim float64 tensor where d lives: computing it does not wait for the device."""
-        r = self.d.double().abs() / self.t.clamp_min(1e-300)
-        return torch.nan_to_num(r, nan=math.inf).max() if r.numel() else r.new_zeros(())
+        """`ratio` as a 0-dim float64 tensor where d lives: computing it does not wait for the device.
+
+        |d| / t is divided in float64 inside the kernel (t is float64), and a NaN residual makes the max
+        NaN, read as inf: one pass over d and one over the ratios."""
+        if not self.d.numel():
+            return self.t.new_zeros(())
+        return torch.nan_to_num(torch.amax(self.d.abs() / self.t.clamp_min(1e-300)), nan=math.inf)
 
     def failing_lines(self) -> torch.Tensor:
         """(..., lines) bool: the rows (or columns) with a failing tile."""
@@ -190,12 +196,13 @@ def row_residual(a: torch.Tensor, c_out: torch.Tensor, rowsum: torch.Tensor) -> 
     """
     # contiguous: a product with a transposed matrix (the column check's Bᵀ) sums K terms one after
     # another on MKL, with 3x the rounding of a product with contiguous rows (docs/abft.md §3.2)
-    return checksums(c_out.to(rowsum.dtype)) - a.to(rowsum.dtype).contiguous() @ rowsum
+    return checksums(c_out, rowsum.dtype) - a.to(rowsum.dtype).contiguous() @ rowsum
 
 
 def failing(d: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-    """NaN-safe verdict: a residual fails unless it is provably within its threshold (inf/NaN fail)."""
-    return ~(d.double().abs() <= t)
+    """NaN-safe verdict: a residual fails unless it is provably within its threshold (inf/NaN fail).
+    The comparison runs in float64 inside the kernel (t is float64): |d| is exact in any float format."""
+    return ~(d.abs() <= t)
 
 
 def row_check(
@@ -239,13 +246,16 @@ def column_check(
     return row_check(b.t(), c_out.t(), encode(a.t(), checker), e_max, c, e_mean=e_mean)
 
 
-def tiled_permutation(size: int, g: torch.Generator) -> torch.Tensor:
+def tiled_permutation(size: int, seed: int, device: torch.device | str = "cpu") -> torch.Tensor:
     """A random permutation of range(size) that keeps each tile's members together (tiles in a random
     order, members in a random order within each): a tile's sum and statistics are the same before and
-    after, so thresholds taken once on a pool of operands hold for any case permuted from it."""
+    after, so thresholds taken once on a pool of operands hold for any case permuted from it.
+
+    Drawn on `device` from `seed` by the counter generator: the same permutation on every device."""
     w = tile_width(size)
-    order = torch.randperm(size // w, generator=g)
-    within = torch.rand((size // w, w), generator=g).argsort(dim=1)
+    order = counter_rng.permutation(seed, size // w, device)
+    keys = counter_rng.words(seed ^ 0x711E, size, device).view(size // w, w)
+    within = torch.sort(keys, dim=1, stable=True).indices
     return (order[:, None] * w + within).flatten()
 
 
@@ -287,11 +297,11 @@ def verify(c_out: torch.Tensor, exp: Expected) -> tuple[CheckResult, CheckResult
     """(row check, column check) of one product, or of a stack of them (R, M, N), against its
     expectations; NaN-safe. For a stack, d and bad are (R, M, tiles) and (R, N, tiles): one reduction per
     side for the whole stack, which is what makes checking small products cheap (few eager ops per repeat)."""
-    c = c_out.to(exp.rows.dtype)  # one conversion shared by both sides (none when dtypes agree)
-    d_rows = checksums(c) - exp.rows
-    m = c.shape[-2]
+    checker = exp.rows.dtype  # both sides read C once each, accumulating in the checker's precision
+    d_rows = checksums(c_out, checker) - exp.rows
+    m = c_out.shape[-2]
     h = tile_width(m)  # the column side's tiles, summed in place (no transposed copy of C)
-    col_tiles = c.reshape(*c.shape[:-2], m // h, h, c.shape[-1]).sum(dim=-2)
+    col_tiles = c_out.reshape(*c_out.shape[:-2], m // h, h, c_out.shape[-1]).sum(dim=-2, dtype=checker)
     d_cols = with_total(col_tiles, dim=-2).transpose(-1, -2) - exp.cols
     return (
         CheckResult(d=d_rows, t=exp.row_t, bad=failing(d_rows, exp.row_t)),

@@ -200,8 +200,10 @@ def has_selftest(cls: type[Workload]) -> TypeGuard[type[SelftestWorkload]]:
 
 
 # Outputs of a case's repeats checked together. On a CPU a block that stays in cache is checked while it
-# is there; on a GPU a larger block means fewer kernel launches per GEMM (not measured: no GPU was lent).
-CHECK_BLOCK_BYTES = {"cpu": 4 << 20, "cuda": 256 << 20}
+# is there; on a GPU a larger block means fewer check kernels per GEMM (the cost model counts them: at
+# 256 MiB an fp64 4096^2 output was its own block, 29 kernels a repeat; 1 GiB holds 8). Not yet measured
+# on a GPU.
+CHECK_BLOCK_BYTES = {"cpu": 4 << 20, "cuda": 1 << 30}
 
 
 def check_block(device: torch.device, repeats: int, output_bytes: int) -> int:

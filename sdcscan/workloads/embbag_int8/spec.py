@@ -57,7 +57,8 @@ SPEC = WorkloadSpec(
     # checksum use the hashed id, so the check cannot see it (a negative control for the selftest).
     # Every site strikes batch 0 of a case (with `repeats` > 1).
     fault_sites=("output", "table", "fetch", "indices"),
-    data_version=2,  # 2: row ids and weights from per-worker pools, outputs digested by fingerprints
+    data_version=3,  # 2: row ids and weights from per-worker pools, outputs digested by fingerprints;
+    # 3: bag lengths from a per-worker pool and offsets from the counter generator (issue 42)
     tiny={"rows": 2048, "dim": 16, "bags": 16, "pooling": [1, 8]},
     params={
         "mode": Choice(MODES),

@@ -29,12 +29,14 @@ from typing import Any, ClassVar
 
 import torch
 
+from sdcscan.checks import counter_rng
 from sdcscan.checks.digest import Fingerprint
 from sdcscan.checks.embbag import exact, id_pool, packing, realistic, table_families
 from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
 from sdcscan.workloads.base import Context, register
 from sdcscan.workloads.embbag_int8.selftest_spec import SelftestMixin
 from sdcscan.workloads.embbag_int8.spec import FOUR_BIT_DIM_MULTIPLE, MAX_POOLING, MODES, SPEC
+from sdcscan.workloads.readout import float_of, read_once
 from sdcscan.workloads.workload_spec import WorkloadSpec
 
 MAX_RECORDED = 8
@@ -46,6 +48,7 @@ EXACT_MAX_WEIGHT = 3  # exact mode's per-sample weights are 1..3: small integers
 # Output bytes exact mode checks at a time: L2-sized blocks on a CPU; a GPU's batch in one (one read).
 EXACT_BLOCK_BYTES = {"cpu": 1 << 20}
 POOL_ROOM = 1 << 20  # ids in the pool beyond a case's largest need: where the cases' offsets range
+LENGTHS_ROOM = 1 << 16  # bag lengths in their pool beyond one batch's: where the cases' windows start
 
 
 @register
@@ -76,6 +79,10 @@ class EmbbagInt8(SelftestMixin):
         self.weights: torch.Tensor | None = None  # the pool of per-sample weights, when weighted
         self.prefix: dict[int, torch.Tensor] = {}  # exact mode: the pool's S_exp prefix sums per bit width
         self.scratch = exact.Scratch()  # exact mode's buffers, reused by every batch (blocks set by prepare)
+        # The pool of bag lengths (int32, on the device) and its running sums on the host, so that a
+        # case's lookup count is known without reading the device (built by prepare).
+        self.lengths = torch.empty(0, dtype=torch.int32)
+        self.length_ends: list[int] = []
 
     @classmethod
     def for_selftest(cls, params: Mapping[str, Any]) -> EmbbagInt8:
@@ -91,31 +98,33 @@ class EmbbagInt8(SelftestMixin):
             short = "free GPU memory" if ctx.device.type == "cuda" else "MemAvailable"
             ctx.note(f"embbag_int8: table scaled down from {p['rows']} to {rows} rows ({short} is short)")
         self.scratch = exact.Scratch(EXACT_BLOCK_BYTES.get(ctx.device.type))
-        g = ctx.generator(ctx.run_seed ^ 0xE3BA6)
-        if p["mode"] == "exact":
-            with ctx.exact_host_work():  # uint8 draws and integer sums
-                tables = {b: exact_table(g, rows, p["dim"], b) for b in widths}
-                self.row_sums = {b: exact.exact_row_sums(t, b).to(ctx.device) for b, t in tables.items()}
-        else:
+        if p["mode"] == "exact":  # drawn on the unit's device by the counter generator: no host work
+            tables = {
+                b: exact_table(ctx.run_seed ^ 0xE3BA6 ^ b, rows, p["dim"], b, ctx.device) for b in widths
+            }
+            self.row_sums = {b: exact.exact_row_sums(t, b) for b, t in tables.items()}
+        else:  # shaped like trained embeddings: float draws on the host (the same bits on every device)
+            g = ctx.generator(ctx.run_seed ^ 0xE3BA6)
             tables = table_families.mixed_tables(g, rows, p["dim"], widths, chunk_rows=BUILD_CHUNK_ROWS)
         for bits, packed in tables.items():
             self.tables[bits] = packed.to(ctx.device)
             if p["mode"] != "exact":
                 self.stats[bits] = realistic.row_stats(packed, bits, weighted=p["weighted"]).to(ctx.device)
-        g = ctx.generator(ctx.run_seed ^ 0x1D5)
-        with ctx.exact_host_work():
-            self.ids = torch.randint(0, rows, (pool_ids,), generator=g, dtype=torch.int32).to(ctx.device)
+        seed = ctx.run_seed ^ 0x1D5
+        self.ids = counter_rng.fill_below(seed, pool_ids, rows, torch.int32, ctx.device)
         if p["weighted"]:
-            weights = (
-                torch.randint(
-                    1, EXACT_MAX_WEIGHT + 1, (pool_ids,), generator=g
-                ).float()  # exact mode stays exact
-                if p["mode"] == "exact"
-                else torch.rand(pool_ids, generator=g) + 0.5
-            )
-            self.weights = weights.to(ctx.device)
+            if p["mode"] == "exact":  # small integers 1..EXACT_MAX_WEIGHT keep every sum exact
+                weights = counter_rng.below(seed ^ 0x3E16, pool_ids, EXACT_MAX_WEIGHT, ctx.device) + 1
+            else:
+                weights = torch.rand(pool_ids, generator=ctx.generator(seed ^ 0x3E16)) + 0.5
+            self.weights = weights.to(ctx.device, torch.float32)
         for bits, row_sums in self.row_sums.items():  # exact mode
             self.prefix[bits] = id_pool.pool_prefix(row_sums, self.ids, self.weights)
+        lo, hi = p["pooling"]
+        seed = ctx.run_seed ^ 0x1E9
+        lengths = counter_rng.below(seed, p["bags"] + LENGTHS_ROOM, hi - lo + 1, "cpu") + lo
+        self.length_ends = [0, *torch.cumsum(lengths, 0).tolist()]
+        self.lengths = lengths.to(torch.int32).to(ctx.device)
 
     def run(self, ctx: Context, case: Case) -> Outcome:
         p = self.p
@@ -124,22 +133,20 @@ class EmbbagInt8(SelftestMixin):
         assert packed is not None, "prepare() was not called"
         rows = packed.shape[0]
         with ctx.phase("setup"):
-            lengths, starts = self._case_draws(ctx, case)
-            count = int(lengths.sum())
+            lengths, count, starts = self._case_draws(case)
             copied = ctx.armed_at("indices")  # batch 0's ids will be a corrupted copy, not the pool's
             idx, weights = self._batch_inputs(ctx, starts[0], count, rows, first=True)
-            lengths = lengths.to(ctx.device)
             ends = torch.cumsum(lengths, 0, dtype=torch.int64)
             offsets = (ends - lengths).to(idx.dtype)  # the op wants the ids' dtype
             bounds = torch.cat([ends.new_zeros(1), ends])  # where each bag starts in the batch, and the end
+            lengths = lengths.long()
         # The table fault strikes a row bag 0 of batch 0 reads (a view of the shared table); the row stays
         # corrupted for the rest of the case (later batches that read it see it too) and is restored after.
         pooled = packed[int(idx[0])] if ctx.armed_at("table") and idx.numel() else packed[0]
         saved = pooled.clone() if ctx.armed_at("table") else None
         fingerprint = Fingerprint()  # every bag of every batch, in order
-        mismatches: list[Mismatch] = []
-        bad_bags = 0
-        counters: dict[str, int] = {}  # the check's, summed over the batches
+        tally = _BadBags(len(starts), ctx.device)
+        counters: list[dict[str, torch.Tensor]] = []  # the check's, per batch (realistic mode)
         try:
             body = pooled[: _packed_bytes(bits, p["dim"]) - packing.layout(bits).meta_bytes]
             ctx.fault("table", body)
@@ -157,20 +164,19 @@ class EmbbagInt8(SelftestMixin):
                 in_pool = None if batch == 0 and copied else start  # a copy's S_exp is gathered
                 with ctx.phase("check"):
                     bad, expected, detail = self._check(bits, out, idx, lengths, bounds, in_pool, weights)
+                    tally.add(batch, bad, expected, out)
                     fingerprint.tensor(out)
-                # A wait for the device per batch (the realistic check waits anyway): tens of
-                # microseconds against the milliseconds of a batch worth repeating.
-                found = int(bad.sum())
-                bad_bags += found
-                counters = {key: counters.get(key, 0) + value for key, value in detail.items()}
-                if found and len(mismatches) < MAX_RECORDED:
-                    label = None if p["repeats"] == 1 else batch
-                    room = MAX_RECORDED - len(mismatches)
-                    mismatches += _mismatches(bad, expected, out, p["mode"], bits, label)[:room]
-            digest = fingerprint.hexdigest()
+                counters.append(detail)
+            with ctx.phase("check"):
+                names = sorted(counters[0])
+                found, sums, counted = read_once(  # the case's one wait for the device
+                    [tally.device_results(), fingerprint.sums(), _stacked(counters, names)]
+                )
+            digest = fingerprint.hexdigest_of(sums)
         finally:
             if saved is not None:
                 pooled.copy_(saved)  # a table fault must not leak into later cases
+        bad_bags, mismatches = tally.findings(found, p["mode"], bits, batched=p["repeats"] > 1)
         return Outcome(
             status=STATUS_MISMATCH if bad_bags else STATUS_OK,
             digest=digest,
@@ -184,20 +190,20 @@ class EmbbagInt8(SelftestMixin):
                 "rows": rows,
                 "bad_bags": bad_bags,
                 "rows_checked": p["bags"] * len(starts),
-                **counters,
+                **{name: int(sum(counted[i :: len(names)])) for i, name in enumerate(names)},
             },
         )
 
-    def _case_draws(self, ctx: Context, case: Case) -> tuple[torch.Tensor, list[int]]:
-        """The case's (bags,) int32 pooling sizes on the CPU, used by every batch, and each batch's
-        offset in the id pool: all drawn from the case seed before any lookup, in that order (with one
-        batch, the same draws as before `repeats` existed)."""
-        p, g = self.p, ctx.generator(case.seed)
-        lo, hi = p["pooling"]
-        lengths = torch.randint(lo, hi + 1, (p["bags"],), generator=g, dtype=torch.int32)
-        count = int(lengths.sum())
-        starts = torch.randint(self.ids.numel() - count + 1, (p["repeats"],), generator=g)
-        return lengths, starts.tolist()
+    def _case_draws(self, case: Case) -> tuple[torch.Tensor, int, list[int]]:
+        """The case's (bags,) int32 pooling sizes on the device (a window of the lengths pool), used by
+        every batch, their total, and each batch's offset in the id pool: all from the case seed by the
+        counter generator, computed on the host as numbers (no wait for the device, no host tensors)."""
+        bags = self.p["bags"]
+        window = counter_rng.host_below(case.seed, 0, LENGTHS_ROOM + 1)
+        count = self.length_ends[window + bags] - self.length_ends[window]
+        room = self.ids.numel() - count + 1
+        starts = [counter_rng.host_below(case.seed, 1 + batch, room) for batch in range(self.p["repeats"])]
+        return self.lengths[window : window + bags], count, starts
 
     def _batch_inputs(
         self, ctx: Context, start: int, count: int, rows: int, *, first: bool
@@ -224,8 +230,9 @@ class EmbbagInt8(SelftestMixin):
         bounds: torch.Tensor,
         start: int | None,
         weights: torch.Tensor | None,
-    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, int]]:
-        """(B,) bool of bags the mode's check condemns, (B,) fp64 S_exp, and the check's counters.
+    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        """(B,) bool of bags the mode's check condemns, (B,) fp64 S_exp, and the check's counters (0-dim
+        device tensors).
 
         Exact mode reads S_exp off the pool's prefix sums when the ids are the pool's view at `start`,
         and gathers the row sums at `idx` otherwise (start None).
@@ -234,13 +241,68 @@ class EmbbagInt8(SelftestMixin):
             if start is not None:
                 expected = id_pool.expected_at(self.prefix[bits], start, bounds)
             else:
-                expected = exact.exact_expected(self.row_sums[bits], idx.long(), lengths.long(), weights)
+                expected = exact.exact_expected(self.row_sums[bits], idx.long(), lengths, weights)
             return exact.exact_bad_bags(out, expected, self.scratch), expected * packing.UNIT, {}
         verdict = realistic.realistic_check(
-            out, self.tables[bits], self.stats[bits], idx.long(), lengths.long(), weights
+            out, self.tables[bits], self.stats[bits], idx.long(), lengths, weights
         )
         counters = {"flagged_bags": verdict.flagged, "corrupt_rows": verdict.corrupt_rows}
-        return verdict.bad, verdict.expected, counters
+        return verdict.bad, verdict.expected, {k: torch.as_tensor(v) for k, v in counters.items()}
+
+
+class _BadBags:
+    """The bags a case's batches condemn, kept on the device until the case's one read: each batch's
+    count, and its first MAX_RECORDED bad bags with their expected and actual sums."""
+
+    def __init__(self, batches: int, device: torch.device) -> None:
+        self.counts = torch.zeros(batches, dtype=torch.int64, device=device)
+        self.bags = torch.zeros((batches, MAX_RECORDED), dtype=torch.int64, device=device)
+        self.sums = torch.zeros((batches, 2, MAX_RECORDED), dtype=torch.float64, device=device)
+
+    def add(self, batch: int, bad: torch.Tensor, expected: torch.Tensor, out: torch.Tensor) -> None:
+        """Fold in one batch: (B,) bad flags, (B,) expected sums and its (B, D) output; no wait."""
+        self.counts[batch] = bad.sum()
+        keep = min(MAX_RECORDED, bad.shape[0])
+        if not keep:
+            return
+        order = torch.arange(bad.shape[0], device=bad.device)
+        # Bad bags first, in order; bag B stands in where fewer are bad (findings drops them).
+        first = torch.topk(torch.where(bad, order, bad.shape[0]), keep, largest=False).values
+        self.bags[batch, :keep] = first
+        at = first.clamp(max=bad.shape[0] - 1)
+        self.sums[batch, 0, :keep] = expected.index_select(0, at).double()
+        self.sums[batch, 1, :keep] = out.index_select(0, at).sum(1, dtype=torch.float64)
+
+    def device_results(self) -> torch.Tensor:
+        """Everything `findings` needs, as one float64 tensor on the device (bags and counts exact)."""
+        return torch.cat([self.counts.double(), self.bags.double().flatten(), self.sums.flatten()])
+
+    def findings(
+        self, words: list[int], mode: str, bits: int, *, batched: bool
+    ) -> tuple[int, list[Mismatch]]:
+        """(bad bags in all batches, up to MAX_RECORDED records) from `device_results` as read."""
+        values = [float_of(w) for w in words]
+        batches = self.counts.shape[0]
+        counts = [int(v) for v in values[:batches]]
+        bags = values[batches : batches * (1 + MAX_RECORDED)]
+        sums = values[batches * (1 + MAX_RECORDED) :]
+        found: list[Mismatch] = []
+        for batch, count in enumerate(counts):
+            for i in range(min(count, MAX_RECORDED)):
+                if len(found) == MAX_RECORDED:
+                    break
+                bag = int(bags[batch * MAX_RECORDED + i])
+                base = batch * 2 * MAX_RECORDED + i
+                label = f"batch {batch}, bag {bag}" if batched else f"bag {bag}"
+                found.append(_mismatch(mode, bits, label, sums[base], sums[base + MAX_RECORDED]))
+        return sum(counts), found
+
+
+def _stacked(counters: list[dict[str, torch.Tensor]], names: list[str]) -> torch.Tensor:
+    """The batches' counters, name by name within each batch, as one int64 tensor (empty when none)."""
+    if not names:
+        return torch.zeros(0, dtype=torch.int64)
+    return torch.stack([c[name].to(torch.int64).reshape(()) for c in counters for name in names])
 
 
 def memory_share(device: torch.device) -> int | None:
@@ -248,6 +310,8 @@ def memory_share(device: torch.device) -> int | None:
     or a share of its GPU's free memory (one worker per GPU); None where that is unknown."""
     if device.type == "cuda":
         return int(torch.cuda.mem_get_info(device)[0]) // GPU_MEMORY_SHARE
+    if device.type == "meta":  # the cost model's device (sdcscan.costmodel): it holds no memory
+        return None
     available = _mem_available()
     return None if available is None else available // (MEMORY_SHARE * (os.cpu_count() or 1))
 
@@ -269,27 +333,29 @@ def fit_rows(rows: int, bytes_per_row: int, share: int | None, fixed_bytes: int 
     return max(1, min(rows, (share - fixed_bytes) // bytes_per_row))
 
 
-def exact_table(g: torch.Generator, rows: int, dim: int, bits: int) -> torch.Tensor:
-    """Dyadic table: uniform q, scale 2^-7, bias k·2^-7 with k in [-(2^bits − 1), 0], and each row's sum
-    of q made to carry the parity of its index's popcount (by toggling the lowest bit of its first
-    value where needed), so that a fetch of row r XOR 2^k changes the bag sum's parity: every wrong-row
-    fetch of one index bit is caught, not only those between rows of different sums."""
+def exact_table(
+    seed: int, rows: int, dim: int, bits: int, device: torch.device | str = "cpu"
+) -> torch.Tensor:
+    """Dyadic table drawn on `device` from `seed` by the counter generator: uniform q, scale 2^-7, bias
+    k·2^-7 with k in [-(2^bits − 1), 0], and each row's sum of q made to carry the parity of its index's
+    popcount (by toggling the lowest bit of its first value where needed), so that a fetch of row
+    r XOR 2^k changes the bag sum's parity: every wrong-row fetch of one index bit is caught, not only
+    those between rows of different sums."""
     q_max = packing.layout(bits).q_max
-    q = torch.randint(0, q_max + 1, (rows, dim), generator=g, dtype=torch.uint8)
-    wanted = _popcount_parity(torch.arange(rows))
+    q = counter_rng.fill_below(seed, rows * dim, q_max + 1, torch.uint8, device).view(rows, dim)
+    wanted = _popcount_parity(torch.arange(rows, device=device))
     q[:, 0] ^= ((q.sum(1, dtype=torch.int64) & 1) != wanted).to(torch.uint8)
-    bias_units = torch.randint(-q_max, 1, (rows,), generator=g)
+    bias_units = -counter_rng.below(seed ^ 0xB1A5, rows, q_max + 1, device)
     return packing.dyadic_pack(q, bias_units, bits)
 
 
 def _popcount_parity(values: torch.Tensor) -> torch.Tensor:
-    """(N,) int64 parity (0 or 1) of the number of set bits of each non-negative value."""
-    parity = torch.zeros_like(values)
-    rest = values.clone()
-    while bool((rest > 0).any()):
-        parity ^= rest & 1
-        rest >>= 1
-    return parity
+    """(N,) int64 parity (0 or 1) of the number of set bits of each non-negative int64 value, by folding
+    halves with XOR (no loop that asks the device when to stop)."""
+    parity = values.clone()
+    for shift in (32, 16, 8, 4, 2, 1):
+        parity ^= parity >> shift
+    return parity & 1
 
 
 def _packed_bytes(bits: int, dim: int) -> int:
@@ -338,20 +404,12 @@ def _mem_available() -> int | None:
     return None
 
 
-def _mismatches(
-    bad: torch.Tensor, expected: torch.Tensor, out: torch.Tensor, mode: str, bits: int, batch: int | None
-) -> list[Mismatch]:
-    """One record per bad bag of a batch (up to MAX_RECORDED): the checksum of the intended rows versus
-    the sum of the bag's output. `batch` is named in each record unless it is None (one batch a case)."""
-    found = []
-    for b in bad.nonzero().flatten()[:MAX_RECORDED].tolist():
-        actual = float(out[b].sum(dtype=torch.float64))
-        bag = f"bag {b}" if batch is None else f"batch {batch}, bag {b}"
-        if mode == "exact" and actual == float(expected[b]):
-            where = f"{bits}-bit {bag} (an element is off the 2^-7 grid)"
-        elif mode == "exact":
-            where = f"{bits}-bit {bag} sum"
-        else:
-            where = f"{bits}-bit {bag} (an element beyond its rounding bound, or a row changed in memory)"
-        found.append(Mismatch(f"embbag_{mode}", where, repr(float(expected[b])), repr(actual)))
-    return found
+def _mismatch(mode: str, bits: int, bag: str, expected: float, actual: float) -> Mismatch:
+    """One record of a bad bag: the checksum of the intended rows versus the sum of the bag's output."""
+    if mode == "exact" and actual == expected:
+        where = f"{bits}-bit {bag} (an element is off the 2^-7 grid)"
+    elif mode == "exact":
+        where = f"{bits}-bit {bag} sum"
+    else:
+        where = f"{bits}-bit {bag} (an element beyond its rounding bound, or a row changed in memory)"
+    return Mismatch(f"embbag_{mode}", where, repr(expected), repr(actual))

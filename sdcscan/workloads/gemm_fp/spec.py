@@ -69,8 +69,9 @@ SPEC = WorkloadSpec(
     },
     fault_sites=("output", "operand_b_encoded", "operand_a"),
     # 2: repeats digested by device-side fingerprints; 3: operands permuted from a per-worker pool;
-    # 4: rows and columns permuted with their check tiles (vabft.tiled_permutation)
-    data_version=4,
+    # 4: rows and columns permuted with their check tiles (vabft.tiled_permutation); 5: permutations
+    # from the counter generator, drawn on the unit's device (issue 42)
+    data_version=5,
     tiny={"shapes": [[16, 64, 16]] * 4, "repeats": [1, 1, 1, 1]},
     params={
         "dtypes": ListOf(Choice(DTYPES)),

@@ -30,12 +30,13 @@ from typing import Any, ClassVar
 import torch
 
 from sdcscan.calibration import measure as calibration
-from sdcscan.checks import vabft
+from sdcscan.checks import counter_rng, vabft
 from sdcscan.checks.digest import RepeatDigest
 from sdcscan.outcomes import STATUS_ERROR, STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
 from sdcscan.workloads.base import Context, check_block, register
 from sdcscan.workloads.gemm_fp.selftest_spec import SelftestMixin
 from sdcscan.workloads.gemm_fp.spec import SPEC
+from sdcscan.workloads.readout import float_of, read_once
 from sdcscan.workloads.workload_spec import WorkloadSpec
 
 DTYPES = calibration.DTYPES
@@ -119,7 +120,7 @@ class GemmFp(SelftestMixin):
         pool = self.pools[slot]
         assert pool is not None, "prepare() draws a pool for every dtype it can check"
         with ctx.phase("setup"):
-            a, b, perms = pool.case_operands(ctx.generator(case.seed))
+            a, b, perms = pool.case_operands(case.seed)
             if ctx.armed_at("operand_a"):  # negative control: A is not encoded, the error is consistent
                 ctx.fault("operand_a", a)  # and A's statistics change with it, so they are taken anew
                 expect = vabft.expected(
@@ -141,14 +142,15 @@ class GemmFp(SelftestMixin):
             with ctx.phase("check"):
                 tally.add(first, outs, *vabft.verify(outs, expect))
                 digest.add_stack(outs)
-        ratio, bad_rows, bad_cols, first_bad = tally.read()
+        totals, sums = read_totals([tally.totals(), digest.sums()])
+        ratio, bad_rows, bad_cols, first_bad = tally.read(totals)
         found_at: list[Mismatch] = []
         if first_bad >= 0 and tally.kept:  # counts cover every repeat; only the first failing one is located
             out, rows, cols = tally.kept
             found_at = self._locate(slot, (a, b, out), expect, (rows, cols), first_bad)
         return Outcome(
             status=STATUS_MISMATCH if bad_rows or bad_cols else STATUS_OK,
-            digest=digest.hexdigest(),
+            digest=digest.hexdigest_of(sums),
             mismatches=found_at,
             ops=2.0 * m * n * k * repeats,
             detail={
@@ -224,7 +226,8 @@ class RepeatTally:
         self.every_block = device.type != "cpu" if every_block is None else every_block
         self.ratio = torch.zeros((), dtype=torch.float64, device=device)  # max |d|/t over the repeats
         self.bad = torch.zeros(2, dtype=torch.int64, device=device)  # failing rows, failing columns
-        self.first_bad = torch.full((), -1, dtype=torch.int64, device=device)  # -1 while none failed
+        # 1 + the first failing repeat; 0 while none failed (a device value read as 0 is a clean answer)
+        self.first_bad = torch.zeros((), dtype=torch.int64, device=device)
         # The first failing repeat's output and its row and column checks, for `_locate` (on a GPU repeat
         # 0's while none failed, on a CPU none). Later failing repeats are counted, not located.
         self.kept: tuple[torch.Tensor, vabft.CheckResult, vabft.CheckResult] | None = None
@@ -238,8 +241,8 @@ class RepeatTally:
         failed = rows.bad.flatten(1).any(dim=1) | cols.bad.flatten(1).any(dim=1)
         # The block's first failing repeat (0 when none failed), and whether it is the case's first.
         at = torch.argmax(failed.to(torch.int8)).view(1)
-        new = failed.any() & (self.first_bad < 0)
-        self.first_bad = torch.where(new, at[0] + first, self.first_bad)
+        new = failed.any() & (self.first_bad == 0)
+        self.first_bad = torch.where(new, at[0] + first + 1, self.first_bad)
         if not self.every_block and not bool(new):
             return  # the verdict is at hand: copy only the case's first failing output
         # Copies of one output per block instead of a wait: one pass over C per block of repeats.
@@ -258,12 +261,17 @@ class RepeatTally:
             _pick(new, picked[2], kept_cols),
         )
 
-    def read(self) -> tuple[float, int, int, int]:
-        """(max ratio, failing rows, failing columns, first failing repeat or -1), in one wait."""
-        ratio, rows, cols, first = read_totals(
-            torch.cat([self.ratio.view(1), self.bad.double(), self.first_bad.double().view(1)])
-        )
-        return ratio, int(rows), int(cols), int(first)
+    def totals(self) -> torch.Tensor:
+        """(4,) float64 on the device: max ratio, failing rows, failing columns, 1 + first failing repeat."""
+        return torch.cat([self.ratio.view(1), self.bad.double(), self.first_bad.double().view(1)])
+
+    def read(self, words: list[int] | None = None) -> tuple[float, int, int, int]:
+        """(max ratio, failing rows, failing columns, first failing repeat or -1) from `totals()` as the
+        caller read them (`read_once`), or read here in one wait."""
+        if words is None:
+            words = read_totals([self.totals()])[0]
+        ratio, rows, cols, first = (float_of(w) for w in words)
+        return ratio, int(rows), int(cols), int(first) - 1
 
 
 def _select(check: vabft.CheckResult, at: torch.Tensor) -> vabft.CheckResult:
@@ -302,22 +310,24 @@ class _Pool:
         return cls(a, b, vabft.pool_stats(a, b, DTYPES[checker], found.e_max, c, e_mean=found.e_mean))
 
     def case_operands(
-        self, g: torch.Generator
+        self, seed: int
     ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-        """A case's A and B: the pool's rows of A, inner index and columns of B permuted from `g`, so
+        """A case's A and B: the pool's rows of A, inner index and columns of B permuted from the case's
+        `seed` by the counter generator on the pool's device (no host work, no copy to wait for), so
         A @ B is the pool's product permuted, summed in another order. Rows and columns move with their
         check tiles (`vabft.tiled_permutation`), so the pool's thresholds hold. Returns (A, B, permutations)."""
         (m, k), n, device = self.a.shape, self.b.shape[1], self.a.device
         rows, inner, cols = (
-            vabft.tiled_permutation(m, g).to(device),
-            torch.randperm(k, generator=g).to(device),
-            vabft.tiled_permutation(n, g).to(device),
+            vabft.tiled_permutation(m, seed ^ 0x120A5, device),
+            counter_rng.permutation(seed ^ 0x1229E, k, device),
+            vabft.tiled_permutation(n, seed ^ 0xC015, device),
         )
         a = self.a.index_select(0, rows).index_select(1, inner)
         b = self.b.index_select(0, inner).index_select(1, cols)
         return a, b, (rows, inner, cols)
 
 
-def read_totals(totals: torch.Tensor) -> list[float]:
-    """Copy a case's totals to the host: where a gemm_fp case first waits for the device (at its end)."""
-    return totals.tolist()
+def read_totals(parts: list[torch.Tensor]) -> list[list[int]]:
+    """Copy a case's totals and fingerprints to the host: where a gemm_fp case first waits for the
+    device (at its end), once."""
+    return read_once(parts)

@@ -14,7 +14,8 @@ kronecker` draws Kronecker-structured pool operands A = A1 ⊗ A2, B = B1 ⊗ B2
 structure from the kernel.
 
 Nothing in a case waits for the device until its end: each repeat's bad elements are counted on the
-device, and the first few bad rows of the first bad repeat are kept there for the records.
+device, the first few bad rows of each repeat are kept there for the records, and counts and digest are
+read once. Permutations come from the counter generator on the device (sdcscan/checks/counter_rng.py).
 """
 
 from __future__ import annotations
@@ -25,12 +26,14 @@ from typing import Any, ClassVar
 
 import torch
 
-from sdcscan.checks.digest import RepeatDigest
+from sdcscan.checks import counter_rng
+from sdcscan.checks.digest import Fingerprint
 from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
 from sdcscan.workloads.base import Context, check_block, register
 from sdcscan.workloads.matmul_golden.selftest_spec import SelftestMixin
 from sdcscan.workloads.matmul_golden.spec import DTYPES as DTYPE_NAMES
 from sdcscan.workloads.matmul_golden.spec import REFERENCES, SPEC, golden_kronecker_split
+from sdcscan.workloads.readout import read_once
 from sdcscan.workloads.workload_spec import WorkloadSpec
 
 DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in DTYPE_NAMES}
@@ -70,8 +73,8 @@ class MatmulGolden(SelftestMixin):
     def prepare(self, ctx: Context) -> None:
         p, g = self.p, ctx.generator(ctx.run_seed ^ 0x5EED)
         lim = p["max_abs"]
-        if self.split is not None:
-            a0, b0, ref0 = kronecker_pool(self.split, lim, g)  # float32, exact
+        if self.split is not None:  # small factors on the host, the Kronecker products on the device
+            a0, b0, ref0 = kronecker_pool(self.split, lim, g, device=ctx.device)  # float32, exact
         else:
             a0 = torch.randint(-lim, lim + 1, (p["m"], p["k"]), generator=g, dtype=torch.int64)
             b0 = torch.randint(-lim, lim + 1, (p["k"], p["n"]), generator=g, dtype=torch.int64)
@@ -89,9 +92,8 @@ class MatmulGolden(SelftestMixin):
             a, b = a.to(dtype), b.to(dtype)
             expected = ref.to(dtype)  # exact in fp32; one RNE rounding to dtype
             tally = BadElements(expected, repeats)
-        digest = RepeatDigest()
-        # Repeats write into a block of outputs, compared and fingerprinted together (issue 10: a
-        # comparison and a fingerprint per repeat cost 6.5% of fp32 cases of 256 x 1024 x 256 on a core).
+        # Repeats write into a block of outputs, compared together (issue 10: a comparison and a
+        # fingerprint per repeat cost 6.5% of fp32 cases of 256 x 1024 x 256 on a core).
         m, n = expected.shape
         block = check_block(ctx.device, repeats, m * n * expected.element_size())
         with ctx.phase("check"):
@@ -104,13 +106,13 @@ class MatmulGolden(SelftestMixin):
                 ctx.fault("output", outputs[r - first], repeat=r, repeats=repeats)
             with ctx.phase("check"):
                 tally.add_block(outputs[:count], first)
-                digest.add_stack(outputs[:count])
         with ctx.phase("check"):
-            mismatches, bad_total = tally.findings(p["dtypes"][slot])  # the case's one wait
-            hexdigest = digest.hexdigest()
+            digest = tally.digest()
+            counts, sums = read_once([tally.counts(), digest.sums()])  # the case's one wait
+            mismatches, bad_total = tally.findings(p["dtypes"][slot], counts)
         return Outcome(
             status=STATUS_MISMATCH if bad_total else STATUS_OK,
-            digest=hexdigest,
+            digest=digest.hexdigest_of(sums),
             mismatches=mismatches,
             ops=2.0 * p["m"] * p["n"] * p["k"] * repeats,
             ops_unit="flop",
@@ -122,16 +124,16 @@ class MatmulGolden(SelftestMixin):
         assert self.a0 is not None and self.b0 is not None and self.ref0 is not None, (
             "prepare() was not called"
         )
-        g = ctx.generator(case.seed)
         m, k, n = self.p["m"], self.p["k"], self.p["n"]
+        device = self.a0.device
+        # Permutations and signs from the counter generator, drawn on the device: the same on every
+        # device, and no copy from the host for the GPU to wait for (issue 42).
+        seeds = [case.seed ^ salt for salt in (0x120A5, 0x1229E, 0xC015, 0x5161, 0x5162)]
         rows, inner, cols = (
-            torch.randperm(m, generator=g),
-            torch.randperm(k, generator=g),
-            torch.randperm(n, generator=g),
+            counter_rng.permutation(seeds[i], size, device) for i, size in enumerate((m, k, n))
         )
-        row_sign = (torch.randint(0, 2, (m, 1), generator=g) * 2 - 1).to(self.a0.device, torch.float32)
-        col_sign = (torch.randint(0, 2, (1, n), generator=g) * 2 - 1).to(self.a0.device, torch.float32)
-        rows, inner, cols = rows.to(self.a0.device), inner.to(self.a0.device), cols.to(self.a0.device)
+        row_sign = (counter_rng.below(seeds[3], m, 2, device) * 2 - 1).to(torch.float32).view(m, 1)
+        col_sign = (counter_rng.below(seeds[4], n, 2, device) * 2 - 1).to(torch.float32).view(1, n)
         a = self.a0[rows][:, inner] * row_sign
         b = self.b0[inner][:, cols] * col_sign
         # + 0.0 turns the -0.0 of (0 * -1) into +0.0, the zero an exact sum of products yields.
@@ -142,10 +144,11 @@ class MatmulGolden(SelftestMixin):
 class BadElements:
     """Elements of a case's repeats that differ from the expected output, tallied on the device.
 
-    `add` queues a few kernels per repeat and never waits: each repeat's bad elements per row, and its
-    first MAX_RECORDED bad rows (row index and output bits), which hold its first MAX_RECORDED bad
-    elements in row-major order. `findings` waits once, finds the first bad repeat and turns its kept
-    rows into records with XOR masks. Records name that first bad repeat only; the count covers every
+    `add_block` queues a fixed handful of kernels per block of repeats and never waits: each repeat's
+    bad elements per row, and its first MAX_RECORDED bad rows (row index and output bits), which hold
+    its first MAX_RECORDED bad elements in row-major order. `counts` and `digest` stay on the device for
+    the case's one read; `findings` turns what was read into records with XOR masks, reading the kept
+    rows only when a repeat was bad. Records name the first bad repeat only; the count covers every
     repeat. The buffers hold repeats · (m + MAX_RECORDED · (n + 1)) words: tens of MB at 8192^2.
 
     An element is bad when its value differs (NaN differs from everything): +0.0 and -0.0 are the same
@@ -161,36 +164,53 @@ class BadElements:
         self._per_row = torch.zeros((repeats, m), dtype=torch.int64, device=device)
         self._kept_rows = torch.zeros((repeats, keep), dtype=torch.int64, device=device)
         self._kept = torch.zeros((repeats, keep, n), dtype=expected.dtype, device=device)
-        self._order = torch.zeros(keep, dtype=torch.int64, device=device)  # topk's indices, unused
-        # On the CPU a comparison answers at once, so a clean repeat costs that one pass; on a GPU the
-        # answer would make the host wait for the device, so every repeat is tallied (every_repeat).
+        # On the CPU a comparison answers at once, so a clean block costs that one pass; on a GPU the
+        # answer would make the host wait for the device, so every block is tallied (every_repeat).
         self._clean_first = not (device.type != "cpu" if every_repeat is None else every_repeat)
 
     def add_block(self, outputs: torch.Tensor, first: int) -> None:
-        """Tally the outputs (count, m, n) of repeats first, first + 1, ...: on a CPU one comparison of
-        the block answers for all of them while they are clean."""
+        """Tally the outputs (count, m, n) of repeats first, first + 1, ..., without waiting (on a CPU, one
+        comparison of the block answers for all of them while they are clean)."""
         if self._clean_first and torch.equal(outputs, self.expected.expand_as(outputs)):
-            return
-        for i in range(outputs.shape[0]):
-            self.add(outputs[i], first + i)
-
-    def add(self, out: torch.Tensor, repeat: int) -> None:
-        """Tally one repeat's output (same shape and dtype as the expected one), without waiting."""
-        if self._clean_first and torch.equal(out, self.expected):  # values: +0.0 equals -0.0, NaN nothing
-            return  # its row counts stay 0
-        per_row = torch.sum(out != self.expected, 1, out=self._per_row[repeat])  # (m,)
+            return  # their row counts stay 0
+        count, n = outputs.shape[0], outputs.shape[2]
+        per_row = self._per_row[first : first + count]
+        torch.sum(outputs != self.expected, 2, out=per_row)  # (count, m)
         # Rows in order, bad ones first; the last row stands in where fewer rows are bad (findings
         # drops rows without a bad element).
         last = self.expected.shape[0] - 1
         keys = torch.where(per_row > 0, self._rows, last)
-        rows, _ = torch.topk(
-            keys, self._kept_rows.shape[1], largest=False, out=(self._kept_rows[repeat], self._order)
-        )
-        torch.index_select(out, 0, rows, out=self._kept[repeat])
+        rows = torch.topk(keys, self._kept_rows.shape[1], dim=1, largest=False).values  # (count, keep)
+        self._kept_rows[first : first + count] = rows
+        self._kept[first : first + count] = torch.gather(outputs, 1, rows.unsqueeze(2).expand(-1, -1, n))
 
-    def findings(self, dtype_name: str) -> tuple[list[Mismatch], int]:
-        """(records of the first bad repeat's first MAX_RECORDED bad elements, bad elements in all repeats)."""
-        counts = self._per_row.sum(1).tolist()  # waits for the device, once
+    def add(self, out: torch.Tensor, repeat: int) -> None:
+        """Tally one repeat's output (same shape and dtype as the expected one), without waiting."""
+        self.add_block(out.unsqueeze(0), repeat)
+
+    def counts(self) -> torch.Tensor:
+        """(repeats,) int64 bad elements per repeat, on the device."""
+        return self._per_row.sum(1)
+
+    def digest(self) -> Fingerprint:
+        """The case's digest, on the device: the expected output, every repeat's bad elements per row, and
+        the kept rows. Every repeat of a correct unit equals the expected output, so its digest is that of
+        one output; a repeat with any bit of a value changed has a bad count, which changes it."""
+        return (
+            Fingerprint()
+            .tensor(self.expected)
+            .tensor(self._per_row)
+            .tensor(self._kept_rows)
+            .tensor(self._kept)
+        )
+
+    def findings(self, dtype_name: str, counts: list[int] | None = None) -> tuple[list[Mismatch], int]:
+        """(records of the first bad repeat's first MAX_RECORDED bad elements, bad elements in all repeats).
+
+        `counts`: `counts()` as the caller read it; read here (one wait) when None.
+        """
+        if counts is None:
+            counts = self.counts().tolist()
         bad = [r for r, count in enumerate(counts) if count]
         if not bad:
             return [], 0
@@ -207,7 +227,11 @@ class BadElements:
 
 
 def kronecker_pool(
-    split: Split, max_abs: int, g: torch.Generator, dtype: torch.dtype = torch.float32
+    split: Split,
+    max_abs: int,
+    g: torch.Generator,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str = "cpu",
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Pool operands A (m, k), B (k, n) and their exact product C = A·B, Kronecker-structured.
 
@@ -222,6 +246,7 @@ def kronecker_pool(
         max_abs: bound on every entry of A and B.
         g: the CPU generator the factors are drawn from.
         dtype: of the three results (int64 for tests).
+        device: where the products are expanded (the factors are drawn and multiplied on the CPU).
     """
     (m1, m2), (k1, k2), (n1, n2) = split
     r1 = math.isqrt(max_abs)
@@ -229,7 +254,9 @@ def kronecker_pool(
     a1, b1 = _nonzero(g, (m1, k1), r1), _nonzero(g, (k1, n1), r1)
     a2, b2 = _nonzero(g, (m2, k2), r2), _nonzero(g, (k2, n2), r2)
     c1, c2 = golden_reference(a1, b1), golden_reference(a2, b2)
-    a, b, c = (torch.kron(x.to(dtype), y.to(dtype)) for x, y in ((a1, a2), (b1, b2), (c1, c2)))
+    a, b, c = (
+        torch.kron(x.to(device, dtype), y.to(device, dtype)) for x, y in ((a1, a2), (b1, b2), (c1, c2))
+    )
     return a, b, c
 
 

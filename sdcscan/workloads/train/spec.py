@@ -53,7 +53,7 @@ SPEC = WorkloadSpec(
         "autocast": "none",
     },
     fault_sites=("weight",),  # hidden-layer weight, half way through the case
-    data_version=2,  # 2: on a GPU a case's weights and data are drawn on the device (CPU data unchanged)
+    data_version=3,  # 2: on a GPU drawn on the device; 3: digested by device-side fingerprints
     tiny={"hidden": 16, "batch": 8, "steps": 6},
     params={
         "inputs": Int(1),  # 0: a Linear without inputs (its init divides by inputs)

@@ -19,9 +19,10 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from sdcscan.checks.digest import Digest
+from sdcscan.checks.digest import Fingerprint
 from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
 from sdcscan.workloads.base import Context, register
+from sdcscan.workloads.readout import float_of, read_once
 from sdcscan.workloads.train.spec import AUTOCAST, DTYPES, SPEC
 from sdcscan.workloads.workload_spec import WorkloadSpec
 
@@ -31,15 +32,19 @@ _AUTOCAST: dict[str, torch.dtype | None] = {
 }
 
 
-def build_model(inputs: int, hidden: int, classes: int) -> nn.Sequential:
-    """Linear → GELU → Linear → LayerNorm → GELU → Linear: small, but with every common op class."""
+def build_model(
+    inputs: int, hidden: int, classes: int, device: torch.device | str | None = None
+) -> nn.Sequential:
+    """Linear → GELU → Linear → LayerNorm → GELU → Linear: small, but with every common op class.
+
+    Built on `device` (every case sets its weights anew: nothing is drawn on the host and copied)."""
     return nn.Sequential(
-        nn.Linear(inputs, hidden),
+        nn.Linear(inputs, hidden, device=device),
         nn.GELU(),
-        nn.Linear(hidden, hidden),
-        nn.LayerNorm(hidden),
+        nn.Linear(hidden, hidden, device=device),
+        nn.LayerNorm(hidden, device=device),
         nn.GELU(),
-        nn.Linear(hidden, classes),
+        nn.Linear(hidden, classes, device=device),
     )
 
 
@@ -61,7 +66,8 @@ class Train:
 
     def prepare(self, ctx: Context) -> None:
         p = self.p
-        self.model = build_model(p["inputs"], p["hidden"], p["classes"]).to(ctx.device, _DTYPES[p["dtype"]])
+        model = build_model(p["inputs"], p["hidden"], p["classes"], ctx.device)
+        self.model = model.to(ctx.device, _DTYPES[p["dtype"]])
 
     def run(self, ctx: Context, case: Case) -> Outcome:
         p, model = self.p, self.model
@@ -83,21 +89,29 @@ class Train:
                 opt.step()
                 losses[step] = loss.detach()
         with ctx.phase("check"):
-            mismatches = _nonfinite(losses, model)
-            digest = Digest().tensor(losses)
+            # Everything a verdict needs stays on the device and is read once: finiteness flags, the
+            # fingerprint of the losses, the weights and AdamW's state, and the last loss.
+            nonfinite = _nonfinite_flags(losses, model)
+            digest = Fingerprint().tensor(losses)
             for t in model.parameters():
                 digest.tensor(t)
             for state in opt.state.values():
-                for v in state.values():
-                    digest.tensor(v if torch.is_tensor(v) else torch.tensor(v))
+                for key, v in state.items():
+                    if torch.is_tensor(v) and v.device == ctx.device:
+                        digest.tensor(v)
+                    else:  # AdamW's step count, a host scalar
+                        digest.bytes(f"{key}={float(v)!r}".encode())
+            flags, sums, words = read_once([nonfinite, digest.sums(), losses])
+        values = [float_of(w) for w in words]
+        mismatches = _nonfinite(flags, values, model)
         n_params = sum(t.numel() for t in model.parameters())
         return Outcome(
             status=STATUS_MISMATCH if mismatches else STATUS_OK,
-            digest=digest.hexdigest(),
+            digest=digest.hexdigest_of(sums),
             mismatches=mismatches,
             ops=6.0 * n_params * p["batch"] * steps,  # forward 2, backward 4 flops per weight and sample
             ops_unit="flop",
-            detail={"final_loss": float(losses[-1])},
+            detail={"final_loss": values[-1]},
         )
 
     def _init_case(
@@ -107,7 +121,7 @@ class Train:
         p, g = self.p, case_generator(ctx, case.seed)
 
         def uniform(shape: torch.Size, bound: float) -> torch.Tensor:
-            return torch.rand(shape, generator=g, device=g.device) * 2 * bound - bound
+            return torch.rand(shape, generator=g, device=ctx.device) * 2 * bound - bound
 
         with torch.no_grad():
             for module in model:
@@ -118,13 +132,13 @@ class Train:
                 elif isinstance(module, nn.LayerNorm):
                     module.weight.fill_(1.0)
                     module.bias.zero_()
-        x = torch.randn(p["steps"], p["batch"], p["inputs"], generator=g, device=g.device)
-        teacher = torch.randn(p["inputs"], p["classes"], generator=g, device=g.device)
+        x = torch.randn(p["steps"], p["batch"], p["inputs"], generator=g, device=ctx.device)
+        teacher = torch.randn(p["inputs"], p["classes"], generator=g, device=ctx.device)
         y = (x @ teacher).argmax(-1)  # a learnable task, so losses move and every step matters
         return x.to(ctx.device, dtype), y.to(ctx.device)
 
 
-def case_generator(ctx: Context, seed: int) -> torch.Generator:
+def case_generator(ctx: Context, seed: int) -> torch.Generator | None:
     """The generator a case draws its weights and data from: `ctx.generator(seed)` on the CPU, a
     generator with the same seed on the case's device anywhere else.
 
@@ -137,6 +151,8 @@ def case_generator(ctx: Context, seed: int) -> torch.Generator:
     cpu = ctx.generator(seed)
     if ctx.device.type == "cpu":
         return cpu
+    if ctx.device.type == "meta":  # the cost model's device (sdcscan.costmodel): no data, no generator
+        return None
     return torch.Generator(device=ctx.device).manual_seed(cpu.initial_seed())  # ctx.generator's seed
 
 
@@ -153,15 +169,22 @@ def _hidden_weight(model: nn.Sequential) -> torch.Tensor:
     return layer.weight.data
 
 
-def _nonfinite(losses: torch.Tensor, model: nn.Module) -> list[Mismatch]:
-    """NaN or Inf anywhere is an invariant failure: this training is finite by construction."""
+def _nonfinite_flags(losses: torch.Tensor, model: nn.Module) -> torch.Tensor:
+    """(steps + parameters,) bool on the device: a loss, then a parameter, that is not finite."""
+    params = [~torch.isfinite(t).all() for t in model.parameters()]
+    return torch.cat([~torch.isfinite(losses), torch.stack(params)])
+
+
+def _nonfinite(flags: list[int], losses: list[float], model: nn.Module) -> list[Mismatch]:
+    """NaN or Inf anywhere is an invariant failure: this training is finite by construction. `flags`:
+    `_nonfinite_flags` and the losses as read on the host."""
     found = []
-    bad = (~torch.isfinite(losses)).nonzero().flatten()
-    if bad.numel():
-        step = int(bad[0])
-        found.append(Mismatch("finite", f"loss at step {step}", "finite", str(float(losses[step]))))
-    for name, t in model.named_parameters():
-        if not bool(torch.isfinite(t).all()):
-            found.append(Mismatch("finite", f"parameter {name}", "finite", "NaN/Inf"))
-            break
+    names = [name for name, _ in model.named_parameters()]
+    steps = len(losses)
+    bad_steps = [step for step in range(steps) if flags[step]]
+    if bad_steps:
+        found.append(Mismatch("finite", f"loss at step {bad_steps[0]}", "finite", str(losses[bad_steps[0]])))
+    bad_params = [name for name, flag in zip(names, flags[steps:], strict=True) if flag]
+    if bad_params:
+        found.append(Mismatch("finite", f"parameter {bad_params[0]}", "finite", "NaN/Inf"))
     return found

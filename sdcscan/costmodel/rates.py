@@ -1,0 +1,87 @@
+"""The rates the cost model turns counts into seconds with, per device class, and the prediction itself.
+
+Each figure names where it comes from. Datasheet rates are ceilings; measured ones are what torch reached
+on a lent machine of this workplace (the device tool's notes on the H200: a device-to-device copy at about
+4.3 TB/s counting bytes read and written, an 8192³ bf16 matmul at 769-798 TFLOP/s on random data) or in
+sdcscan's own GPU runs (README "On a GPU": `torch._int_mm` at 8192³ in 1.2 ms on an H200, about 916 TOPS).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from sdcscan.costmodel.counting import Tally
+
+
+@dataclass(frozen=True)
+class DeviceRates:
+    """What one device class does per second, and what a launch and a host wait cost it.
+
+    Attributes:
+        bytes_per_s: device memory, bytes read plus written per second.
+        matrix_flops_per_s: matrix products by operand dtype (FLOPs or integer ops per second); a dtype
+            not listed runs at `other_flops_per_s`.
+        kernel_s: the least time a kernel takes (launch and tail), so a tiny kernel is never free.
+        wait_s: what one host wait costs the device: the queue drains, then the next launch reaches it.
+        host_bytes_per_s: one host thread's tensor work (bytes read plus written per second).
+        to_device_bytes_per_s: a copy from pageable host memory to the device.
+    """
+
+    name: str
+    bytes_per_s: float
+    matrix_flops_per_s: Mapping[str, float]
+    other_flops_per_s: float
+    kernel_s: float = 4e-6
+    wait_s: float = 30e-6
+    host_bytes_per_s: float = 4e9
+    to_device_bytes_per_s: float = 10e9
+
+
+# NVIDIA's H100 SXM5 datasheet, dense: fp64 and fp32 (no TF32: sdcscan disables it) 67 TFLOP/s, bf16 and
+# fp16 989, int8 1979 TOPS; HBM3 3.35 TB/s. Matrix rates are scaled by 0.8, what the H200's bf16 GEMM
+# reached of the same datasheet figure (788 / 989), and bandwidth by 0.9 (4.3 of 4.8 TB/s on the H200).
+H100 = DeviceRates(
+    name="h100",
+    bytes_per_s=0.9 * 3.35e12,
+    matrix_flops_per_s={
+        "float64": 0.8 * 67e12,
+        "float32": 0.8 * 67e12,
+        "bfloat16": 0.8 * 989e12,
+        "float16": 0.8 * 989e12,
+        "int8": 916e12,  # measured on the H200, whose int8 rate is the H100's
+    },
+    other_flops_per_s=0.8 * 67e12,
+)
+# The H200: the H100's arithmetic, 4.8 TB/s of HBM3e (measured 4.3 TB/s copying).
+H200 = DeviceRates(
+    name="h200",
+    bytes_per_s=4.3e12,
+    matrix_flops_per_s={**H100.matrix_flops_per_s, "bfloat16": 788e12, "float16": 788e12},
+    other_flops_per_s=H100.other_flops_per_s,
+)
+DEVICES = {rates.name: rates for rates in (H100, H200)}
+
+
+@dataclass(frozen=True)
+class PhaseTime:
+    """Predicted seconds of one phase: the device's kernels, the host's waits and its own work."""
+
+    kernels_s: float
+    waits_s: float
+    host_s: float
+
+    @property
+    def total_s(self) -> float:
+        return self.kernels_s + self.waits_s + self.host_s
+
+
+def predict(tally: Tally, rates: DeviceRates) -> PhaseTime:
+    """Seconds a phase takes on `rates`' device: each kernel the longer of its bytes and its FLOPs (at
+    least `kernel_s`), each host wait `wait_s`, the host's tensor work and copies at one thread's rate."""
+    kernels = 0.0
+    for k in tally.kernels:
+        flops_s = k.flops / rates.matrix_flops_per_s.get(k.flop_dtype, rates.other_flops_per_s)
+        kernels += max(rates.kernel_s, (k.read + k.written) / rates.bytes_per_s, flops_s)
+    host = tally.host_bytes / rates.host_bytes_per_s + tally.to_device_bytes / rates.to_device_bytes_per_s
+    return PhaseTime(kernels, tally.host_waits * rates.wait_s, host)
