@@ -102,7 +102,9 @@ def _exact_bad_block(out: torch.Tensor, expected: torch.Tensor, scratch: Scratch
     # An element is on the grid where its integer, back in fp32, is itself (compared in fp32: exact for
     # every int32 a clean element can be; NaN, Inf and values beyond int32's range never compare equal).
     off_grid = units != scaled
-    if out.device.type != "cpu" or bool(off_grid.any()):  # a GPU answers only after a wait: look at every bag
+    # A CPU answers at once whether any element is off, and looks closer only then; a GPU would answer
+    # only after a wait for the device, so it looks at every bag.
+    if out.device.type != "cpu" or bool(off_grid.any()):
         bad |= off_grid.any(1)
     return bad
 
