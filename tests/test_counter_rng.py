@@ -44,18 +44,29 @@ def test_host_and_tensor_draws_agree_and_stay_in_range(bound: int) -> None:
     assert int(drawn.min()) >= 0 and int(drawn.max()) < bound
 
 
-def test_chunked_fills_and_thread_counts_change_nothing() -> None:
-    """A pool drawn in chunks, or on more threads, holds the same bits as one drawn whole on one."""
-    whole = counter_rng.below(7, 5000, 251, "cpu").to(torch.uint8)
+@pytest.mark.parametrize(
+    ("bound", "dtype"), [(256, torch.uint8), (16, torch.uint8), (1000, torch.int32), (2**40, torch.int64)]
+)
+def test_chunked_fills_and_thread_counts_change_nothing(bound: int, dtype: torch.dtype) -> None:
+    """A pool drawn in chunks, or on more threads, holds the same bits as one drawn whole on one thread,
+    whichever number of values a word gives (8 bytes, two halves, one), and stays in range."""
     own = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
-        chunked = counter_rng.fill_below(7, 5000, 251, torch.uint8, "cpu", chunk=333)
+        whole = counter_rng.fill_below(7, 5003, bound, dtype, "cpu")
+        chunked = counter_rng.fill_below(7, 5003, bound, dtype, "cpu", chunk=37)
         torch.set_num_threads(max(2, own))
-        threaded = counter_rng.fill_below(7, 5000, 251, torch.uint8, "cpu")
+        threaded = counter_rng.fill_below(7, 5003, bound, dtype, "cpu")
     finally:
         torch.set_num_threads(own)
     assert torch.equal(whole, chunked) and torch.equal(whole, threaded)
+    assert int(whole.min()) >= 0 and int(whole.max()) < bound and int(whole.max()) > bound // 2
+
+
+def test_a_byte_pool_is_the_streams_words_read_as_bytes() -> None:
+    """Eight values a word, in the words' little-endian byte order: what a GPU reads from the same words."""
+    words = counter_rng.words(9, 4, "cpu")
+    assert torch.equal(counter_rng.fill_below(9, 32, 256, torch.uint8, "cpu"), words.view(torch.uint8))
 
 
 def test_permutations_are_permutations_and_differ_by_seed() -> None:

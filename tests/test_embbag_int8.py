@@ -335,3 +335,13 @@ def test_changes_that_cancel_in_a_bag_on_the_grid_are_exact_modes_layout_blind_s
     changed = torch.tensor([[4.0, 7.0, 1.0, 2.0]])  # bit 0 flipped in both: -1 and +1
     assert not bool(exact.exact_bad_bags(changed, expected)[0])
     assert bool(exact.exact_bad_bags(torch.tensor([[4.0, 6.0, 1.0, 2.0]]), expected)[0])
+
+
+@pytest.mark.parametrize("dim", [8, 12, 128, 2040, 2048])
+def test_the_row_parity_read_as_words_is_the_parity_of_the_row_sum(dim: int) -> None:
+    """The table's per-row parity, taken eight bytes at a time where the width allows, is the row sum's."""
+    from sdcscan.workloads.embbag_int8.workload import _row_sum_parity
+
+    q = torch.randint(0, 256, (500, dim), generator=torch.Generator().manual_seed(dim), dtype=torch.uint8)
+    q[0] = 255  # the largest lane sums
+    assert torch.equal(_row_sum_parity(q), q.sum(1, dtype=torch.int64) & 1)

@@ -29,11 +29,18 @@ def _shr(z: torch.Tensor, bits: int) -> torch.Tensor:
 
 
 def splitmix64(counters: torch.Tensor) -> torch.Tensor:
-    """splitmix64's output for each int64 counter x: mix(x · golden), as int64 words (wrapping)."""
+    """splitmix64's output for each int64 counter x: mix(x · golden), as int64 words (wrapping).
+
+    In place on one scratch tensor: on a CPU the hashing of a large pool is bound by memory traffic."""
     z = counters * _signed(_GOLDEN)
-    z = (z ^ _shr(z, 30)) * _signed(_MIX1)
-    z = (z ^ _shr(z, 27)) * _signed(_MIX2)
-    return z ^ _shr(z, 31)
+    shifted = torch.empty_like(z)
+    for bits, factor in ((30, _MIX1), (27, _MIX2), (31, None)):
+        torch.bitwise_right_shift(z, bits, out=shifted)
+        shifted &= (1 << (64 - bits)) - 1  # a logical shift: torch's >> copies the sign bit
+        z ^= shifted
+        if factor is not None:
+            z *= _signed(factor)
+    return z
 
 
 def stream_base(seed: int) -> int:
@@ -56,14 +63,31 @@ def below(seed: int, count: int, bound: int, device: torch.device | str) -> torc
 def fill_below(
     seed: int, count: int, bound: int, dtype: torch.dtype, device: torch.device | str, *, chunk: int = 1 << 24
 ) -> torch.Tensor:
-    """(count,) `below(seed, count, bound)` as `dtype`, drawn `chunk` values at a time (a pool of 2^28
-    values would otherwise need 2 GB of int64 words at once)."""
+    """(count,) values in [0, bound) as `dtype` from the seed's stream, drawn `chunk` words at a time (a
+    pool of 2^28 values would otherwise need 2 GB of int64 words at once).
+
+    A word gives as many values as it holds: eight bytes where `bound` is a power of two up to 256 (a
+    byte masked to the bound, exactly uniform), two 32-bit halves scaled to the bound (Lemire's multiply-
+    shift, a bias below bound / 2^32) where it is below 2^31, else one value (`below`). Hashing is the
+    cost on a CPU, so a byte pool takes an eighth of the work of one word per value."""
+    per_word = 8 if bound <= 256 and bound & (bound - 1) == 0 else 2 if bound < 1 << 31 else 1
     out = torch.empty(count, dtype=dtype, device=device)
     base = stream_base(seed)
-    for start in range(0, count, chunk):
-        size = min(chunk, count - start)
-        z = splitmix64(torch.arange(start, start + size, dtype=torch.int64, device=device) + base)
-        out[start : start + size] = _shr(z, 1) % bound
+    step = chunk * per_word
+    for start in range(0, count, step):
+        size = min(step, count - start)
+        first = start // per_word
+        z = splitmix64(
+            torch.arange(first, first + -(-size // per_word), dtype=torch.int64, device=device) + base
+        )
+        if per_word == 8:
+            values = z.view(torch.uint8)[:size] & (bound - 1)  # little-endian bytes on CPUs and GPUs alike
+        elif per_word == 2:
+            halves = torch.stack([z & 0xFFFFFFFF, _shr(z, 32)], dim=1).flatten()[:size]
+            values = (halves * bound) >> 32
+        else:
+            values = _shr(z, 1) % bound
+        out[start : start + size] = values
     return out
 
 

@@ -150,7 +150,7 @@ class GemmInt8(SelftestMixin):
 
     def _encoded(self, seed: int, n: int, k: int, device: torch.device) -> _Weight:
         """One (n, k) weight drawn from `seed`, encoded, and made ready for this route's GEMM once."""
-        w = (counter_rng.fill_below(seed, n * k, 256, torch.int16, device) - 128).to(torch.int8).view(n, k)
+        w = counter_rng.fill_below(seed, n * k, 256, torch.uint8, device).view(torch.int8).view(n, k)
         w_ext = int8.encode_weight(w, self.p["scheme"])
         if not self.signed:
             return _Weight(w_ext, None)
