@@ -12,6 +12,7 @@ import contextlib
 import os
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
@@ -34,7 +35,7 @@ from sdcscan.profile import Profile
 from sdcscan.report.document import Distributed, Report, Run, Telemetry
 from sdcscan.runner import Runner, RunResult, end_bound_s, warm_up_workers
 from sdcscan.sentinel import window as sentinel
-from sdcscan.telemetry.sampler import Sampler, telemetry_findings
+from sdcscan.telemetry.sampler import GPU_INTERVAL_S, CaseClock, Sampler, telemetry_findings
 from sdcscan.timefmt import iso_utc, parse_iso_utc
 from sdcscan.worker import WorkerConfig
 from sdcscan.workloads import SPECS
@@ -265,7 +266,12 @@ def run_and_judge(opts: ScanOptions, setup: Setup, on_event: EventSink) -> Repor
         )
     )
     retest = profile.retest if opts.retest is None else opts.retest
-    with Sampler(setup.units, interval_s=TELEMETRY_INTERVAL_S) as sampler:
+    # GPUs are sampled every second, and their utilisation, clock and power also over case time only.
+    gpus = any(u.kind == "cuda" for u in setup.units)
+    clock = CaseClock()
+    on_event = _tee(on_event, clock.observe)
+    interval = min(TELEMETRY_INTERVAL_S, GPU_INTERVAL_S) if gpus else TELEMETRY_INTERVAL_S
+    with Sampler(setup.units, interval_s=interval, busy=clock.busy) as sampler:
         pacing = _pace(opts, setup, deadline=started + budget, on_event=on_event)
         if pacing is not None:
             run_doc["background"] = {"parent_priority": setup.priority, "pacing": pacing.to_dict()}
@@ -281,6 +287,16 @@ def run_and_judge(opts: ScanOptions, setup: Setup, on_event: EventSink) -> Repor
         run_doc["journal"] = None
         run_doc["journal_lost"] = f"{jpath}: {journal.failed or 'removed during the run'}"
     return finish(opts, setup, run_doc, result, sampler.summary())
+
+
+def _tee(first: EventSink, second: Callable[[object], None]) -> EventSink:
+    """An EventSink that hands every event to both."""
+
+    def both(event: Event) -> None:
+        first(event)
+        second(event)
+
+    return both
 
 
 def _pace(

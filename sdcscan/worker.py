@@ -239,10 +239,23 @@ class _Engine:
             outcome = Outcome(status=STATUS_ERROR, digest=None, error=f"{type(err).__name__}: {err}")
         outcome.seconds = time.perf_counter() - start
         outcome.phases, outcome.injected = dict(ctx.phases), ctx.injected
+        plain = self._plain_rate(case)
+        if plain is not None:  # the plain op of this case's own dtype and shape: its efficiency's measure
+            outcome.detail = {**outcome.detail, "plain_ops_per_s": plain}
         if self.lockstep is not None:
             self.lockstep.record(index, case.workload, outcome)
         self.conn.send(("outcome", uid, index, attempt, case.workload, _outcome_dict(outcome)))
         return outcome.seconds
+
+    def _plain_rate(self, case: Case) -> float | None:
+        """The unit's rate for the plain op behind this case (its slot's dtype, shape or bit width), or
+        None where the workload's peak was not measured."""
+        peak = self.peaks.get(case.workload)
+        if not peak:
+            return None
+        from sdcscan.peaks.plain_ops import case_peak
+
+        return case_peak(case.workload, peak, case.occurrence)
 
     def _armed(self, case: Case, workload: Workload, attempt: int) -> faults.FaultSpec | None:
         """Apply process faults now; return the data fault to arm for this case, if any strikes."""

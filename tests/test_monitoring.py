@@ -81,7 +81,7 @@ def _emitted() -> dict[str, set[str]]:
     """Each metric sdcscan writes -> its label names: a failing run's textfile with telemetry, coverage and a
     kernel-log scan, and `sdcscan sentinel --prom`'s textfile."""
     report: dict[str, Any] = make_report(fail_unit="cpu:1", checked=True)
-    with Sampler(["cpu:0", "cuda:0"], interval_s=60, sources=[_Sensors()]) as sampler:
+    with Sampler(["cpu:0", "cuda:0"], interval_s=60, sources=[_Sensors()], busy=lambda unit: True) as sampler:
         pass
     report["telemetry"] = sampler.summary()
     report["sentinel"] = _SENTINEL

@@ -338,3 +338,45 @@ def test_a_case_is_held_against_the_op_of_its_own_slot():
     assert [case_peak("gemm_fp", found, i) for i in range(3)] == [1.0, 2.0, 1.0]
     assert case_peak("train", found, 1) == 1.5  # every op in every case
     assert case_peak("gemm_fp", {**found, "error": "x"}, 0) is None
+
+
+def test_efficiency_holds_each_case_to_the_plain_op_of_its_own_dtype_and_shape():
+    """Two fp32 cases (plain fp32 at 8e9) beside a mixed peak that includes bf16: the efficiency is that of
+    fp32 (0.5), not of a mix of dtypes the run did not do (issue 42: matmul_golden's fp32 case divided by
+    a peak that mixed four dtypes)."""
+    outcomes = [
+        {**_case(i, "matmul_golden", 4e9, 1.0, {}), "detail": {"dtype": "float32", "plain_ops_per_s": 8e9}}
+        for i in range(2)
+    ]
+    unit = {"id": "cpu:0", "kind": "cpu", "index": 0, "model": "m", "cohort": "c", "notes": [],
+            "peaks": {"matmul_golden": {"peak_ops_per_s": 3e10, "ops": [], "error": None}}}  # fmt: skip
+    doc = judge_and_build(run=RUN, host={"hostname": "h"}, software={}, cohorts={"c": {}}, units=[unit],
+                          outcomes=outcomes, problems={}, interrupted=None)  # fmt: skip
+    rec = doc["units"][0]["throughput"]["matmul_golden"]
+    assert rec["peak_ops_per_s"] == 8e9 and rec["efficiency"] == 0.5
+    outcomes[1]["detail"] = {"dtype": "bfloat16", "plain_ops_per_s": 4e10}  # one fp32, one bf16 case
+    doc = judge_and_build(run=RUN, host={"hostname": "h"}, software={}, cohorts={"c": {}}, units=[unit],
+                          outcomes=outcomes, problems={}, interrupted=None)  # fmt: skip
+    rec = doc["units"][0]["throughput"]["matmul_golden"]
+    assert rec["efficiency"] == pytest.approx((4e9 / 8e9 + 4e9 / 4e10) / 2.0)  # plain seconds over seconds
+
+
+def test_a_workers_outcome_carries_the_plain_rate_of_its_cases_own_op(monkeypatch, tmp_path):
+    """The worker attaches the rate of the op of the case's slot (`peaks.plain_ops.case_peak`)."""
+    from sdcscan.profile import load_profile
+    from sdcscan.units import Unit
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    monkeypatch.setattr(worker, "configure_torch", lambda unit, threads: torch)
+    profile = load_profile("quick")
+    cfg = worker.WorkerConfig(unit=Unit("cpu:0", "cpu", 0, "m"), profile=profile, seed=1, threads=1,
+                              param_overrides={w.name: TINY[w.name] for w in profile.workloads})  # fmt: skip
+    pipe = _Pipe()
+    engine = worker._Engine(cfg, pipe)
+    engine.peaks = {name: {"peak_ops_per_s": 1.0, "ops": [{"ops_per_s": 1e9 + i} for i in range(4)],
+                           "error": None} for name in engine.peaks}  # fmt: skip
+    for index in range(8):
+        engine.run_case(index, attempt=0)
+    for message in (m for m in pipe.sent if m[0] == "outcome"):
+        rate, workload = message[-1]["detail"]["plain_ops_per_s"], message[-2]
+        assert rate == (1.0 if workload == "train" else 1e9 + engine.plan.case(message[2]).occurrence % 4)

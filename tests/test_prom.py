@@ -142,6 +142,35 @@ def test_unit_telemetry_levels_are_exported_with_the_units_model() -> None:
     assert not _parse(prom_text(make_report()))["sdcscan_unit_telemetry"].samples  # no telemetry, no samples
 
 
+def test_a_gpus_load_over_case_time_is_exported_as_its_mean_and_max() -> None:
+    """`in_cases` levels become sdcscan_unit_telemetry_in_cases{unit,model,metric,stat}; none without them."""
+    gpu = build_unit("cuda:0", digests=["00"], model="NVIDIA H200")
+    report = build_report([gpu])
+    report["telemetry"] = {
+        "units": {
+            "cuda:0": {
+                "util_pct": {
+                    "value": 61.0,
+                    "reduce": "mean",
+                    "in_cases": {"mean": 97.5, "max": 100.0, "samples": 40},
+                },
+                "power_w": {
+                    "value": 690.0,
+                    "reduce": "max",
+                    "in_cases": {"mean": 640.0, "max": 690.0, "samples": 40},
+                },
+                "temp_c": {"value": 70.0, "reduce": "max"},
+            }
+        }
+    }
+    samples = _parse(prom_text(report))["sdcscan_unit_telemetry_in_cases"].samples
+    got = {(s.labels["metric"], s.labels["stat"]): s.value for s in samples}
+    assert got == {("util_pct", "mean"): 97.5, ("util_pct", "max"): 100.0, ("power_w", "mean"): 640.0,
+                   ("power_w", "max"): 690.0}  # fmt: skip
+    assert {s.labels["model"] for s in samples} == {"NVIDIA H200"}
+    assert not _parse(prom_text(make_report()))["sdcscan_unit_telemetry_in_cases"].samples
+
+
 def test_write_is_atomic_and_world_readable(report: dict[str, Any], tmp_path: Path) -> None:
     """The file replaces the old one by rename, leaves no temporary behind, and node_exporter can read it."""
     path = tmp_path / "sdcscan.prom"

@@ -231,3 +231,77 @@ def test_the_run_reports_a_series_per_gauge() -> None:
         s.sample()
     host = s.summary()["host"]
     assert host["cpu_temp_c"]["series"] == {"every_s": 60.0, "points": [40.0, 70.0, 50.0]}
+
+
+class _Gpu(Source):
+    """One GPU whose utilisation and power follow a script, one sample at a time."""
+
+    name = "fake-gpu"
+    unit_metrics = ("util_pct", "power_w", "temp_c")
+    unit_prefix = "cuda:"
+
+    def __init__(self, util: list[float], power: list[float]) -> None:
+        super().__init__()
+        self.util, self.power = iter(util), iter(power)
+
+    def read(self) -> dict[str, dict[str, float | None]]:
+        return {"cuda:0": {"util_pct": next(self.util), "power_w": next(self.power), "temp_c": 50.0}}
+
+
+def test_a_gpus_load_is_also_reduced_over_the_samples_taken_while_it_ran_a_case() -> None:
+    """Start-up (0% at 90 W) and a wait between cases count in the run's mean, not in `in_cases`, whose
+    mean and max cover the samples inside cases only; the host and other metrics get no `in_cases`."""
+    from sdcscan.events import CaseFinished, CaseStarted
+    from sdcscan.telemetry.sampler import CaseClock
+
+    clock = CaseClock()
+    gpu = _Gpu(util=[0, 0, 98, 100, 10, 96], power=[90, 90, 650, 700, 200, 640])
+    with Sampler(["cuda:0"], interval_s=60, sources=[gpu], busy=clock.busy) as s:  # start-up: 0%, 90 W
+        s.sample()  # still starting
+        clock.observe(CaseStarted("cuda:0", 0, "gemm_int8"))
+        s.sample()
+        s.sample()
+        clock.observe(CaseFinished("cuda:0", 0, "gemm_int8", 0, {}))  # type: ignore[arg-type]
+        s.sample()  # between cases: 10%, 200 W
+        clock.observe(CaseStarted("cuda:0", 1, "gemm_int8"))
+    # the sample taken on leaving falls inside case 1
+    unit = s.summary()["units"]["cuda:0"]
+    assert unit["util_pct"]["value"] == round(sum([0, 0, 98, 100, 10, 96]) / 6, 3)  # start-up counted
+    assert unit["util_pct"]["in_cases"] == {"mean": 98.0, "max": 100.0, "samples": 3}
+    assert unit["power_w"]["in_cases"] == {"mean": 663.333, "max": 700.0, "samples": 3}
+    assert "in_cases" not in unit["temp_c"]
+
+
+def test_a_busy_callback_that_raises_costs_only_the_case_reduction() -> None:
+    """Telemetry never fails a run: without a usable `busy`, the run-wide values stay, `in_cases` goes."""
+
+    def broken(unit: str) -> bool:
+        raise RuntimeError("no clock")
+
+    with Sampler(["cuda:0"], interval_s=60, sources=[_Gpu([50, 60], [100, 200])], busy=broken) as s:
+        pass
+    unit = s.summary()["units"]["cuda:0"]
+    assert unit["util_pct"]["value"] == 55.0 and "in_cases" not in unit["util_pct"]
+
+
+def test_the_doctor_shows_a_gpus_load_over_case_time_and_says_when_it_cannot() -> None:
+    """With `in_cases` the doctor's line gives case-time mean and max; without, the whole run's, saying so."""
+    from sdcscan.doctor.judge import gpu_load
+
+    metrics = {
+        "util_pct": {"value": 40.0, "in_cases": {"mean": 97.0, "max": 100.0, "samples": 30}},
+        "power_w": {"value": 300.0, "in_cases": {"mean": 650.0, "max": 700.0, "samples": 30}},
+        "clock_sm_mhz": {"value": 1500.0, "in_cases": {"mean": 1980.0, "max": 1980.0, "samples": 30}},
+        "power_limit_w": {"value": 700.0},
+        "temp_c": {"value": 71.0},
+    }
+    load = gpu_load(metrics)
+    assert (load["util_pct"], load["util_pct_max"], load["power_w"], load["while"]) == (
+        97.0,
+        100.0,
+        650.0,
+        "running cases",
+    )
+    assert "utilisation 97 % (max 100)" in load["line"] and "over running cases" in load["line"]
+    bare = gpu_load({m: {"value": s["value"]} for m, s in metrics.items()})
+    assert bare["util_pct"] == 40.0 and bare["util_pct_max"] is None and "over the whole run" in bare["line"]

@@ -112,10 +112,7 @@ def markdown(summary: dict[str, Any]) -> str:
             for r in speed["workloads"]
         ]
     for gpu, t in speed.get("gpus", {}).items():
-        lines.append(
-            f"- {gpu}: utilisation {_num(t['util_pct'])} %, SM clock {_num(t['clock_sm_mhz'])} MHz, power "
-            f"{_num(t['power_w'])} W of {_num(t['power_limit_w'])} W, temperature {_num(t['temp_c'])} °C"
-        )
+        lines.append(f"- {gpu}: {t['line']}")
     return "\n".join(lines) + "\n"
 
 

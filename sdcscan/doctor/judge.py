@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -229,11 +229,37 @@ def speed(report: Report) -> dict[str, Any]:
     ]
     telemetry = (report.get("telemetry") or {}).get("units") or {}
     gpus = {
-        unit: {m: ((metrics or {}).get(m) or {}).get("value") for m in GPU_TELEMETRY}
+        unit: gpu_load(metrics or {})
         for unit, metrics in sorted(telemetry.items())
         if unit.startswith("cuda:")
     }
     return {"workloads": rows, "gpus": gpus}
+
+
+def gpu_load(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """A GPU's load as the doctor shows it: utilisation, SM clock and power over the samples taken while it
+    ran cases (mean, and `_max`), where the report has them (else over the whole run, start-up included,
+    and `while` says so); the power limit and the hottest temperature; and the sentence (`line`)."""
+    out: dict[str, Any] = {}
+    in_cases = all(((metrics.get(m) or {}).get("in_cases")) for m in ("util_pct", "power_w"))
+    for m in GPU_TELEMETRY:
+        stats = metrics.get(m) or {}
+        case_stats = stats.get("in_cases") or {}
+        out[m] = case_stats.get("mean", stats.get("value")) if in_cases else stats.get("value")
+        if m in ("util_pct", "clock_sm_mhz", "power_w"):
+            out[f"{m}_max"] = case_stats.get("max") if in_cases else None
+    out["while"] = "running cases" if in_cases else "the whole run"
+    out["line"] = (
+        f"utilisation {_num(out['util_pct'])} % (max {_num(out['util_pct_max'])}), SM clock "
+        f"{_num(out['clock_sm_mhz'])} MHz (max {_num(out['clock_sm_mhz_max'])}), power {_num(out['power_w'])} W "
+        f"(max {_num(out['power_w_max'])}) of {_num(out['power_limit_w'])} W, {_num(out['temp_c'])} °C at most, "
+        f"over {out['while']}"
+    )
+    return out
+
+
+def _num(value: object) -> str:
+    return "?" if not isinstance(value, int | float) else f"{value:.0f}"
 
 
 def _median(values: list[Any]) -> float | None:

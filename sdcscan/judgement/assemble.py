@@ -224,11 +224,13 @@ def _unit_doc(u: UnitFacts, cases: list[Outcome], judgement: Judgement) -> Unit:
     count: defaultdict[str, int] = defaultdict(int)
     units_of: dict[str, str] = {}
     phases: defaultdict[str, defaultdict[str, float]] = defaultdict(lambda: defaultdict(float))
+    plain: defaultdict[str, float | None] = defaultdict(float)  # seconds the plain ops would take, or None
     for o in cases:
         w = o["workload"]
         ops[w] += o.get("ops") or 0.0
         secs[w] += o.get("seconds") or 0.0
         count[w] += 1
+        plain[w] = _plain_seconds(plain[w], o)
         units_of[w] = o.get("ops_unit") or "op"
         for name, seconds in (o.get("phases") or {}).items():
             if name in PHASES and isinstance(seconds, int | float):
@@ -252,7 +254,7 @@ def _unit_doc(u: UnitFacts, cases: list[Outcome], judgement: Judgement) -> Unit:
         "workloads": sorted(count),
         "throughput": {
             w: _throughput_doc(
-                ops[w], secs[w], count[w], units_of[w], phases[w], (u.get("peaks") or {}).get(w)
+                ops[w], secs[w], count[w], units_of[w], phases[w], (u.get("peaks") or {}).get(w), plain[w]
             )
             for w in sorted(count)
         },
@@ -276,16 +278,39 @@ def _unit_doc(u: UnitFacts, cases: list[Outcome], judgement: Judgement) -> Unit:
     return doc
 
 
+def _plain_seconds(so_far: float | None, o: Outcome) -> float | None:
+    """`so_far` plus the seconds the plain op of this case's own dtype and shape would take for its ops
+    (the worker's `plain_ops_per_s`); None once a case has no such rate."""
+    rate = (o.get("detail") or {}).get("plain_ops_per_s")
+    if (
+        so_far is None
+        or isinstance(rate, bool)
+        or not isinstance(rate, int | float)
+        or not 0 < rate < math.inf
+    ):
+        return None
+    return so_far + (o.get("ops") or 0.0) / rate
+
+
 def _throughput_doc(
-    ops: float, seconds: float, cases: int, ops_unit: str, phases: Mapping[str, float], peak: object
+    ops: float,
+    seconds: float,
+    cases: int,
+    ops_unit: str,
+    phases: Mapping[str, float],
+    peak: object,
+    plain_s: float | None = None,
 ) -> Throughput:
     """One workload's rate on a unit, its plain-op peak and efficiency, and where its case time went.
 
-    `peak` is the unit's measurement (peaks.rates.workload_peak) or None; efficiency is achieved
-    over peak, null when the peak is unknown. Shares are of the summed case seconds.
+    The peak is that of the cases that ran: their ops over the time the plain op of each case's own
+    dtype and shape would take (`plain_s`), so a run that did only fp32 cases of matmul_golden is not
+    held to a peak that mixes in bf16. Where a case has no such rate (a journal from before it was
+    recorded), the workload's combined peak (peaks.rates.workload_peak, or None) stands in. Efficiency is
+    achieved over peak, null when the peak is unknown. Shares are of the summed case seconds.
     """
     achieved = ops / seconds if seconds > 0 else 0.0
-    rate = peak.get("peak_ops_per_s") if isinstance(peak, dict) else None
+    rate = ops / plain_s if plain_s else peak.get("peak_ops_per_s") if isinstance(peak, dict) else None
     if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 < rate < math.inf:
         rate = None
     return {

@@ -136,7 +136,25 @@ def _unit_telemetry_families(report: Report) -> list[Family]:
          "telemetry says (mean clocks, frequency, load and utilisation; max power and temperature; min "
          "power limit); model is the unit's, to compare it with units of the same model.",
          _levels(report)),
+        ("sdcscan_unit_telemetry_in_cases", "A unit's utilisation, SM clock and power over the samples taken "
+         "while it ran a case (start-up and waits left out): stat is mean or max.", _case_levels(report)),
     ]  # fmt: skip
+
+
+def _case_levels(report: Report) -> list[Sample]:
+    models = {u["id"]: u.get("model", "") for u in report["units"]}
+    out: list[Sample] = []
+    for unit, metrics in ((report.get("telemetry") or {}).get("units") or {}).items():
+        for metric, stats in sorted((metrics or {}).items()):
+            in_cases = stats.get("in_cases") if isinstance(stats, dict) else None
+            if not isinstance(in_cases, dict):
+                continue
+            for stat in ("mean", "max"):
+                value = in_cases.get(stat)
+                if isinstance(value, int | float) and not isinstance(value, bool):
+                    labels = {"unit": unit, "model": models.get(unit, ""), "metric": metric, "stat": stat}
+                    out.append((labels, value))
+    return out
 
 
 def _levels(report: Report) -> list[Sample]:

@@ -30,12 +30,7 @@ def render_doctor(summary: dict[str, Any], console: Console) -> None:
     if speed.get("workloads"):
         console.print(_speed_table(speed))
     for gpu, t in speed.get("gpus", {}).items():
-        console.print(
-            cell(
-                f"{gpu}: utilisation {_num(t['util_pct'])} %, SM clock {_num(t['clock_sm_mhz'])} MHz, "
-                f"power {_num(t['power_w'])} W of {_num(t['power_limit_w'])} W, {_num(t['temp_c'])} °C"
-            )
-        )
+        console.print(cell(f"{gpu}: {t['line']}"))
     for finding in summary["findings"]:
         console.print(Text("finding: ", style="red"), cell(finding), sep="")
     for reason in summary["reasons"]:

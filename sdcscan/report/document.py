@@ -258,7 +258,8 @@ class Throughput(TypedDict):
             float | None,
             Doc(
                 "The unit's measured rate of the plain op(s) this workload runs, at its shapes, in ops_unit "
-                "per second; null when it could not be measured."
+                "per second, for the cases that ran (each at its own dtype and shape); null when it could "
+                "not be measured."
             ),
         ]
     ]
@@ -430,6 +431,14 @@ class CaseError(TypedDict):
     error: str | None
 
 
+class CaseStats(TypedDict):
+    """A unit's gauge over the samples taken while it ran a case."""
+
+    mean: float
+    max: float
+    samples: int
+
+
 class MetricStats(TypedDict, total=False):
     """One metric over the run: its reduced `value` (by `reduce`: mean, max, min or last), the first and
     last readings; a counter's `delta` (Prometheus exports it)."""
@@ -443,6 +452,14 @@ class MetricStats(TypedDict, total=False):
         dict[str, object],
         UNCHECKED,
         Doc("Gauges only: `points` over the run, one every `every_s` seconds, each reduced like `value`."),
+    ]
+    in_cases: Annotated[
+        CaseStats,
+        UNCHECKED,
+        Doc(
+            "A unit's utilisation, SM clock and power over the samples taken while it ran a case (start-up, "
+            "re-run gaps and waits left out): their mean, max and count."
+        ),
     ]
 
 

@@ -12,11 +12,13 @@ evidence beside the verdict, never a reason a run fails: a source that is missin
 
 from __future__ import annotations
 
+import math
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
-from sdcscan.report.document import Finding, Metrics, MetricStats, Telemetry
+from sdcscan.events import CaseFinished, CaseStarted
+from sdcscan.report.document import CaseStats, Finding, Metrics, MetricStats, Telemetry
 from sdcscan.telemetry.nvml import NvmlSource
 from sdcscan.telemetry.sources import (
     CORRECTED,
@@ -32,7 +34,11 @@ from sdcscan.timefmt import iso_utc
 from sdcscan.units import Unit
 
 DEFAULT_INTERVAL_S = 5.0
+GPU_INTERVAL_S = 1.0  # with a GPU among the units: its utilisation is the share of the last second busy
 HOST = "host"
+# A unit's gauges that say how hard it worked: also reduced over the samples taken while it ran a case
+# (`in_cases`: mean and max), so that start-up, re-run gaps and the wait for peers do not dilute them.
+CASE_GAUGES = ("util_pct", "clock_sm_mhz", "power_w")
 
 # How samples of one metric become one number (STYLE.md §8). Counters keep the last value; their
 # before/after difference is reported as `delta`.
@@ -122,6 +128,41 @@ class _Acc:
         return out
 
 
+class _CaseAcc:
+    """Mean and max of a unit's gauge over the samples taken while the unit ran a case."""
+
+    __slots__ = ("count", "peak", "total")
+
+    def __init__(self) -> None:
+        self.count, self.total, self.peak = 0, 0.0, -math.inf
+
+    def add(self, v: float) -> None:
+        self.count += 1
+        self.total += v
+        self.peak = max(self.peak, v)
+
+    def to_dict(self) -> CaseStats:
+        return {"mean": round(self.total / self.count, 3), "max": round(self.peak, 3), "samples": self.count}
+
+
+class CaseClock:
+    """Which units are running a case, from the run's events: the `busy` of a Sampler. A unit is busy
+    from CaseStarted to its CaseFinished (main pass and re-runs alike)."""
+
+    def __init__(self) -> None:
+        self._running: set[str] = set()
+
+    def observe(self, event: object) -> None:
+        """An EventSink: call it with every event of the run."""
+        if isinstance(event, CaseStarted):
+            self._running.add(event.unit)
+        elif isinstance(event, CaseFinished):
+            self._running.discard(event.unit)
+
+    def busy(self, unit: str) -> bool:
+        return unit in self._running
+
+
 def default_sources(unit_ids: Sequence[str]) -> list[Source]:
     """The sources that apply to these units: psutil, EDAC and MCE always; NVML when there are GPUs."""
     cpus = [int(u.split(":")[1]) for u in unit_ids if u.startswith("cpu:")]
@@ -139,6 +180,8 @@ class Sampler:
         units: Unit objects or unit ids ("cpu:3", "cuda:0").
         interval_s: seconds between samples during the run.
         sources: override the sources (tests pass fakes, or EdacSource/MceSource on a fake root).
+        busy: whether a unit (by id) is running a case right now; its CASE_GAUGES are then also reduced
+            over those samples only (`in_cases`). None: no such reduction.
 
     Example:
         with Sampler(units, interval_s=5.0) as sampler:
@@ -153,8 +196,11 @@ class Sampler:
         interval_s: float = DEFAULT_INTERVAL_S,
         *,
         sources: Sequence[Source] | None = None,
+        busy: Callable[[str], bool] | None = None,
     ) -> None:
         self.unit_ids = [str(getattr(u, "id", u)) for u in units]
+        self.busy = busy
+        self._in_cases: dict[str, dict[str, _CaseAcc]] = {}
         self.interval_s = interval_s
         self.sources = list(sources) if sources is not None else default_sources(self.unit_ids)
         self._accs: dict[str, dict[str, _Acc]] = {}
@@ -221,6 +267,19 @@ class Sampler:
             accs = self._accs.setdefault(scope, {})
             for metric, value in metrics.items():
                 accs.setdefault(metric, _Acc(REDUCE.get(metric, "last"))).add(value)
+            if scope == HOST or self.busy is None or not self._is_busy(scope):
+                continue
+            in_cases = self._in_cases.setdefault(scope, {})
+            for metric in CASE_GAUGES:
+                value = metrics.get(metric)
+                if value is not None:
+                    in_cases.setdefault(metric, _CaseAcc()).add(value)
+
+    def _is_busy(self, unit: str) -> bool:
+        try:
+            return bool(self.busy and self.busy(unit))
+        except Exception:  # telemetry never fails a run
+            return False
 
     def summary(self) -> Telemetry:
         """The report's telemetry object: per scope ("host" or a unit id) and metric, before/after/value."""
@@ -228,7 +287,7 @@ class Sampler:
         locked = self._lock.acquire(timeout=5.0)
         try:
             scopes: dict[str, Metrics | None] = {
-                scope: {m: acc.to_dict(self._after, self.interval_s) for m, acc in sorted(accs.items())}
+                scope: {m: self._stats(scope, m, acc) for m, acc in sorted(accs.items())}
                 for scope, accs in self._accs.items()
             }
             return {
@@ -244,6 +303,13 @@ class Sampler:
         finally:
             if locked:
                 self._lock.release()
+
+    def _stats(self, scope: str, metric: str, acc: _Acc) -> MetricStats:
+        out = acc.to_dict(self._after, self.interval_s)
+        in_cases = self._in_cases.get(scope, {}).get(metric)
+        if in_cases is not None:
+            out["in_cases"] = in_cases.to_dict()
+        return out
 
 
 def telemetry_findings(summary: Telemetry) -> list[Finding]:
