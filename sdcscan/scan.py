@@ -63,6 +63,7 @@ class ScanOptions:
     background: bool | None = None  # Ripple mode (None: the profile's)
     max_unscreened_s: float = host_pacing.MAX_UNSCREENED_S  # background: screen whatever the load after this
     rank: RankSetup | None = None  # a distributed run: this process is one rank (one unit) of the world
+    telemetry_interval_s: float | None = None  # seconds between samples (None: 5, or 1 with a GPU)
 
     @property
     def budget(self) -> float:
@@ -270,7 +271,7 @@ def run_and_judge(opts: ScanOptions, setup: Setup, on_event: EventSink) -> Repor
     gpus = any(u.kind == "cuda" for u in setup.units)
     clock = CaseClock()
     on_event = _tee(on_event, clock.observe)
-    interval = min(TELEMETRY_INTERVAL_S, GPU_INTERVAL_S) if gpus else TELEMETRY_INTERVAL_S
+    interval = opts.telemetry_interval_s or (GPU_INTERVAL_S if gpus else TELEMETRY_INTERVAL_S)
     with Sampler(setup.units, interval_s=interval, busy=clock.busy) as sampler:
         pacing = _pace(opts, setup, deadline=started + budget, on_event=on_event)
         if pacing is not None:

@@ -305,3 +305,24 @@ def test_the_doctor_shows_a_gpus_load_over_case_time_and_says_when_it_cannot() -
     assert "utilisation 97 % (max 100)" in load["line"] and "over running cases" in load["line"]
     bare = gpu_load({m: {"value": s["value"]} for m, s in metrics.items()})
     assert bare["util_pct"] == 40.0 and bare["util_pct_max"] is None and "over the whole run" in bare["line"]
+
+
+@pytest.mark.slow
+def test_a_run_samples_telemetry_as_often_as_asked(tmp_path: Path) -> None:
+    """`sdcscan run --telemetry-interval 0.1` samples every 0.1 s (the GPU check's 30 s run at 100 ms),
+    and the report says at what interval."""
+    import json
+    import subprocess
+
+    from tests.helpers.cli import child_env, sdcscan_cmd
+
+    out = tmp_path / "r.json"
+    args = ("run", "--units", "cpu:0", "--workloads", "matmul_golden", "--budget", "4s", "--telemetry-interval",
+            "0.1", "-o", str(out), "--no-history")  # fmt: skip
+    env = {**child_env(), "XDG_STATE_HOME": str(tmp_path / "state")}
+    proc = subprocess.run(
+        sdcscan_cmd(*args), capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    telemetry = json.loads(out.read_text())["telemetry"]
+    assert telemetry["interval_s"] == 0.1 and telemetry["samples"] >= 20

@@ -77,6 +77,12 @@ if TYPE_CHECKING:  # for the types only: `sdcscan --help` imports neither the ru
     help="Background: screen whatever the load once this long has passed since the last "
     "judged run (default: 24h).",
 )
+@click.option(
+    "--telemetry-interval",
+    type=click.FloatRange(0.05, 3600.0),
+    metavar="SECONDS",
+    help="Seconds between telemetry samples (default: 5, or 1 with a GPU among the units).",
+)
 @output_options
 @distributed_options
 @reports_errors
@@ -251,6 +257,7 @@ def _options(args: RunArgs, started: float, *, on_note: Callable[[str], None] | 
         started=started,
         background=args.background,
         max_unscreened_s=max_unscreened,
+        telemetry_interval_s=args.telemetry_interval,
     )
 
 

@@ -31,6 +31,7 @@ class RunArgs:
     golden_path: str | None
     background: bool | None
     max_unscreened: str | None
+    telemetry_interval: float | None
     junit: str | None
     prom: str | None
     history: str | None
