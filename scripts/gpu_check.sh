@@ -1,26 +1,45 @@
 #!/usr/bin/env bash
-# The GPU check to run when a GPU machine is at hand for a short while, as one command
-# of about 9 minutes: install, `sdcscan doctor --budget 6m`, then where a GPU unit's start-up and its
-# cases spend their time (scripts/bench_startup.py, scripts/profile_case.py). Everything goes under
-# OUT (default ./gpu-check), eight files at most: the doctor's five, and three logs.
-# Usage: OUT=dir bash scripts/gpu_check.sh [doctor budget, default 6m]
+# The GPU check to run when a GPU machine is at hand for a short while, as one command of about 9
+# minutes (issue 42): install; the cost model's predictions beside warm cases (scripts/model_vs_gpu.py);
+# torch._int_mm at output widths 8192, 8200 and 8256; a 30 s gemm_int8-only run sampled every 100 ms; a
+# GPU unit's start-up (scripts/bench_startup.py); then `sdcscan doctor` with what remains of 520 s.
+# Everything goes under OUT (default ./gpu-check), eight files at most: gpu_check.log, model_vs_gpu.jsonl,
+# int_mm.jsonl, int8_run.json, startup.jsonl, and the doctor's doctor.json, doctor.md, reports.tar.gz.
+# Usage: OUT=dir bash scripts/gpu_check.sh [total seconds, default 520]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-gpu-check}
-budget=${1:-6m}
+total=${1:-520}
+began=$(date +%s)
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
+export XDG_STATE_HOME=${XDG_STATE_HOME:-$(mktemp -d)}
+log="$out/gpu_check.log"
+step() { echo "== $1 ($(($(date +%s) - began)) s)" >> "$log"; }
 {
+    step install
     python3 -m pip install --no-deps --no-build-isolation -e . 2>&1 | tail -1
     nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv
-    python3 -m sdcscan doctor --budget "$budget" --out "$out/doctor"
-    echo "doctor exit $?"
-} > "$out/doctor.log" 2>&1
-python3 scripts/bench_startup.py --profile doctor --unit cuda:0 > "$out/startup.jsonl" 2>&1
-for workload in gemm_int8 matmul_golden train; do
-    echo "{\"workload\": \"$workload\"}"
-    timeout 90 python3 scripts/profile_case.py --workload "$workload" --profile doctor --unit cuda:0 \
-        --cases 2 --top 12 2>&1 | grep '^{'
-done > "$out/profile.jsonl"
-tail -n 40 "$out/doctor.log"
-cat "$out/startup.jsonl" "$out/profile.jsonl"
+} >> "$log" 2>&1
+step "model beside warm cases"
+timeout 170 python3 scripts/model_vs_gpu.py --profile doctor --unit cuda:0 > "$out/model_vs_gpu.jsonl" 2>> "$log"
+step "int_mm widths"
+timeout 60 python3 scripts/bench_int_mm_width.py --unit cuda:0 > "$out/int_mm.jsonl" 2>> "$log"
+step "gemm_int8 for 30 s, telemetry every 100 ms"
+timeout 90 python3 -m sdcscan run -p doctor --units cuda:0 --workloads gemm_int8 --budget 30s \
+    --telemetry-interval 0.1 --no-history -o "$out/int8_run.json" >> "$log" 2>&1
+echo "run exit $?" >> "$log"
+step "start-up"
+timeout 90 python3 scripts/bench_startup.py --profile doctor --unit cuda:0 > "$out/startup.jsonl" 2>> "$log"
+left=$((total - ($(date +%s) - began)))
+step "doctor with ${left} s"
+if [ "$left" -ge 120 ]; then
+    python3 -m sdcscan doctor --budget "${left}s" --out "$out/doctor" >> "$log" 2>&1
+    echo "doctor exit $?" >> "$log"
+    rm -f "$out/doctor/journals.tar.gz" "$out/doctor/logs.tar.gz"  # eight files back at most
+else
+    echo "doctor skipped: ${left} s left" >> "$log"
+fi
+step done
+tail -n 30 "$log"
+cat "$out/model_vs_gpu.jsonl" "$out/int_mm.jsonl" "$out/startup.jsonl"

@@ -62,8 +62,7 @@ def main() -> None:
                 "compute_ms": round(f.compute_s * 1e3, 2),
                 "check_ms": round(f.check_s * 1e3, 2),
                 "check_share": round(f.check_share, 4),
-                "over_budget": budgets.OVER_BUDGET.get(name, "")
-                or budgets.STATED_SHARE.get(name, (0, ""))[1],
+                "over_budget": _over(name, f),
             }
             if args.per_repeat:
                 row["kernels_per_repeat"] = round(
