@@ -9,7 +9,6 @@ assembled from each workload's `sdcscan/workloads/<name>/spec.py`.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -21,8 +20,6 @@ from sdcscan import faults
 from sdcscan.outcomes import Case, Outcome
 from sdcscan.workloads import SPECS
 from sdcscan.workloads.workload_spec import WorkloadSpec
-
-HOST_THREADS = 8  # at most, for a GPU unit's exact preparation on the CPU (Context.exact_host_work)
 
 if TYPE_CHECKING:  # a distributed run's modules are imported only by the workloads that join one
     from sdcscan.collectives.world import World
@@ -51,29 +48,6 @@ class Context:
         """Record a fact about this unit (from prepare) that the report lists and findings repeat."""
         if text not in self.notes:
             self.notes.append(text)
-
-    @contextmanager
-    def exact_host_work(self) -> Iterator[None]:
-        """Around a GPU unit's preparation on the CPU that is serial draws and exact arithmetic only
-        (integers, or floats holding integers too small to round): run it on up to HOST_THREADS threads,
-        then go back to the unit's own count.
-
-        Inputs are made on the CPU so that every device of a cohort sees the same data, and a GPU worker
-        has one thread: embbag_int8's two 20M-row burnin tables took 74 s there on a 2-vCPU AMD EPYC,
-        and on the H200 (2026-11-27) the doctor's GPU unit was not ready within 38 s. Integers and serial
-        draws come out the same on any thread count (tests/test_host_threads.py); rounded floating-point
-        work may not, so it stays outside. A CPU unit is pinned to its core and keeps its count.
-        """
-        if self.device.type == "cpu":
-            yield
-            return
-        own = torch.get_num_threads()
-        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-        torch.set_num_threads(max(own, min(HOST_THREADS, cpus)))
-        try:
-            yield
-        finally:
-            torch.set_num_threads(own)
 
     def generator(self, seed: int) -> torch.Generator:
         """A CPU generator: inputs are made on the CPU and moved, so every device sees the same data."""

@@ -2,7 +2,9 @@
 the plain-op peak that its efficiency is measured against (sdcscan/peaks/plain_ops.py).
 
 "unsigned" is u8 × s8 (VNNI's native pair on a CPU); "signed" is s8 × s8 with the activations shifted
-by 128 and an exact correction (sdcscan/checks/int8.py), the same int32 words either way. CUDA's
+by 128 (sdcscan/checks/int8.py): every row identity holds for that product as it is, and its column sums
+move by a constant per column, so it is checked and digested as it is. A cohort shares one torch and so
+one route. CUDA's
 `_int_mm` takes int8 × int8 only. CPU kernels differ by torch release: torch 2.13.0+cpu takes a uint8 A,
 while torch 2.11.0+cu130's CPU kernel refused it ("int_mm_out_cpu: Expected self dtype to be of type
 int8 but got unsigned char", seen on an AMX Xeon beside an H200), which made every CPU unit's setup

@@ -7,10 +7,13 @@ check of the whole case against W·(Σ A). The checks are integer arithmetic, so
 wrong product, never rounding. Shapes are DLRM-like and include skinny ones (m = 1…64); a case cycles
 through them by occurrence.
 
-The repeats of a case write into one block of outputs and are checked together (a few eager ops per
-block rather than per GEMM); the column check's reference is one few-row GEMM per case. Outputs are
-digested by a device-side fingerprint (sdcscan/checks/digest.py): hashing their bytes on the host cost
-up to 40% of the GEMMs' time at the burnin shapes on an AVX-512 core, and would stop a GPU every block.
+The repeats of a case write into one block of outputs and are checked together (a fixed handful of
+kernels per block: the row and weighted sums as one fp64 GEMM); the column check's reference is one
+few-row GEMM per case. Outputs are digested by a device-side fingerprint (sdcscan/checks/digest.py):
+hashing their bytes on the host cost up to 40% of the GEMMs' time at the burnin shapes on an AVX-512
+core, and would stop a GPU every block. The verdicts stay on the device until the case's one read
+(issue 42: a case of 455 repeats waited for the device 1,824 times). Pools and offsets come from the
+counter-based generator (sdcscan/checks/counter_rng.py), drawn where the unit computes.
 
 Pre-VNNI int8 kernels may saturate u8·s8 pairs to int16 (docs/abft.md §1.2): `prepare`
 probes exactness and, where the probe fails, restricts activations to [0, 127] and says so, so that
