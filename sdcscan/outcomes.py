@@ -33,7 +33,9 @@ EVIDENCE = (INVARIANT, CONSENSUS, REPEAT)  # what a workload can declare it supp
 
 
 class Verdict(str, enum.Enum):
-    """A unit's or a run's verdict. The run's is the worst of its units' (`Verdict.worst`).
+    """A unit's or a run's verdict. The run's is the worst of its units' (`Verdict.worst`): a unit that
+    miscomputes makes the run `fail` whatever else happened to other units, since a unit that could not
+    be judged must never hide a finding (exit 1, not 3); only a signal that stopped the run goes above.
 
     A `str` enum: it equals, hashes, formats and serialises as its word ("pass"), so reports,
     dict keys and messages need no conversions.
@@ -52,7 +54,7 @@ class Verdict(str, enum.Enum):
 
     @property
     def severity(self) -> int:
-        """pass < fail < invalid < interrupted."""
+        """pass < invalid < fail < interrupted."""
         return _SEVERITY[self]
 
     @property
@@ -68,7 +70,7 @@ class Verdict(str, enum.Enum):
         return max(found, key=lambda v: v.severity)
 
 
-_SEVERITY = {Verdict.PASS: 0, Verdict.FAIL: 1, Verdict.INVALID: 2, Verdict.INTERRUPTED: 3}
+_SEVERITY = {Verdict.PASS: 0, Verdict.INVALID: 1, Verdict.FAIL: 2, Verdict.INTERRUPTED: 3}
 _EXIT_CODES = {
     Verdict.PASS: EXIT_PASS,
     Verdict.FAIL: EXIT_FAIL,

@@ -162,14 +162,15 @@ def test_run_with_golden_with_no_overlapping_case_cannot_judge():
 @pytest.mark.parametrize(
     ("kw", "unit_verdict", "verdict", "code"),
     [
-        ({"problems": {"cpu:0": "worker hung"}}, "invalid", "invalid", 3),
+        ({"problems": {"cpu:0": "worker hung"}}, "fail", "fail", 1),
         ({"interrupted": "SIGINT"}, "interrupted", "interrupted", 130),
     ],
 )
 def test_run_with_golden_keeps_the_worst_verdict(
     kw: dict[str, Any], unit_verdict: str, verdict: str, code: int
 ):
-    """pass < fail < invalid < interrupted: a golden failure never hides a worse verdict."""
+    """pass < invalid < fail < interrupted: a unit whose digests break the golden fails even when it also
+    hung later (its miscompute is not hidden behind "could not judge"); only a signal ranks above."""
     r = report("q", [unit("cpu:0", digests={0: "f" * 16})])
     out = run_with_golden(r, record(fleet()), **kw)
     assert out["units"][0]["verdict"] == unit_verdict

@@ -63,9 +63,11 @@ def main() -> None:
     """
     import sys
 
+    from sdcscan.cli import streams
     from sdcscan.errors import EXIT_USAGE
     from sdcscan.interrupts import Interrupted, exit_untouchable
 
+    streams.install()  # a closed pipe or a full disk under stdout/stderr never changes the exit code
     try:
         code = cli.main(standalone_mode=False)
     except click.exceptions.Abort:  # click turns KeyboardInterrupt (and EOF at a prompt) into Abort

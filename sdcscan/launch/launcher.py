@@ -45,9 +45,10 @@ from sdcscan.scan import ScanOptions
 
 SHUTDOWN_S = 15  # after a rank died, the others get this long to write their reports before SIGKILL
 # Which code wins when this node's ranks differ: the order of `Verdict.severity` (a stop by signal,
-# then "could not judge", then a judged miscompute, then pass), as for the units of one host; a
-# configuration error found by a rank comes first of all but a signal: nothing of its rank ran.
-_PRECEDENCE = (EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, EXIT_INVALID, EXIT_FAIL, EXIT_PASS)
+# then a judged miscompute, which "could not judge" elsewhere must not hide, then that, then pass), as
+# for the units of one host; a configuration error found by a rank comes first of all but a signal:
+# nothing of its rank ran.
+_PRECEDENCE = (EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, EXIT_FAIL, EXIT_INVALID, EXIT_PASS)
 
 
 @dataclass(frozen=True)
