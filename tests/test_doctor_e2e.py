@@ -73,3 +73,32 @@ def test_ctrl_c_mid_step_exits_130_with_a_partial_summary_and_no_process_left(tm
     assert summary["steps"][-1]["status"] == "interrupted" and summary["not_run"]
     time.sleep(1.0)
     assert [p.pid for p in descendants if p.is_running() and p.status() != psutil.STATUS_ZOMBIE] == []
+
+
+def test_a_killed_doctor_takes_its_running_child_with_it(tmp_path):
+    """SIGKILL of the doctor (no handler runs) while its child command runs in its own session: the child
+    and what it started are gone within seconds (issue 43: a selftest child lived on for 30-40 s)."""
+    proc = subprocess.Popen(
+        sdcscan_cmd("doctor", "--budget", "90s", "--out", "d"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=_env(tmp_path),
+        cwd=tmp_path,
+    )
+    deadline = time.monotonic() + 30
+    children: list[psutil.Process] = []
+    while not children and time.monotonic() < deadline:  # the doctor's first child: the self-test
+        time.sleep(0.2)
+        children = psutil.Process(proc.pid).children()
+    assert children, "the doctor started no child within 30 s"
+    time.sleep(2.0)  # the child is past its interpreter's start and running its step
+    descendants = psutil.Process(proc.pid).children(recursive=True)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+    gone_by = time.monotonic() + 5.0
+    while time.monotonic() < gone_by:
+        alive = [p.pid for p in descendants if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        if not alive:
+            break
+        time.sleep(0.2)
+    assert alive == [], [p.cmdline() for p in descendants if p.is_running()]

@@ -68,6 +68,9 @@ def main() -> None:
     from sdcscan.interrupts import Interrupted, exit_untouchable
 
     streams.install()  # a closed pipe or a full disk under stdout/stderr never changes the exit code
+    from sdcscan.doctor.children import die_with_parent
+
+    die_with_parent()  # a child command of `sdcscan doctor` ends with it
     try:
         code = cli.main(standalone_mode=False)
     except click.exceptions.Abort:  # click turns KeyboardInterrupt (and EOF at a prompt) into Abort
