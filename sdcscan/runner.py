@@ -15,6 +15,7 @@ import contextlib
 import errno
 import io
 import multiprocessing as mp
+import os
 import pickle
 import time
 from collections.abc import Callable, Mapping
@@ -108,8 +109,9 @@ class UnitState:
     late: str | None = None  # why a unit that started after the deadline ran no case
     results: list[CaseResult] = field(default_factory=list)
     pacing: UnitPacing = field(default_factory=UnitPacing)  # background mode: priority granted, time waited
-    # Background mode: the worker's run delay (and the time) when its start-up, its current case or
-    # its wait between cases began: what it has waited for a CPU since is starvation, not a hang.
+    # The worker's run delay (and the time) when its start-up, its current case or its wait between
+    # cases began: what it has waited for a CPU since is starvation, not a hang (any mode: a loaded
+    # host starves a foreground worker too).
     delay_mark: float | None = None
     marked_at: float = 0.0
     retired: bool = False  # background: stopped at the budget's end while the host kept it from running
@@ -170,7 +172,7 @@ class Runner:
         self.retests: dict[tuple[str, int], list[str | None]] = {}
         self.watchdog = Watchdog()
         self.retest_count = retest
-        self.background = background  # starvation under SCHED_IDLE is then no hang (see _starved)
+        self.background = background  # starved at the budget's end, a worker is then retired without blame
         # A distributed run: a worker may wait this long past the budget in a collective whose peer
         # stopped answering (the collective timeout, then the barrier that names the peer).
         self.grace_s = grace_s
@@ -419,10 +421,10 @@ class Runner:
             reason = self.watchdog.check(
                 now, ready=state.ready, busy=state.busy, current=state.current, grace_s=grace
             )
-            if reason is not None and self.background:
+            if reason is not None:
                 # Only now, when the watchdog would act: this runs on every message of every unit.
                 starved = self._starved(state)
-                if self._retire_if_starved(state, now, starved):
+                if self.background and self._retire_if_starved(state, now, starved):
                     continue
                 reason = self.watchdog.check(
                     now,
@@ -432,8 +434,8 @@ class Runner:
                     starved_s=starved,
                     grace_s=grace,
                 )
-            if reason is not None:
-                self._fail(state, reason)
+                if reason is not None:
+                    self._fail(state, reason + starvation_note(starved, now - state.marked_at))
 
     def _grace(self, state: UnitState) -> float:
         """A distributed run: past the budget, a worker in a distributed case or between cases (at the
@@ -444,18 +446,17 @@ class Runner:
         return self.grace_s
 
     def _run_delay(self, state: UnitState) -> float | None:
-        if not self.background or state.proc is None or state.proc.pid is None:
+        if state.proc is None or state.proc.pid is None:
             return None
         return priority.run_delay_s(state.proc.pid)
 
     def _mark(self, state: UnitState) -> None:
-        """Background mode: start counting the worker's starvation afresh (start-up, case, or between)."""
-        if self.background:
-            state.delay_mark, state.marked_at = self._run_delay(state), time.time()
+        """Start counting the worker's starvation afresh (start-up, case, or between)."""
+        state.delay_mark, state.marked_at = self._run_delay(state), time.time()
 
     def _starved(self, state: UnitState) -> float:
-        """Background mode: seconds the worker has waited for a CPU since its last mark. SCHED_IDLE
-        gives a busy core to anyone else first; that is the point, not a hang."""
+        """Seconds the worker has waited for a CPU since its last mark: other work held its core (in
+        background mode, SCHED_IDLE gives a busy core to anyone else first). Not a hang."""
         if state.delay_mark is None:
             return 0.0
         now = self._run_delay(state)
@@ -524,3 +525,17 @@ class Runner:
             if state.conn is not None:
                 state.conn.close()
                 state.conn = None
+
+
+def starvation_note(starved_s: float, span_s: float) -> str:
+    """What a stopped worker's reason adds when the host kept it off its CPU for a quarter of the time
+    the watchdog judged, or more: the measured cause, and what to do."""
+    if span_s <= 0 or starved_s < 0.25 * span_s:
+        return ""
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    cpus = os.cpu_count() or 1
+    share = max(0.0, 1.0 - starved_s / span_s)
+    return (
+        f" (host busy: load {load:.1f} on {cpus} CPUs; this worker waited {starved_s:.0f} s of {span_s:.0f} s "
+        f"for a CPU and got at most {share:.0%} of one; run when the host is quieter or on fewer units)"
+    )
