@@ -240,6 +240,16 @@ def test_duplicates_are_skipped_deterministically():
         assert s.counts["reports"] == 2
 
 
+def test_a_run_id_reused_under_another_plan_is_not_a_duplicate():
+    """A host that reused a run id (a restored image, a fixed --run-id) for another plan: both reports are
+    read, and the divergent unit of the second plan is found (issue 43: it was dropped as a duplicate)."""
+    plan_b = [report(f"p{n}", [unit("cpu:0", seed=9)], seed=9, run_id=f"p{n}-run") for n in range(4)]
+    divergent = report("h1", [unit("cpu:0", seed=9, digests={0: "e" * 16})], seed=9, run_id="h1-run")
+    s = summarize(extract([report("h1", run_id="h1-run"), divergent, *plan_b]))
+    assert not s.skipped and s.counts["reports"] == 6 and s.counts["plans"] == 2
+    assert [(f.kind, f.host) for f in s.findings if f.kind == "divergent"] == [("divergent", "h1")]
+
+
 def write_fleet(tmp: Path, reports: list[dict[str, Any]]) -> Path:
     """Write reports as files under tmp/reports/<len(host) % 3>/ (to exercise recursion)."""
     root = tmp / "reports"

@@ -59,7 +59,7 @@ def on(left: str, right: str, columns: str = CASE_KEY) -> str:
 REPORT_COPIES = """
 SELECT report, source, sha256, hostname, machine_id, run_id, profile_name, profile_sha256, seed,
        ended_at, verdict, units, case_rows, tested_units,
-       ROW_NUMBER() OVER (PARTITION BY hostname, COALESCE(machine_id, ''), run_id
+       ROW_NUMBER() OVER (PARTITION BY hostname, COALESCE(machine_id, ''), run_id, profile_sha256, seed
                           ORDER BY ended_at DESC, case_rows DESC, sha256, source) AS copy_rank
 FROM reports"""
 
@@ -69,6 +69,7 @@ FROM report_copies d
 JOIN report_copies k
   ON k.copy_rank = 1 AND d.hostname = k.hostname AND d.run_id = k.run_id
  AND COALESCE(d.machine_id, '') = COALESCE(k.machine_id, '')
+ AND d.profile_sha256 = k.profile_sha256 AND d.seed = k.seed
 WHERE d.copy_rank > 1"""
 
 HOSTNAME_MACHINES = """
