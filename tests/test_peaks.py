@@ -147,6 +147,7 @@ def test_each_op_is_measured_once_per_unit_however_many_workloads_share_it(tmp_p
         json.dumps({"schema": rates.CACHE_SCHEMA, "fingerprint": {}, "op": OP.key(), "ops_per_s": 1.0}),
         "FINGERPRINT_OK:-1",
         "FINGERPRINT_OK:true",
+        "FINGERPRINT_OK:1e308",  # finite, positive, and no unit's (issue 43)
     ],
 )
 def test_a_damaged_cache_is_measured_again_and_replaced(tmp_path, damage):

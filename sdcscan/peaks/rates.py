@@ -137,6 +137,9 @@ def measure(op: PlainOp, device: torch.device) -> float:
 
 # --- cache --------------------------------------------------------------------------------------
 
+# No unit comes near this: an H200's dense int8 peak is about 2e15 op/s by its datasheet.
+MAX_PLAUSIBLE_OPS_PER_S = 1e17
+
 
 def peaks_dir() -> Path:
     """Where measured peaks are cached, one file per device fingerprint and op."""
@@ -168,8 +171,8 @@ def read_cached(path: Path, fp: Mapping[str, object], op: PlainOp) -> float | No
     if doc.get("fingerprint") != dict(fp) or doc.get("op") != op.key():
         return None  # a hash collision or a hand-edited file: not this op's number
     rate = doc.get("ops_per_s")
-    if isinstance(rate, bool) or not isinstance(rate, int | float) or not (math.isfinite(rate) and rate > 0):
-        return None
+    if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 < rate <= MAX_PLAUSIBLE_OPS_PER_S:
+        return None  # 1e308 from a damaged or hand-edited file would make every efficiency 0
     return float(rate)
 
 
