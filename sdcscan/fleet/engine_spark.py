@@ -14,7 +14,10 @@ from __future__ import annotations
 import importlib
 import os
 import re
+import shutil
+import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
@@ -26,6 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from sdcscan.errors import ReportError, UsageError
+from sdcscan.files import default_state_dir, make_state_dir
 from sdcscan.fleet.assemble import assemble
 from sdcscan.fleet.compare import require_reports
 from sdcscan.fleet.dataset import check_marker
@@ -48,6 +52,11 @@ SPARK_TYPES = {
     "list<string>": "ARRAY<STRING>",
 }
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+MIN_JAVA = 17  # pyspark 4's JVM side
+JAVA_HINT = "install a JRE (Debian: apt-get install openjdk-17-jre-headless) or set JAVA_HOME"
+JAVA_VERSION_S = 30.0
+SPARK_START_TIMEOUT_ENV = "SDCSCAN_SPARK_START_TIMEOUT_S"
+DEFAULT_START_TIMEOUT_S = 120.0  # a local session starts in 5-15 s on a 2-core machine
 # pyspark logs each failed query, its stack as JSON, on stderr: the ReportError says it once.
 _QUERY_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
 
@@ -136,12 +145,125 @@ def _session(session_class: Any, master: str | None, remote: str | None, errors:
         try:
             spark, created = session_class.active().newSession(), False
         except errors:  # NO_ACTIVE_OR_DEFAULT_SESSION
+            check_java()
             builder = session_class.builder.master(master or "local[*]").appName("sdcscan compare")
-            spark = builder.config("spark.ui.showConsoleProgress", "false").getOrCreate()  # stdout: the JSON
+            builder = builder.config("spark.ui.showConsoleProgress", "false")  # stdout: the JSON
+            log_config = _jvm_log_config()
+            if log_config is not None:  # the JVM's log to a file: stderr carries sdcscan's lines
+                builder = builder.config(
+                    "spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={log_config}"
+                )
+            spark = _started(builder, start_timeout_s())
             spark.sparkContext.setLogLevel("ERROR")
             created = True
     spark.conf.set("spark.sql.session.timeZone", "UTC")
     return spark, created
+
+
+def start_timeout_s() -> float:
+    """Seconds a local Spark session may take to start: SPARK_START_TIMEOUT_ENV, else the default."""
+    text = os.environ.get(SPARK_START_TIMEOUT_ENV, "")
+    try:
+        value = float(text) if text else DEFAULT_START_TIMEOUT_S
+    except ValueError:
+        raise UsageError(f"{SPARK_START_TIMEOUT_ENV}={printable(text)}: not a number of seconds") from None
+    if not value > 0:
+        raise UsageError(f"{SPARK_START_TIMEOUT_ENV}={printable(text)}: must be above 0")
+    return value
+
+
+def check_java() -> None:
+    """A local Spark session needs a JVM: Java 17 or newer, at JAVA_HOME or on PATH.
+
+    Raises:
+        UsageError: none found, or one too old (exit 2, before anything starts), saying which.
+    """
+    home = os.environ.get("JAVA_HOME")
+    java = str(Path(home) / "bin" / "java") if home else shutil.which("java")
+    if not java or not Path(java).exists():
+        where = f"JAVA_HOME={printable(home)} has no bin/java" if home else "no java on PATH"
+        raise UsageError(f"--engine spark needs Java {MIN_JAVA} or newer ({where}): {JAVA_HINT}")
+    try:
+        said = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=JAVA_VERSION_S)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise UsageError(
+            f"--engine spark: {printable(java)} -version did not answer ({err}): {JAVA_HINT}"
+        ) from None
+    found = re.search(r'version "(\d+)(?:\.(\d+))?', said.stderr + said.stdout)
+    if found is None:
+        return  # an unfamiliar JVM: let Spark judge it
+    major = int(found.group(2)) if found.group(1) == "1" else int(found.group(1))  # "1.8.0" is Java 8
+    if major < MIN_JAVA:
+        raise UsageError(
+            f"--engine spark needs Java {MIN_JAVA} or newer; {printable(java)} is Java {major}: {JAVA_HINT}"
+        )
+
+
+def _jvm_log_config() -> str | None:
+    """A log4j2 configuration that sends the driver JVM's log (warnings and errors, such as the stack
+    traces a local Spark prints while it stops) to `spark/jvm.log` in the state directory; None where
+    that cannot be written (the JVM then logs to stderr as Spark does by default)."""
+    directory = default_state_dir() / "spark"
+    config = directory / "log4j2.properties"
+    text = "\n".join(
+        [
+            "rootLogger.level = warn",
+            "rootLogger.appenderRef.file.ref = file",
+            "appender.file.type = File",
+            "appender.file.name = file",
+            f"appender.file.fileName = {directory / 'jvm.log'}",
+            "appender.file.layout.type = PatternLayout",
+            "appender.file.layout.pattern = %d{ISO8601} %p %c: %m%n",
+            "",
+        ]
+    )
+    try:
+        make_state_dir(directory)
+        if not config.exists() or config.read_text() != text:
+            config.write_text(text)
+    except OSError:
+        return None
+    return config.as_uri()
+
+
+def _started(builder: Any, timeout_s: float) -> Any:
+    """builder.getOrCreate(), bounded: a JVM that hangs at start (a full /tmp, a stuck DNS look-up of the
+    host's name) would otherwise hold `compare` forever.
+
+    Raises:
+        ReportError: not started within `timeout_s` (exit 3); the JVM's process is killed.
+    """
+    done: list[Any] = []
+    failed: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            done.append(builder.getOrCreate())
+        except BaseException as err:  # re-raised in the caller's thread
+            failed.append(err)
+
+    thread = threading.Thread(target=start, name="spark-start", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if failed:
+        raise failed[0]
+    if not done:
+        _kill_gateway()
+        raise ReportError(
+            f"Spark did not start within {timeout_s:.0f} s (the JVM hung at start; {SPARK_START_TIMEOUT_ENV} "
+            "sets the limit)"
+        )
+    return done[0]
+
+
+def _kill_gateway() -> None:
+    """Kill every process this one started for Spark (spark-submit and the java it runs): a hung start
+    leaves them, and they hold this command's stdout and stderr, so a pipeline reading them would wait."""
+    import psutil
+
+    for child in psutil.Process().children(recursive=True):
+        with suppress(psutil.Error):
+            child.kill()
 
 
 def _register(spark: Any, root: str, golden: GoldenIndex | None, views: list[str], errors: Errors) -> None:
