@@ -8,6 +8,7 @@ import json
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 import torch
@@ -497,3 +498,43 @@ def test_a_pool_whose_product_overflows_fp16_makes_every_case_an_error_not_a_mis
     workload, ctx = make("float16", table_path, shapes=[[16, 4096, 16]])
     assert workload.thresholds[0] is not None and workload.thresholds[0].e_max is not None
     assert run(workload, ctx, seed=3).status == STATUS_OK
+
+
+def _tight(table: str, tmp_path, factor: float) -> str:
+    """The calibration file with every e_max and e_mean multiplied by `factor`."""
+    doc = json.loads(Path(table).read_text())
+    doc["entries"] = [{**e, "e_max": e["e_max"] * factor, **({"e_mean": e["e_mean"] * factor} if "e_mean" in e else {})}
+                      for e in doc["entries"]]  # fmt: skip
+    path = tmp_path / f"tight-{factor}.json"
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_calibration_file_too_tight_for_clean_products_is_refused_not_flagging(dtype, table_path, tmp_path):
+    """e_max x 10^-3 is inside the legal range, and clean cases were flagged `mismatch` on every healthy
+    unit (issue 43). Now a clean product of the unit's pool is held to it first: the dtype is refused
+    (every case an error: `invalid`), no case reports a mismatch; the file as shipped still passes."""
+    workload, ctx = make(dtype, _tight(table_path, tmp_path, 1e-3))
+    assert any("clean product of this unit's operands reached" in n for n in ctx.notes), ctx.notes
+    outcome = run(workload, ctx, 1)
+    assert outcome.status == "error" and "too tight" in (outcome.error or "")
+    workload, ctx = make(dtype, table_path)
+    assert run(workload, ctx, 1).status == "ok" and not any("clean product" in n for n in ctx.notes)
+
+
+def test_a_cached_e_max_too_tight_for_clean_products_is_measured_again(tmp_path, monkeypatch):
+    """A cache entry that a clean product crosses is discarded and e_max measured afresh; cases pass."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setattr(calibrate, "SHIPPED_TABLE", "data/no-such-table.json")
+    workload, ctx = make("float32", "")  # measured fresh, then cached
+    (cached,) = calibrate.calibration_cache_dir().iterdir()
+    doc = json.loads(cached.read_text())
+    for entry in doc["entries"]:
+        entry["e_max"] *= 1e-3
+        entry["e_mean"] *= 1e-3
+    cached.write_text(json.dumps(doc))
+    workload, ctx = make("float32", "")
+    assert any("cache entry was discarded" in n for n in ctx.notes), ctx.notes
+    assert workload.thresholds[0] is not None and workload.thresholds[0].source == "fresh"
+    assert run(workload, ctx, 1).status == "ok"

@@ -14,6 +14,7 @@ faults: a measurement above it is refused, and gemm_fp on that unit is an error,
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -642,6 +643,13 @@ def fresh_entry(device: torch.device, fp: dict[str, Any], shape: tuple[int, int,
         "fingerprint": fp,
         "measured_utc": iso_utc(time.time()),
     }
+
+
+def discard_cached(name: str) -> None:
+    """Remove a cache file by its name (`Threshold.cache`): a unit found its e_max too tight."""
+    if name and "/" not in name:
+        with contextlib.suppress(OSError):
+            (calibration_cache_dir() / name).unlink()
 
 
 def _held(entry: dict[str, Any], source: str, k: int, ceiling: float) -> Threshold:
