@@ -304,3 +304,11 @@ def test_publish_writes_the_prom_file_without_coverage_when_the_history_fails(tm
         publish(make_report(run_id="r1"), Outputs(prom=prom, history=db))
     fams = _parse(prom.read_text())
     assert "sdcscan_unit_verdict" in fams and not _COVERAGE_FAMILIES & set(fams)
+
+
+def test_an_integer_too_large_for_a_double_is_exported_as_infinite() -> None:
+    """A damaged or hostile report's 4000-digit telemetry value gives +Inf, not an OverflowError."""
+    report = build_report([build_unit("cpu:0", digests=["00"])])
+    report["telemetry"] = {"units": {"cpu:0": {"freq_mhz": {"value": 10**4000, "reduce": "mean"}}}}
+    (sample,) = _parse(prom_text(report))["sdcscan_unit_telemetry"].samples
+    assert sample.value == float("inf")

@@ -303,7 +303,10 @@ def _escape_help(text: str) -> str:
 
 
 def _value(value: float) -> str:
-    v = float(value)
+    try:
+        v = float(value)
+    except OverflowError:  # an integer too large for a double (a damaged or hostile report's): infinite
+        v = math.inf if value > 0 else -math.inf
     if math.isnan(v):
         return "NaN"
     if math.isinf(v):
