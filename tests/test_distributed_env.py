@@ -66,7 +66,7 @@ def test_refuses_bad_rank_injections(text: str) -> None:
         ([0, 0, 0], 0),
         ([0, 3, 0], 3),
         ([1, 0], 1),
-        ([1, 3], 3),  # as for one host's units: "could not judge" outranks a fail (the report lists both)
+        ([1, 3], 1),  # as for one host's units: a fail outranks "could not judge" (the report lists both)
         ([2, 3], 2),
         ([1, 143], 143),  # a stop by signal says so
         ([0, "odd"], 3),  # not a code at all: the rank could not be judged

@@ -7,7 +7,7 @@ whose tensors all live on the CPU is host work: on a GPU unit the device waits w
 An operation that needs a device value on the host is a host wait: `.item()`, `bool(t)`, `.tolist()`,
 `torch.equal`, `nonzero`, a copy to the host, and a blocking copy from the host (`.to(device)` of
 pageable memory, `torch.tensor(data, device=...)`). Since meta tensors hold no data, a wait answers as a
-clean case would: zeros, False, equal, nothing found.
+clean case would: zeros, False (True for an `all()`), equal, nothing found.
 
 View operations (slices, transposes, reshapes of contiguous tensors) and allocations launch nothing and
 cost nothing.
