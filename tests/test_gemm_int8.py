@@ -20,7 +20,7 @@ from sdcscan.workloads.gemm_int8 import int_mm_path
 from sdcscan.workloads.gemm_int8 import workload as gemm_int8
 from sdcscan.workloads.gemm_int8.int_mm_path import takes_signed_path
 from sdcscan.workloads.gemm_int8.selftest_spec import BURSTS, OUTPUT_MODELS, SPATIAL_MODELS
-from sdcscan.workloads.gemm_int8.workload import GemmInt8, _probe
+from sdcscan.workloads.gemm_int8.workload import GemmInt8, _probe, repeats_of
 
 CHECKS = {"abft_mod2_32", "abft_mod127", "abft_weighted_row", "abft_column"}
 
@@ -285,7 +285,7 @@ def test_cases_read_different_operands_from_the_pools_and_the_run_seed_sets_them
 def _activation_offset(workload: GemmInt8, ctx: Context, seed: int) -> int:
     m, k, n = workload.p["shapes"][0]
     a, _, _ = workload._operands(
-        ctx, Case(seed, "gemm_int8", seed, 0), (m, k, n), workload._repeats_of(m, k, n)
+        ctx, Case(seed, "gemm_int8", seed, 0), (m, k, n), repeats_of(workload.p, (m, k, n))
     )
     return (a[0].data_ptr() - workload.activations.data_ptr()) // a[0].element_size()
 

@@ -171,7 +171,7 @@ def _keyed_sums(words: torch.Tensor) -> torch.Tensor:
     """(R,) int64: Σ_i w_ri·K_i mod 2^64 for each row of (R, W) int64 words, on their device."""
     import torch
 
-    keys = _keys(words.shape[1], words.device)
+    keys = fingerprint_keys(words.shape[1], words.device)
     if words.device.type == "cpu":
         return torch.mv(words, keys)  # integer matrix-vector product on the CPU: no temporary
     return (words * keys).sum(1)  # int64 products and sums wrap mod 2^64 on every device
@@ -181,13 +181,8 @@ _KEYS: dict[torch.device, torch.Tensor] = {}  # device -> the longest key vector
 
 
 def fingerprint_keys(count: int, device: torch.device) -> torch.Tensor:
-    """The fingerprint's first `count` keys on `device`, built there once and kept (`_keys`): the cost
-    model makes them ready before it counts a case, as a unit's later cases find them."""
-    return _keys(count, device)
-
-
-def _keys(count: int, device: torch.device) -> torch.Tensor:
-    """The first `count` keys K_i = splitmix64(i) | 1 (i = 1, 2, ...), the same on every host and device.
+    """The first `count` keys K_i = splitmix64(i) | 1 (i = 1, 2, ...), the same on every host and device,
+    built once per device and kept (the cost model makes them ready before it counts a case).
 
     Built where they are used, by a few elementwise kernels (sdcscan.checks.counter_rng): on a GPU the
     host neither computes them nor copies them (2^26 keys took seconds of one host thread in numpy).

@@ -8,7 +8,6 @@ are this machine's share of a GPU unit's start-up.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -55,8 +54,9 @@ def _item(key: str) -> Callable[[Params, int], str]:
 
 
 def _int8_repeats(p: Params, occurrence: int) -> int:
-    m, k, n = p["shapes"][occurrence % len(p["shapes"])]
-    return max(1, math.ceil(p["ops_per_case"] / (2.0 * m * n * k)))
+    from sdcscan.workloads.gemm_int8.workload import repeats_of  # registered with the catalogue's load
+
+    return repeats_of(p, p["shapes"][occurrence % len(p["shapes"])])
 
 
 SHAPES: dict[str, CaseShape] = {

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -162,13 +162,10 @@ class GemmInt8(SelftestMixin):
         padded[:, :k] = w_ext
         return _Weight(padded, int8.signed_column_shift(w_ext))
 
-    def _repeats_of(self, m: int, k: int, n: int) -> int:
-        return max(1, math.ceil(self.p["ops_per_case"] / (2.0 * m * n * k)))
-
     def run(self, ctx: Context, case: Case) -> Outcome:
         p = self.p
         m, k, n = p["shapes"][case.occurrence % len(p["shapes"])]
-        repeats = self._repeats_of(m, k, n)
+        repeats = repeats_of(p, (m, k, n))
         lay = int8.layout(n, p["scheme"])
         with ctx.phase("setup"):
             a, offsets, weight = self._operands(ctx, case, (m, k, n), repeats)
@@ -283,6 +280,12 @@ class GemmInt8(SelftestMixin):
         padded = a.new_zeros(max(m, int8.CUDA_PAD_M), w_ext.shape[1])
         padded[:m, :k] = a
         out.copy_(torch._int_mm(padded, w_ext.t())[:m])
+
+
+def repeats_of(params: Mapping[str, Any], shape: Sequence[int]) -> int:
+    """GEMMs in a case of this shape: enough for the case's `ops_per_case`, at least one."""
+    m, k, n = shape
+    return max(1, math.ceil(params["ops_per_case"] / (2.0 * m * n * k)))
 
 
 def _pool_seed(run_seed: int, what: str) -> int:
