@@ -23,7 +23,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--profile", default="doctor")
-    ap.add_argument("--device", default="h200", help="device class of the rates: h100 or h200")
+    ap.add_argument(
+        "--device",
+        default="h200",
+        choices=["h100", "h200", "xeon-amx-core"],
+        help="device class of the rates",
+    )
     ap.add_argument("--workloads", help="comma-separated names (default: every per-unit workload)")
     ap.add_argument("--per-repeat", action="store_true", help="also model each case at twice its repeats")
     ap.add_argument("--json", action="store_true", help="one JSON object per line instead of a table")
@@ -31,8 +36,13 @@ def main() -> None:
     from sdcscan.costmodel import budgets
     from sdcscan.costmodel.cases import gpu_params, model_workload
     from sdcscan.costmodel.rates import DEVICES
+    from sdcscan.errors import ProfileError
 
     rates = DEVICES[args.device]
+    try:
+        gpu_params(args.profile)
+    except ProfileError as err:
+        sys.exit(f"error: {err}")
     wanted = set(args.workloads.split(",")) if args.workloads else None
     rows = []
     for name, params in gpu_params(args.profile).items():
