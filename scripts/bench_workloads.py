@@ -37,11 +37,13 @@ def main() -> None:
     from sdcscan.peaks.rates import PeakSource, workload_peak
     from sdcscan.plan import Plan
     from sdcscan.profile import load_profile
+    from sdcscan.units import cpu_units, unit_class
     from sdcscan.workloads import load
     from sdcscan.workloads.base import Context
 
     profile = load_profile(args.profile)
-    plan = Plan(profile, seed=1234)
+    cls = unit_class(cpu_units()[0])  # the class this CPU's units are sized for (profile class_params)
+    plan = Plan(profile, seed=1234, unit_class=cls)
     records = []
     # A benchmark measures afresh: a cached peak from another load on this machine would skew the ratio.
     scratch = Path(tempfile.mkdtemp(prefix="sdcscan-bench-peaks-"))
@@ -50,7 +52,7 @@ def main() -> None:
     for spec in profile.workloads:
         if spec.name not in chosen:
             continue
-        params = spec.params_for("cpu")
+        params = spec.params_for("cpu", cls)
         ctx = Context(unit=f"cpu:{args.cpu}", device=torch.device("cpu"), run_seed=1234, params=params)
         workload = load(spec.name)(params)
         workload.prepare(ctx)
@@ -59,6 +61,7 @@ def main() -> None:
         workload.run(ctx, plan.case(indices.pop()))  # warm-up: first calls allocate and pick kernels
         found = workload_peak(peaks, spec.name, params)
         phases: dict[str, float] = {}
+        slowest: dict[int, float] = {}  # per case kind (its occurrence modulo the kinds): the longest case
         total = ops = 0.0
         plain_s: float | None = 0.0  # None once a case's plain rate is unknown
         for index in indices:
@@ -66,7 +69,10 @@ def main() -> None:
             start = time.perf_counter()
             case = plan.case(index)
             out = workload.run(ctx, case)
-            total += time.perf_counter() - start
+            took = time.perf_counter() - start
+            total += took
+            kind = case.occurrence % _kinds(spec.name, params)
+            slowest[kind] = max(slowest.get(kind, 0.0), took)
             ops += out.ops
             # What the plain op would take for this very case: few cases need not cover every slot evenly.
             rate = case_peak(spec.name, found, case.occurrence)
@@ -77,7 +83,9 @@ def main() -> None:
             {
                 "workload": spec.name,
                 "cases": len(indices),
+                "unit_class": cls,
                 "case_s_mean": round(total / len(indices), 4),
+                "case_s_max_by_kind": {k: round(v, 4) for k, v in sorted(slowest.items())},
                 "cases_per_s_per_unit": round(len(indices) / total, 2),
                 "compute_share": round(phases.get("compute", 0.0) / total, 4),
                 "check_share": round(phases.get("check", 0.0) / total, 4),
@@ -91,6 +99,14 @@ def main() -> None:
         )
     shutil.rmtree(scratch, ignore_errors=True)
     print(json.dumps(records, indent=2))
+
+
+def _kinds(name: str, params: dict[str, object]) -> int:
+    """How many kinds of case a workload cycles through (gemm_fp's dtypes, embbag's bit widths)."""
+    from sdcscan.costmodel.cases import SHAPES
+    from sdcscan.workloads import SPECS
+
+    return SHAPES[name].kinds({**SPECS[name].defaults, **params}) if name in SHAPES else 1
 
 
 if __name__ == "__main__":

@@ -28,13 +28,19 @@ def _hash_int(text: str) -> int:
 
 
 class Plan:
-    """Cases of a profile for one run seed and one device kind (GPU units may use other parameters)."""
+    """Cases of a profile for one run seed and one device kind and class (GPU units, and CPUs of a class
+    the profile sizes for, may use other parameters)."""
 
-    def __init__(self, profile: Profile, seed: int, device_kind: str = "cpu") -> None:
+    def __init__(
+        self, profile: Profile, seed: int, device_kind: str = "cpu", unit_class: str | None = None
+    ) -> None:
         self.seed = seed
-        # Names the plan: two processes with the same key run the same case at every index.
-        self.key = f"{profile.sha256}:{seed}:{device_kind}"
-        self._params = {w.name: w.params_for(device_kind) for w in profile.workloads}
+        self._params = {w.name: w.params_for(device_kind, unit_class) for w in profile.workloads}
+        # Names the plan: two processes with the same key run the same case at every index. A class
+        # that changes no parameter leaves the key as it was, so such units still share one plan.
+        sized = self._params != {w.name: w.params_for(device_kind) for w in profile.workloads}
+        self.key = f"{profile.sha256}:{seed}:{device_kind}" + (f":{unit_class}" if sized else "")
+        self.unit_class = unit_class
         # Weighted round robin: round r includes every workload whose weight exceeds r, so all
         # workloads appear within the first few cases and the mix follows the weights.
         rounds = max(w.weight for w in profile.workloads)

@@ -28,7 +28,7 @@ import yaml
 from sdcscan.errors import ProfileError, UsageError
 from sdcscan.files import JSONFileError, read_bounded
 from sdcscan.timefmt import parse_duration
-from sdcscan.units import parse_units_spec
+from sdcscan.units import CPU_CLASSES, parse_units_spec
 from sdcscan.workloads import SPECS, WorkloadSpec
 from sdcscan.workloads import spec as workload_spec
 from sdcscan.workloads.params import shown
@@ -70,12 +70,23 @@ class WorkloadEntry:
     weight: int = 1
     params: Mapping[str, object] = field(default_factory=dict)
     cuda_params: Mapping[str, object] = field(default_factory=dict)
+    # {CPU class: parameters} for CPUs of that class and every slower one (`units.CPU_CLASSES`)
+    class_params: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
 
-    def params_for(self, device_kind: str) -> dict[str, object]:
-        """Parameters for a unit of this kind: `cuda_params` override `params` on GPUs."""
+    def params_for(self, device_kind: str, unit_class: str | None = None) -> dict[str, object]:
+        """Parameters for a unit of this kind and class: `cuda_params` override `params` on GPUs; on a
+        CPU, each `class_params` entry for its class or a faster one does, the slowest entry last.
+
+        So `class_params: {avx2: {repeats: [...]}}` shrinks the cases of AVX2 and baseline units, and a
+        unit whose class is unknown (`unit_class` None) gets `params` alone.
+        """
         merged = dict(self.params)
         if device_kind == "cuda":
             merged.update(self.cuda_params)
+        elif unit_class in CPU_CLASSES:
+            mine = CPU_CLASSES.index(unit_class)
+            for faster in reversed(CPU_CLASSES[mine:]):
+                merged.update(self.class_params.get(faster, {}))
         return merged
 
 
@@ -135,7 +146,7 @@ _TOP_KEYS = {
     "workloads",
     "background",
 }
-_WORKLOAD_KEYS = {"name", "weight", "params", "cuda_params"}
+_WORKLOAD_KEYS = {"name", "weight", "params", "cuda_params", "class_params"}
 
 
 class _Refused(yaml.YAMLError):
@@ -296,6 +307,8 @@ def _check_units(label: str, units: str) -> None:
 def _with_workloads(profile: Profile, workloads: tuple[WorkloadEntry, ...]) -> Profile:
     plan_content = [
         {"name": w.name, "weight": w.weight, "params": dict(w.params), "cuda_params": dict(w.cuda_params)}
+        # Only a profile with class layers hashes them: the plans of the others keep their hashes.
+        | ({"class_params": {k: dict(v) for k, v in w.class_params.items()}} if w.class_params else {})
         # A workload whose cases now compute other data (SPECS[...].data_version) makes another plan,
         # so digests recorded before (goldens) are never compared with the new ones. Version 1 adds
         # nothing: the plans of unchanged workloads keep their hashes.
@@ -344,13 +357,30 @@ def _workloads(label: str, entries: object) -> tuple[WorkloadEntry, ...]:
             raise ProfileError(f"{label}: {where}.weight: expected 1..1000, got {shown(weight)}")
         params = _params(label, f"{where}.params", spec, entry.get("params", {}))
         cuda_params = _params(label, f"{where}.cuda_params", spec, entry.get("cuda_params", {}))
-        workload = WorkloadEntry(name, weight, params, cuda_params)
+        class_params = _class_params(label, f"{where}.class_params", spec, entry.get("class_params", {}))
+        workload = WorkloadEntry(name, weight, params, cuda_params, class_params)
         problem = _merged_problem(spec, workload, {})
         if problem:
             layer, key, text = problem
             raise ProfileError(f"{label}: {where}.{layer}.{key} ({name}): {text}")
         found.append(workload)
     return tuple(found)
+
+
+def _class_params(label: str, where: str, spec: WorkloadSpec, given: object) -> dict[str, dict[str, object]]:
+    """`class_params`: a mapping from CPU classes (`units.CPU_CLASSES`) to parameters, each checked."""
+    if given is None:
+        return {}
+    if not isinstance(given, dict):
+        raise ProfileError(f"{label}: {where}: expected a mapping of CPU classes, got {_type(given)}")
+    found = {}
+    for key, params in given.items():
+        if key not in CPU_CLASSES:
+            raise ProfileError(
+                f"{label}: {where}: expected CPU classes ({', '.join(CPU_CLASSES)}), got {_key(key)}"
+            )
+        found[key] = _params(label, f"{where}.{key}", spec, params)
+    return found
 
 
 def _params(label: str, where: str, spec: WorkloadSpec, given: object) -> dict[str, object]:
@@ -379,8 +409,10 @@ def _merged_problem(
     Each value was checked alone already; a rule needs them merged as the worker merges them, e.g. a
     profile that sets `dtypes` alone leaves the default `repeats` one entry per default dtype.
     """
-    for kind, layer in (("cpu", "params"), ("cuda", "cuda_params")):
-        found = spec.rules_problem({**spec.defaults, **entry.params_for(kind), **overrides})
+    layers: list[tuple[str, str | None, str]] = [("cpu", None, "params"), ("cuda", None, "cuda_params")]
+    layers += [("cpu", cls, f"class_params.{cls}") for cls in entry.class_params]
+    for kind, cls, layer in layers:
+        found = spec.rules_problem({**spec.defaults, **entry.params_for(kind, cls), **overrides})
         if found:
             return (layer, *found)
     return None

@@ -12,7 +12,7 @@ import json
 import os
 import platform
 import socket
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -187,6 +187,7 @@ def cohort_fields(unit: Unit, threads: int) -> dict[str, object]:
         "threads": threads,
         "pins": {k: os.environ[k] for k in ISA_PINS if k in os.environ},
     }
+    fields["class"] = unit_class(unit)  # the plan's case sizes depend on it (profile `class_params`)
     if unit.kind == "cpu":
         fields["capability"] = torch.backends.cpu.get_cpu_capability()
         fields["flags_sha256"] = hashlib.sha256(" ".join(cpu_flags()).encode()).hexdigest()[:16]
@@ -196,6 +197,55 @@ def cohort_fields(unit: Unit, threads: int) -> dict[str, object]:
         fields["cuda"] = torch.version.cuda
         fields["cudnn"] = torch.backends.cudnn.version()
     return fields
+
+
+# CPU unit classes, slowest first: what sets a case's duration on a CPU is whether bf16 and int8
+# products have units of their own (AVX-512 BF16, AMX) or are emulated (on AVX2, 100-1000x slower).
+CPU_CLASSES = ("baseline", "avx2", "avx512", "avx512-bf16", "amx")
+# oneDNN ISA pins (`ONEDNN_MAX_CPU_ISA`) that hold a unit below its hardware's class.
+_ONEDNN_CAPS = {
+    "SSE41": "baseline",
+    "AVX": "baseline",
+    "AVX2": "avx2",
+    "AVX2_VNNI": "avx2",
+    "AVX2_VNNI_2": "avx2",
+    "AVX512_CORE": "avx512",
+    "AVX512_CORE_VNNI": "avx512",
+    "AVX512_CORE_BF16": "avx512-bf16",
+    "AVX10_1_512": "avx512-bf16",
+}
+
+
+def cpu_class(capability: str, flags: Sequence[str], onednn_isa: str | None = None) -> str:
+    """The class of a CPU unit, from torch's ISA (which `ATEN_CPU_CAPABILITY` lowers), the CPU's flags and
+    a oneDNN pin: one of `CPU_CLASSES`. Anything that is neither AVX2 nor AVX-512 x86 is `baseline`."""
+    cap = capability.lower()
+    if cap == "avx2":
+        found = "avx2"
+    elif not cap.startswith("avx512"):
+        found = "baseline"
+    elif {"amx_bf16", "amx_int8"} <= set(flags):
+        found = "amx"
+    elif "avx512_bf16" in flags:
+        found = "avx512-bf16"
+    else:
+        found = "avx512"
+    pinned = _ONEDNN_CAPS.get((onednn_isa or "").upper())
+    if pinned is not None and CPU_CLASSES.index(pinned) < CPU_CLASSES.index(found):
+        return pinned
+    return found
+
+
+def unit_class(unit: Unit) -> str:
+    """What a unit's plan is sized for: a CPU class (`cpu_class`) or a GPU's compute capability (`sm90`)."""
+    import torch
+
+    if unit.kind == "cpu":
+        return cpu_class(
+            torch.backends.cpu.get_cpu_capability(), cpu_flags(), os.environ.get("ONEDNN_MAX_CPU_ISA")
+        )
+    major, minor = torch.cuda.get_device_capability(unit.index)
+    return f"sm{major}{minor}"
 
 
 def cohort_key(fields: Mapping[str, object]) -> str:

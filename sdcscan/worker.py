@@ -29,7 +29,7 @@ from sdcscan.collectives.env import RankSetup
 from sdcscan.outcomes import CONSENSUS, Case, Outcome, OutcomeRecord
 from sdcscan.profile import Profile
 from sdcscan.report.document import UnitPacing
-from sdcscan.units import Unit
+from sdcscan.units import Unit, unit_class
 from sdcscan.workloads import SPECS
 
 if TYPE_CHECKING:  # the parent imports this module, and must not import torch
@@ -126,12 +126,15 @@ class _Engine:
         from sdcscan.workloads.base import Context
 
         device = torch.device(cfg.unit.id if cfg.unit.kind == "cuda" else "cpu")
-        self.plan = Plan(cfg.profile, cfg.seed, cfg.unit.kind)
+        self.plan = Plan(cfg.profile, cfg.seed, cfg.unit.kind, unit_class(cfg.unit))
         self.workloads: dict[str, Workload] = {}
         self.contexts: dict[str, Context] = {}
         self.notes: list[str] = []
         for spec in cfg.profile.workloads:
-            params = {**spec.params_for(cfg.unit.kind), **cfg.param_overrides.get(spec.name, {})}
+            params = {
+                **spec.params_for(cfg.unit.kind, self.plan.unit_class),
+                **cfg.param_overrides.get(spec.name, {}),
+            }
             ctx = Context(unit=cfg.unit.id, device=device, run_seed=cfg.seed, params=params)
             workload = load(spec.name)(params)
             workload.prepare(ctx)

@@ -129,7 +129,9 @@ def _peaks(found: list[Any], threads: int, profile_name: str) -> dict[str, Any]:
         from sdcscan.peaks.rates import host_peaks
 
         device = torch.device(unit.id if unit.kind == "cuda" else "cpu")
-        params = {w.name: w.params_for(unit.kind) for w in profile.workloads}
+        from sdcscan.units import unit_class
+
+        params = {w.name: w.params_for(unit.kind, unit_class(unit)) for w in profile.workloads}
         measured.append(
             {"unit": unit.id, "model": unit.model, "threads": threads, **host_peaks(device, params)}
         )

@@ -200,3 +200,14 @@ def gpu_params(profile: str) -> dict[str, dict[str, Any]]:
         if not SPECS[entry.name].distributed:
             found[entry.name] = {**SPECS[entry.name].defaults, **entry.params_for("cuda")}
     return found
+
+
+def cpu_params(profile: str, unit_class: str) -> dict[str, dict[str, Any]]:
+    """The parameters a CPU unit of this class (`units.CPU_CLASSES`) gets for each per-unit workload."""
+    from sdcscan.workloads import SPECS
+
+    found = {}
+    for entry in load_profile(profile).workloads:
+        if not SPECS[entry.name].distributed:
+            found[entry.name] = {**SPECS[entry.name].defaults, **entry.params_for("cpu", unit_class)}
+    return found
