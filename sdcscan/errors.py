@@ -27,6 +27,11 @@ class ProfileError(UsageError):
     """A profile file is missing, malformed or invalid: exit 2. The message names the file and the key."""
 
 
+class InputRefused(UsageError):
+    """An input the user gave (a calibration file) that a unit proved unusable at start-up: exit 2, and
+    the run is void. Raised in a worker's `prepare`, carried to the parent as a message."""
+
+
 class ReportError(SdcscanError):
     """A report could not be read or written: exit 3 unless the caller decides otherwise."""
 

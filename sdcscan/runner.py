@@ -27,6 +27,7 @@ from typing import NoReturn, cast
 
 from sdcscan import interrupts
 from sdcscan.background import host_pacing, priority
+from sdcscan.errors import InputRefused
 from sdcscan.events import CaseFinished, CaseStarted, EventSink, PhaseChanged, UnitProblem, UnitReady
 from sdcscan.journal import Journal
 from sdcscan.judgement.evidence import CaseResult
@@ -133,6 +134,7 @@ class RunResult:
     ended: float
     interrupted: str | None = None  # "SIGINT" | "SIGTERM" | None: a signal stopped the run
     software: dict[str, object] = field(default_factory=dict)
+    refused: str | None = None  # a unit proved an input of the user's unusable: the run is void (exit 2)
 
 
 class _PlainData(pickle.Unpickler):
@@ -187,7 +189,7 @@ class Runner:
         started = time.time()
         self.command_started = command_started or started
         self.deadline = deadline
-        interrupted = None
+        interrupted = refused = None
         try:
             self._start_workers(deadline)
             self.watchdog.main_pass_started(spawned_at=self.spawned_at, deadline=deadline)
@@ -198,6 +200,8 @@ class Runner:
             self._retest(time.time() + retest_window(deadline - started))
         except interrupts.Interrupted as err:
             interrupted = err.name
+        except InputRefused as err:  # no unit is judged with an input one of them has refused
+            refused = str(err)
         except KeyboardInterrupt:  # a library caller that did not install sdcscan's handlers
             interrupted = "SIGINT"
         finally:
@@ -206,7 +210,14 @@ class Runner:
         if interrupted is None and signum is not None:  # arrived while a message was being recorded
             interrupted = interrupts.signal_name(signum)
         return RunResult(
-            self.states, self.retests, self.outcomes, started, time.time(), interrupted, self.software
+            self.states,
+            self.retests,
+            self.outcomes,
+            started,
+            time.time(),
+            interrupted,
+            self.software,
+            refused,
         )
 
     def _start_workers(self, deadline: float) -> None:
@@ -348,6 +359,8 @@ class Runner:
             self._mark(state)
         elif msg[0] == "fatal":
             self._fail(state, msg[2], detail=msg[3])
+        elif msg[0] == "refused":
+            raise InputRefused(f"{uid}: {msg[2]}")
 
     def _on_ready(
         self,

@@ -21,7 +21,7 @@ from sdcscan import capacity, faults, interrupts, units
 from sdcscan.background import host_pacing, priority
 from sdcscan.calibration.peers import caches_to_forget
 from sdcscan.collectives.env import BARRIER_S, RankSetup
-from sdcscan.errors import ReportError, SdcscanError, UsageError
+from sdcscan.errors import InputRefused, ReportError, SdcscanError, UsageError
 from sdcscan.events import Event, EventSink, RunNote, RunStarted
 from sdcscan.files import calibration_cache_dir
 from sdcscan.fleet.golden import GoldenIndex, index_golden, load_golden
@@ -100,6 +100,8 @@ def scan(opts: ScanOptions, on_event: EventSink | None = None) -> Report:
 
     Raises:
         UsageError, ProfileError (exit 2), RunError (exit 3): before any work starts.
+        InputRefused (exit 2): a unit proved an input unusable while it prepared (a calibration file too
+            tight for its clean products); the run is stopped and void, its journal removed.
         RunActiveError: another run holds this host's run lock.
         OutputError: the run was judged but an output could not be written (the report is attached).
         interrupts.Interrupted: SIGINT or SIGTERM came before the workers were started (nothing ran).
@@ -283,6 +285,9 @@ def run_and_judge(opts: ScanOptions, setup: Setup, on_event: EventSink) -> Repor
         else:
             result = _not_screened(runner, started, pacing)
     journal.close()
+    if result.refused is not None:  # a usage error found by a unit: nothing is judged or kept
+        jpath.unlink(missing_ok=True)
+        raise InputRefused(result.refused)
     if journal.failed is not None or not jpath.exists():
         # It no longer holds every finished case (or is gone): the report must not point to it as if it did.
         run_doc["journal"] = None

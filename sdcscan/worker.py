@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Literal, TypeAlias
 from sdcscan import faults
 from sdcscan.background import idle_gates, priority
 from sdcscan.collectives.env import RankSetup
+from sdcscan.errors import InputRefused
 from sdcscan.outcomes import CONSENSUS, Case, Outcome, OutcomeRecord
 from sdcscan.profile import Profile
 from sdcscan.report.document import UnitPacing
@@ -53,6 +54,7 @@ WorkerMessage: TypeAlias = (
     # notes, cohort fields, software versions, workload -> its plain-op peak (peaks.rates.workload_peak)
     tuple[Literal["ready"], str, list[str], dict[str, object], dict[str, object], Mapping[str, object]]
     | tuple[Literal["fatal"], str, str, str]  # why set-up failed, and its traceback
+    | tuple[Literal["refused"], str, str]  # an input of the user's this unit proved unusable (exit 2)
     | tuple[Literal["start"], str, int, str, int, float]  # index, workload, attempt, the worker's clock
     | tuple[Literal["outcome"], str, int, int, str, OutcomeRecord]  # index, attempt, workload, outcome
     | tuple[Literal["idle"], str]
@@ -93,6 +95,9 @@ def worker_main(cfg: WorkerConfig, conn: Connection[WorkerMessage, Command]) -> 
     try:
         try:
             engine = _Engine(cfg, conn)
+        except InputRefused as err:
+            conn.send(("refused", uid, str(err)))
+            return
         except Exception as err:
             conn.send(
                 ("fatal", uid, f"setup failed: {type(err).__name__}: {err}", traceback.format_exc(limit=4))

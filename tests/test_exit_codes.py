@@ -188,3 +188,50 @@ def test_ctrl_c_in_the_first_second_is_130_without_a_traceback(tmp_path, delay):
     )  # killed by SIGINT: 130 to a shell
     assert code == 130, stderr
     assert "Traceback" not in stderr and "Aborted" not in stderr
+
+
+def test_a_calibration_file_too_tight_for_this_units_clean_products_is_exit_2_and_voids_the_run(tmp_path):
+    """Issue 43: e_max x 10^-3 passes the range check at load, and clean cases were flagged on every
+    healthy unit. The unit proves the file wrong on its own clean products while it prepares: exit 2 in
+    one line naming the file, no report, no journal left to rebuild a run from."""
+    from sdcscan.calibration import measure as calibrate
+    from sdcscan.units import cpu_model
+
+    table = calibrate.load_table()
+    # Every entry re-keyed to this CPU (the shipped table may not know it); float32's e_max at 10^-3 of
+    # its value, which the range check at load still accepts (the other dtypes' ranges do not).
+    tight = {"e_max": 1e-3, "e_mean": 1e-3}
+    table["entries"] = [
+        {**e, "device_model": cpu_model()}
+        | ({k: e[k] * f for k, f in tight.items() if k in e} if e["dtype"] == "float32" else {})
+        for e in table["entries"]
+    ]
+    (tmp_path / "tight.json").write_text(json.dumps(table))
+    env = {**child_env(), "XDG_STATE_HOME": str(tmp_path / "state")}
+    args = (
+        "run",
+        "-p",
+        "doctor",
+        "-w",
+        "gemm_fp",
+        "--units",
+        "cpu:0",
+        "--budget",
+        "30s",
+        "--calibration",
+        "tight.json",
+        "-o",
+        "r.json",
+    )
+    proc = subprocess.run(
+        sdcscan_cmd(*args), capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert (
+        last.startswith("Error: cpu:0: gemm_fp calibration tight.json: a clean product")
+        and "too tight" in last
+    )
+    assert not (tmp_path / "r.json").exists()
+    assert not list((tmp_path / "state").rglob("*.journal.jsonl"))

@@ -16,6 +16,7 @@ import torch
 from sdcscan.calibration import measure as calibrate
 from sdcscan.checks import vabft
 from sdcscan.checks.digest import RepeatDigest
+from sdcscan.errors import InputRefused
 from sdcscan.faults import FaultSpec, from_label
 from sdcscan.outcomes import STATUS_ERROR, STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
 from sdcscan.units import device_model
@@ -513,12 +514,10 @@ def _tight(table: str, tmp_path, factor: float) -> str:
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_a_calibration_file_too_tight_for_clean_products_is_refused_not_flagging(dtype, table_path, tmp_path):
     """e_max x 10^-3 is inside the legal range, and clean cases were flagged `mismatch` on every healthy
-    unit (issue 43). Now a clean product of the unit's pool is held to it first: the dtype is refused
-    (every case an error: `invalid`), no case reports a mismatch; the file as shipped still passes."""
-    workload, ctx = make(dtype, _tight(table_path, tmp_path, 1e-3))
-    assert any("clean product of this unit's operands reached" in n for n in ctx.notes), ctx.notes
-    outcome = run(workload, ctx, 1)
-    assert outcome.status == "error" and "too tight" in (outcome.error or "")
+    unit (issue 43). Now a clean product of the unit's pool is held to it first, in `prepare`: the file
+    is refused (InputRefused: exit 2, the run void), so no case runs with it; the file as shipped passes."""
+    with pytest.raises(InputRefused, match=r"clean product of this unit's operands reached .* too tight"):
+        make(dtype, _tight(table_path, tmp_path, 1e-3))
     workload, ctx = make(dtype, table_path)
     assert run(workload, ctx, 1).status == "ok" and not any("clean product" in n for n in ctx.notes)
 

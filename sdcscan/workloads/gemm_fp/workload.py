@@ -32,6 +32,7 @@ import torch
 from sdcscan.calibration import measure as calibration
 from sdcscan.checks import counter_rng, vabft
 from sdcscan.checks.digest import RepeatDigest
+from sdcscan.errors import InputRefused
 from sdcscan.outcomes import STATUS_ERROR, STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
 from sdcscan.workloads.base import Context, check_block, register
 from sdcscan.workloads.gemm_fp.selftest_spec import SelftestMixin
@@ -118,8 +119,13 @@ class GemmFp(SelftestMixin):
         """The slot's pool, once a clean product of its operands stays under the threshold of an e_max from
         a file or the cache (issue 43: a legal but far too tight e_max flagged every clean case).
 
-        A cache entry that fails is discarded and measured again; a file's refuses the dtype on this unit
-        (each case an error: `invalid`, never a clean case flagged)."""
+        A cache entry that fails is discarded and measured again. A file's is the user's input, proven
+        wrong: the unit refuses it (`InputRefused`, exit 2 before any case is judged); a library caller
+        that catches it may not run the slot.
+
+        Raises:
+            InputRefused: the e_max came from a file and a clean product exceeds its threshold.
+        """
         p, (a, b) = self.p, ab
         chk, dtype = p["checkers"][slot], p["dtypes"][slot]
         pool = _Pool.of(a, b, chk, p["c"], found)
@@ -134,8 +140,10 @@ class GemmFp(SelftestMixin):
         why = f"a clean product of this unit's operands reached {ratio:.3g} times the threshold of {what}"
         if found.source == "file":
             self.thresholds[slot] = replace(found, e_max=None, refused=f"{why}: the calibration is too tight")
-            ctx.note(f"gemm_fp: {dtype} cannot be checked: {why}; measure it again with `sdcscan calibrate`")
-            return None
+            raise InputRefused(
+                f"gemm_fp calibration {p['calibration'] or 'file'}: {why}; the calibration is too tight for "
+                "this unit: measure it again with `sdcscan calibrate`"
+            )
         calibration.discard_cached(found.cache)
         fresh = calibration.resolve(ctx.device, dtype, chk, tuple(p["shapes"][slot]), p["calibration"])
         self.thresholds[slot] = fresh
