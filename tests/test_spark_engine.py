@@ -163,6 +163,36 @@ def test_a_dataset_spark_cannot_read_is_a_report_error(spark: Any, tmp_path: Pat
     assert spark.range(3).count() == 3
 
 
+def test_a_step_past_its_time_limit_is_cancelled_and_said_so(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Issue 43: a stalled step held `compare --engine spark` forever. A step that runs past
+    SDCSCAN_SPARK_STEP_TIMEOUT_S has its jobs cancelled: exit 3 naming the step and the limit, within
+    seconds of it; the session stays usable. (The slow step counts 10^12 rows: minutes on 2 cores.)"""
+    import time
+
+    from sdcscan.fleet import engine_spark
+
+    sim = load_script("simulate_fleet")
+    sim.write_scenario("adept", tmp_path / "fleet")
+    ingest([str(tmp_path / "fleet" / "reports")], tmp_path / "ds", workers=1)
+    slow = ("slow_step", "SELECT count(*) AS n FROM range(0, 1000000000000)", True)
+    monkeypatch.setattr(engine_spark, "STEPS", [*engine_spark.STEPS[:1], slow, *engine_spark.STEPS[1:]])
+    monkeypatch.setenv(engine_spark.SPARK_STEP_TIMEOUT_ENV, "3")
+    started = time.monotonic()
+    with pytest.raises(
+        ReportError, match=r"step slow_step: did not finish within 3 s.*SDCSCAN_SPARK_STEP_TIMEOUT_S"
+    ):
+        compare_from_spark(tmp_path / "ds", Options(), master=MASTER)
+    assert time.monotonic() - started < 60
+    assert spark.range(3).count() == 3
+    monkeypatch.setenv(engine_spark.SPARK_STEP_TIMEOUT_ENV, "0")
+    with pytest.raises(
+        UsageError, match="SDCSCAN_SPARK_STEP_TIMEOUT_S=0: must be a number of seconds above 0"
+    ):
+        compare_from_spark(tmp_path / "ds", Options(), master=MASTER)
+
+
 def test_without_pyspark_the_spark_engine_says_how_to_install_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):

@@ -57,6 +57,10 @@ JAVA_HINT = "install a JRE (Debian: apt-get install openjdk-17-jre-headless) or 
 JAVA_VERSION_S = 30.0
 SPARK_START_TIMEOUT_ENV = "SDCSCAN_SPARK_START_TIMEOUT_S"
 DEFAULT_START_TIMEOUT_S = 120.0  # a local session starts in 5-15 s on a 2-core machine
+SPARK_STEP_TIMEOUT_ENV = "SDCSCAN_SPARK_STEP_TIMEOUT_S"
+# One step or query: seconds each on a fleet of thousands of hosts on 2 cores (docs/fleet_sql.md); a
+# cluster that stalls (a lost executor, a dead storage mount) would hold `compare` forever.
+DEFAULT_STEP_TIMEOUT_S = 1800.0
 # pyspark logs each failed query, its stack as JSON, on stderr: the ReportError says it once.
 _QUERY_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
 
@@ -162,13 +166,27 @@ def _session(session_class: Any, master: str | None, remote: str | None, errors:
 
 def start_timeout_s() -> float:
     """Seconds a local Spark session may take to start: SPARK_START_TIMEOUT_ENV, else the default."""
-    text = os.environ.get(SPARK_START_TIMEOUT_ENV, "")
+    return _seconds(SPARK_START_TIMEOUT_ENV, DEFAULT_START_TIMEOUT_S)
+
+
+def step_timeout_s() -> float:
+    """Seconds one step or query may take: SPARK_STEP_TIMEOUT_ENV, else the default."""
+    return _seconds(SPARK_STEP_TIMEOUT_ENV, DEFAULT_STEP_TIMEOUT_S)
+
+
+def _seconds(name: str, default: float) -> float:
+    """A positive number of seconds from the environment variable `name`, else `default`.
+
+    Raises:
+        UsageError: the variable is set to anything else (exit 2), naming it.
+    """
+    text = os.environ.get(name, "")
     try:
-        value = float(text) if text else DEFAULT_START_TIMEOUT_S
+        value = float(text) if text else default
     except ValueError:
-        raise UsageError(f"{SPARK_START_TIMEOUT_ENV}={printable(text)}: not a number of seconds") from None
-    if not value > 0:
-        raise UsageError(f"{SPARK_START_TIMEOUT_ENV}={printable(text)}: must be above 0")
+        raise UsageError(f"{name}={printable(text)}: not a number of seconds") from None
+    if not value > 0 or value == float("inf"):
+        raise UsageError(f"{name}={printable(text)}: must be a number of seconds above 0")
     return value
 
 
@@ -289,10 +307,10 @@ def _register(spark: Any, root: str, golden: GoldenIndex | None, views: list[str
 
 def _run_steps(spark: Any, views: list[str], errors: Errors, what: str) -> None:
     """Every step as a view; those marked to materialize computed now (`_materialized`)."""
-    profile = bool(os.environ.get(PROFILE_ENV))
+    profile, limit_s = bool(os.environ.get(PROFILE_ENV)), step_timeout_s()
     for name, sql, materialize in STEPS:
         started = time.perf_counter()
-        with _failing(errors, f"{what}: step {name}"):
+        with _failing(errors, f"{what}: step {name}"), _within(spark, limit_s, f"{what}: step {name}"):
             frame = spark.sql(sql)
             (_materialized(frame) if materialize else frame).createOrReplaceTempView(name)
             views.append(name)
@@ -320,23 +338,30 @@ class SparkRows:
     """A Spark session whose steps have run: the `Rows` the assembler reads, as plain tuples."""
 
     def __init__(self, spark: Any, errors: Errors) -> None:
-        self.spark, self.errors = spark, errors
+        self.spark, self.errors, self.limit_s = spark, errors, step_timeout_s()
+
+    @contextmanager
+    def _query(self) -> Iterator[None]:
+        """One query: Spark's errors as a ReportError, and bounded in time."""
+        what = "Spark failed on a query"
+        with _failing(self.errors, what), _within(self.spark, self.limit_s, what):
+            yield
 
     def _frame(self, sql: str, params: Sequence[object]) -> Any:
         return self.spark.sql(sql, args=list(params) or None)
 
     def rows(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
-        with _failing(self.errors, "Spark failed on a query"):
+        with self._query():
             return [tuple(row) for row in self._frame(sql, params).collect()]
 
     def batches(self, sql: str, params: Sequence[object] = ()) -> Iterator[tuple[Any, ...]]:
         """Rows a partition at a time (toLocalIterator keeps a sorted query's order)."""
-        with _failing(self.errors, "Spark failed on a query"):
+        with self._query():
             for row in self._frame(sql, params).toLocalIterator():
                 yield tuple(row)
 
     def column(self, sql: str, params: Sequence[object] = ()) -> npt.NDArray[np.float64]:
-        with _failing(self.errors, "Spark failed on a query"):
+        with self._query():
             return np.array([row[0] for row in self._frame(sql, params).collect()], dtype=np.float64)
 
     def wanted(self, ids: Iterable[int]) -> AbstractContextManager[str]:
@@ -346,7 +371,7 @@ class SparkRows:
     def table(self, columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[object]]) -> Iterator[str]:
         """Rows from Python as a view, named uniquely: a Spark Connect session may be shared."""
         name = f"sdcscan_rows_{uuid.uuid4().hex}"
-        with _failing(self.errors, "Spark failed on a query"):
+        with self._query():
             self.spark.createDataFrame([tuple(r) for r in rows], ddl(columns)).createOrReplaceTempView(name)
         try:
             yield name
@@ -357,7 +382,7 @@ class SparkRows:
     def kept(self, sql: str) -> Iterator[str]:
         """A query's rows materialized as a step's are, as a uniquely named view."""
         name = f"sdcscan_kept_{uuid.uuid4().hex}"
-        with _failing(self.errors, "Spark failed on a query"):
+        with self._query():
             _materialized(self.spark.sql(sql)).createOrReplaceTempView(name)
         try:
             yield name
@@ -384,6 +409,7 @@ def compare_from_spark(
     if opts.hosts is not None and opts.now is None:
         raise ValueError("options.now is required with options.hosts")
     spark_session_class()  # the install hint before anything else
+    start_timeout_s(), step_timeout_s()  # a bad limit is exit 2 before Spark starts
     root = os.fspath(directory)
     if not is_url(root):
         check_marker(Path(root))
@@ -402,6 +428,47 @@ def _failing(errors: Errors, what: str) -> Iterator[None]:
         text = str(err) if java is None else str(java.toString())
         lines = [line for line in text.splitlines() if not re.match(r"\s+(at |\.\.\. \d+ more)", line)]
         raise ReportError(f"{what}: " + "\n".join(lines)) from None
+
+
+@contextmanager
+def _within(spark: Any, limit_s: float, what: str) -> Iterator[None]:
+    """Run the body with Spark's jobs cancelled once it has taken `limit_s` seconds; the error that then
+    ends it becomes a ReportError (exit 3) saying so. Put inside `_failing`, which would word it as
+    Spark's own failure.
+
+    Raises:
+        ReportError: the body ran past `limit_s` (and failed, as its jobs were cancelled).
+    """
+    fired = threading.Event()
+
+    def cancel() -> None:
+        fired.set()
+        _cancel_jobs(spark)
+
+    timer = threading.Timer(limit_s, cancel)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    except Exception:
+        if not fired.is_set():
+            raise
+        raise ReportError(
+            f"{what}: did not finish within {limit_s:g} s, and its Spark jobs were cancelled "
+            f"({SPARK_STEP_TIMEOUT_ENV} sets the limit)"
+        ) from None
+    finally:
+        timer.cancel()
+
+
+def _cancel_jobs(spark: Any) -> None:
+    """Cancel what this session runs: `interruptAll` (Spark Connect, and classic sessions since Spark 4),
+    else every job of the SparkContext (a compare's own, or a session it shares with its caller)."""
+    try:
+        spark.interruptAll()
+    except Exception:  # no such call on this Spark, or it failed: the context's jobs, then
+        with suppress(Exception):
+            spark.sparkContext.cancelAllJobs()
 
 
 @contextmanager
