@@ -29,7 +29,7 @@ from sdcscan.journal import Journal
 from sdcscan.judgement.assemble import UnitFacts, judge_and_build
 from sdcscan.judgement.evidence import PROBLEM_NOT_SCREENED, GoldenEntry, Problem
 from sdcscan.outputs import history
-from sdcscan.outputs.publish import Outputs, check_targets, history_path, publish, run_lock
+from sdcscan.outputs.publish import Outputs, ReportOnlyPrinted, check_targets, history_path, publish, run_lock
 from sdcscan.plan import week_seed
 from sdcscan.profile import Profile
 from sdcscan.report.document import Distributed, Report, Run, Telemetry
@@ -88,11 +88,12 @@ class Setup:
 
 
 class OutputError(ReportError):
-    """The run was judged but an output could not be written; `report` is the judged report."""
+    """The run was judged but an output could not be written; `report` is the judged report, and
+    `only_printed` says that nothing but the caller's printing it keeps the run's results."""
 
-    def __init__(self, message: str, report: Report) -> None:
+    def __init__(self, message: str, report: Report, *, only_printed: bool = False) -> None:
         super().__init__(message)
-        self.report = report
+        self.report, self.only_printed = report, only_printed
 
 
 def scan(opts: ScanOptions, on_event: EventSink | None = None) -> Report:
@@ -123,7 +124,7 @@ def scan(opts: ScanOptions, on_event: EventSink | None = None) -> Report:
             try:
                 publish(report, opts.outputs)
             except ReportError as err:
-                raise OutputError(str(err), report) from None
+                raise OutputError(str(err), report, only_printed=isinstance(err, ReportOnlyPrinted)) from None
     return report
 
 

@@ -28,8 +28,10 @@ JOURNAL_FITS = 4096 // 400  # case lines of about 440 bytes, after a run record 
 ROOM = "512k"  # what the run's projected journal and report need (`capacity.run_claims`), and some
 
 
-def _run_on_full_disk(tmp_path: Path, *, state_on_tmpfs: bool) -> subprocess.CompletedProcess[str]:
-    """`sdcscan run -o FULL/r.json --json` with FULL a tmpfs (and the state directory in it too) that
+def _run_on_full_disk(
+    tmp_path: Path, *, state_on_tmpfs: bool, as_json: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """`sdcscan run -o FULL/r.json [--json]` with FULL a tmpfs (and the state directory in it too) that
     fills once the journal beside the report exists: the journal holds the run's record and a few
     cases at most (JOURNAL_FITS)."""
     if not can_mount_tmpfs(tmp_path):
@@ -40,7 +42,8 @@ def _run_on_full_disk(tmp_path: Path, *, state_on_tmpfs: bool) -> subprocess.Com
     env["XDG_STATE_HOME"] = str(full / "state" if state_on_tmpfs else tmp_path / "state")
     args = ["run", "-p", "quick", "--budget", "5s", "--units", f"cpu:{CPUS[0]}", "-o", str(full / "r.json")]
     journal = f"{shlex.quote(str(full))}/r.*.journal.jsonl"
-    command = on_tmpfs(full, ROOM, sdcscan_cmd(*args, "--json", "--no-history"), fill_after=journal)
+    flags = ("--json", "--no-history") if as_json else ("--no-history",)
+    command = on_tmpfs(full, ROOM, sdcscan_cmd(*args, *flags), fill_after=journal)
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
 
 
@@ -57,11 +60,19 @@ def test_the_report_goes_to_the_state_directory_when_its_disk_is_full(tmp_path: 
     assert kept["run"]["journal"] is None and "journal_lost" in kept["run"]
 
 
-def test_with_nowhere_to_write_the_message_names_the_only_copy(tmp_path: Path) -> None:
-    proc = _run_on_full_disk(tmp_path, state_on_tmpfs=True)
+@pytest.mark.parametrize("as_json", [True, False], ids=["json", "no-json"])
+def test_with_nowhere_to_write_the_report_is_printed_and_the_message_names_it(
+    tmp_path: Path, as_json: bool
+) -> None:
+    """Without --json the report was lost too (issue 43: 26 cases), and the message said the printed
+    report was the only copy though none was printed: now it is printed whenever it is the only copy."""
+    proc = _run_on_full_disk(tmp_path, state_on_tmpfs=True, as_json=as_json)
     assert proc.returncode == 3, proc.stderr
     printed = json.loads(proc.stdout)  # the whole report, on stdout
     assert printed["units"][0]["cases_run"] > JOURNAL_FITS
     assert printed["run"]["journal"] is None and "journal_lost" in printed["run"]
     assert "every finished case is in" not in proc.stderr
-    assert "the report this command prints (--json) is the only copy" in proc.stderr
+    assert "the report this command prints on stdout is the only copy" in proc.stderr
+    assert [line for line in proc.stderr.splitlines() if line.startswith("exit:")] == [
+        "exit: invalid (an output could not be written)"
+    ]

@@ -12,7 +12,7 @@ import pytest
 
 from sdcscan.errors import ReportError, RunError, UsageError
 from sdcscan.outputs.history import RunActiveError, runs
-from sdcscan.outputs.publish import Outputs, check_targets, publish, run_lock
+from sdcscan.outputs.publish import Outputs, ReportOnlyPrinted, check_targets, publish, run_lock
 from tests.helpers.reports import make_report
 
 
@@ -55,7 +55,7 @@ def test_publish_writes_the_report_first_and_says_where_the_results_are(
     with pytest.raises(ReportError, match=f"sdcscan report --from-journal {journal}"):
         publish(report, gone)
     journal.unlink()  # removed during the run: naming it would send the user to nothing
-    with pytest.raises(ReportError, match=r"the report this command prints \(--json\) is the only copy"):
+    with pytest.raises(ReportOnlyPrinted, match=r"the report this command prints on stdout is the only copy"):
         publish(report, gone)
 
 

@@ -78,6 +78,14 @@ sleep {marker} &
 sleep {marker}
 """
 
+# Leaves children in sessions of their own, which its group's kill does not reach: one sleeps on with
+# the tool's stdout; one holds nothing of it. Then the tool hangs, or (`exit`) ends at once.
+ESCAPES = """#!/bin/sh
+setsid sleep {marker} &
+setsid sleep {marker} 1 > /dev/null 2>&1 < /dev/null &
+{then}
+"""
+
 
 @pytest.fixture
 def marker() -> Iterator[str]:
@@ -176,6 +184,27 @@ def test_a_journalctl_that_hangs_is_killed_with_its_children_at_the_timeout(tmp_
     _assert_exit_follows_sources(r, doc)
     assert elapsed < TIMEOUT_S + SLACK_S
     _assert_nothing_left(marker)
+
+
+@pytest.mark.parametrize("then", ["sleep 300", "exit 0"], ids=["hangs", "exits"])
+def test_children_a_journalctl_moved_to_sessions_of_their_own_are_killed_too(tmp_path, marker, then) -> None:
+    """Issue 43: a `setsid` child of a fake journalctl survived the group's kill. Now a child that left
+    the group is killed as the tool's descendant (the tool hangs) or, once the tool has ended and the
+    child was handed to init, as a holder of the tool's stdout; one that kept nothing of the tool and
+    whose parent has ended is a daemon it started on purpose, which no reader can tell from any other."""
+    _fake(tmp_path, "journalctl", ESCAPES, marker=marker, then=then)
+    cmd, env = _sentinel_cmd(tmp_path)
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+    _assert_exit_follows_sources(r, json.loads(r.stdout))
+    left = _left_behind(marker)
+    if then == "exit 0":  # the detached one with nothing of the tool's is left (killed by the fixture)
+        end = time.monotonic() + 2.0
+        while len(left) > 1 and time.monotonic() < end:
+            time.sleep(0.05)
+            left = _left_behind(marker)
+        assert [p.cmdline()[-1] for p in left] == ["1"], left  # `sleep MARKER 1`: the detached one
+    else:
+        _assert_nothing_left(marker)
 
 
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])

@@ -134,8 +134,15 @@ def run_cmd(args: RunArgs) -> None:
         console.print("interrupted before any case ran\nexit: interrupted")
         sys.exit(stop.exit_code)
     _show_notes(notes, console)
-    _show(report, args.as_json, console)
-    sys.exit(_exit_code(report, console))
+    late = _late_signal(report)
+    _show(report, args.as_json, console, exit_line=late is None)  # one exit line: the verdict's, or
+    if late is not None:  # the signal's that came while the report was judged and written
+        console.print(
+            f"{interrupts.signal_name(late)} arrived while the report was being written; the report is "
+            "complete\nexit: interrupted"
+        )
+        sys.exit(interrupts.exit_code(late))
+    sys.exit(int(report["exit_code"]))
 
 
 def _show_notes(notes: list[str], console: Console) -> None:
@@ -146,18 +153,13 @@ def _show_notes(notes: list[str], console: Console) -> None:
         console.print(cell(f"note: {note}"), soft_wrap=True)
 
 
-def _exit_code(report: Report, console: Console) -> int:
-    """The report's exit code, unless a signal came while it was being judged and written."""
+def _late_signal(report: Report) -> int | None:
+    """SIGINT or SIGTERM that came while the report was judged and written (it then sets the exit
+    code, 130/143), or None; one that stopped the run is in the report's own verdict already."""
     from sdcscan import interrupts
 
     signum = interrupts.received()
-    if signum is None or report["run"].get("interrupted_by"):
-        return int(report["exit_code"])
-    name = interrupts.signal_name(signum)
-    console.print(
-        f"{name} arrived while the report was being written; the report is complete\nexit: interrupted"
-    )
-    return interrupts.exit_code(signum)
+    return None if signum is None or report["run"].get("interrupted_by") else signum
 
 
 def _output_failed(err: OutputError, as_json: bool, console: Console) -> int:
@@ -166,7 +168,8 @@ def _output_failed(err: OutputError, as_json: bool, console: Console) -> int:
     SIGINT or SIGTERM stopped the run or came while its outputs were written, as without the failure."""
     from sdcscan import interrupts
 
-    _show(err.report, as_json, console)
+    # The report on stdout also without --json when nothing else holds it; one exit line, said below.
+    _show(err.report, as_json or err.only_printed, console, exit_line=False)
     click.echo(f"Error: {err}", err=True)
     signum = interrupts.received()
     if signum is not None:
@@ -181,10 +184,10 @@ def _output_failed(err: OutputError, as_json: bool, console: Console) -> int:
     return code
 
 
-def _show(report: Report, as_json: bool, console: Console) -> None:
+def _show(report: Report, as_json: bool, console: Console, *, exit_line: bool = True) -> None:
     from sdcscan.render.run import render_summary
 
-    render_summary(report, console)
+    render_summary(report, console, exit_line=exit_line)
     if as_json:
         emit_json(report)
 

@@ -156,13 +156,19 @@ def run_lock(outputs: Outputs) -> Iterator[str | None]:
         yield note
 
 
-def _kept_elsewhere(report: Report) -> str:
-    """Where a run's results are when its report file could not be written, in words that are true.
+class ReportOnlyPrinted(ReportError):
+    """The report file could not be written and nothing else holds every finished case: the command
+    must print the report on stdout (with or without `--json`), or the run's results are lost."""
+
+
+def _kept_elsewhere(report: Report) -> tuple[str, bool]:
+    """Where a run's results are when its report file could not be written, in words that are true, and
+    whether nothing but this command's stdout can hold them.
 
     The report goes to the state directory instead (`fallback-reports/RUN_ID.json`). Failing that, the
     journal is named only when it holds every finished case: the run marks one that stopped on a
     write error or was removed (`run.journal_lost`), and it must still be a file now. Else the report
-    printed by this command (`--json`) is the only copy, and the message says so.
+    this command prints on stdout is the only copy (`ReportOnlyPrinted`), and the message says so.
     """
     from sdcscan.files import default_state_dir, make_state_dir, write_json_atomic
 
@@ -170,17 +176,17 @@ def _kept_elsewhere(report: Report) -> str:
     try:
         make_state_dir(fallback.parent)
         write_json_atomic(fallback, report)
-        return f"the report was written to {fallback} instead"
+        return f"the report was written to {fallback} instead", False
     except (OSError, SdcscanError) as err:
         why_not = getattr(err, "strerror", None) or str(err)
     journal = report["run"].get("journal")
     if journal and os.path.isfile(journal):
-        return f"every finished case is in {journal}: sdcscan report --from-journal {journal}"
+        return f"every finished case is in {journal}: sdcscan report --from-journal {journal}", False
     lost = report["run"].get("journal_lost") or f"{journal or 'the journal'}: removed"
     return (
         f"nor in the state directory ({why_not}), and the journal does not hold every finished case "
-        f"({lost}): the report this command prints (--json) is the only copy"
-    )
+        f"({lost}): the report this command prints on stdout is the only copy"
+    ), True
 
 
 def publish(report: Report, outputs: Outputs) -> list[str]:
@@ -206,7 +212,8 @@ def publish(report: Report, outputs: Outputs) -> list[str]:
         try:
             write_json_atomic(outputs.report, report)
         except ReportError as err:  # full disk, directory gone: say where the results still are
-            raise ReportError(f"{err}; {_kept_elsewhere(report)}") from None
+            where, only_printed = _kept_elsewhere(report)
+            raise (ReportOnlyPrinted if only_printed else ReportError)(f"{err}; {where}") from None
     problems: list[str] = []
     notes: list[str] = []
     if outputs.junit is not None:  # an empty path is refused by the writer, never skipped in silence

@@ -137,8 +137,9 @@ class Progress:
         return table
 
 
-def render_summary(report: Report, console: Console) -> None:
-    """The final table, the findings as sentences, and the last line `exit: <verdict>`.
+def render_summary(report: Report, console: Console, *, exit_line: bool = True) -> None:
+    """The final table, the findings as sentences, and the last line `exit: <verdict>` (left to the
+    caller with `exit_line=False`, when the exit depends on more than the verdict: an output failed).
 
     `report` is one `sdcscan.report.validate_report` accepted: every field read here has its type.
     Everything from the report is shown literally (`cell`, `literal`): it may come from another host.
@@ -166,8 +167,9 @@ def render_summary(report: Report, console: Console) -> None:
             console.print(cell(f"  first mismatches: {first_bits[f['unit']]}"))
         if f.get("next"):
             console.print(cell(f"  next: {f['next']}"))
-    verdict = report["verdict"]
-    console.print(Text("exit: ").append(cell(verdict, _STYLE.get(verdict, ""))))
+    if exit_line:
+        verdict = report["verdict"]
+        console.print(Text("exit: ").append(cell(verdict, _STYLE.get(verdict, ""))))
 
 
 def proof_lines(report: Report, *, max_units: int = MAX_PROOF_UNITS) -> list[str]:

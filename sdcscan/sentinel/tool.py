@@ -8,7 +8,9 @@ past. Reading stops when the output reaches `max_bytes`, when `timeout_s` has pa
 `stop()` says so (a signal the caller holds); the tool and everything it started are then killed
 with SIGKILL to its process group. The group is killed after a tool that ended by itself too, before
 its exit status is collected, so nothing it left running outlives the read and the group id cannot
-have been reused.
+have been reused. A child that left the group (`setsid`) is killed too: found as the tool's
+descendant while the tool lives, and, once it has gone, as a process still holding its stdout or
+stderr (the kernel hands an orphan to init, but its copy of the pipe stays).
 
 Signals: the parent waits in `select` with a short timeout, never in a blocking read, so a SIGINT or
 SIGTERM that raises (`sdcscan.interrupts.Interrupted`) ends the wait at once, and the group is killed
@@ -208,15 +210,51 @@ def _exited(pid: int) -> bool:
         return True
 
 
+def _escaped(proc: subprocess.Popen[bytes]) -> set[int]:
+    """Processes the tool started that its group's kill would miss: its descendants in other sessions,
+    and any process but this one holding its stdout or stderr. Read from /proc; empty where there is
+    none (no Linux), so the group's kill stays the rule."""
+    pipes = set()
+    for pipe in (proc.stdout, proc.stderr):
+        if pipe is not None and not pipe.closed:
+            pipes.add(f"pipe:[{os.fstat(pipe.fileno()).st_ino}]")
+    parents: dict[int, int] = {}
+    holders = set()
+    try:
+        entries = [int(name) for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return set()
+    for pid in entries:
+        if pid == os.getpid():
+            continue
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses
+        with contextlib.suppress(OSError, ValueError, IndexError), open(f"/proc/{pid}/stat", "rb") as f:
+            parents[pid] = int(f.read().rsplit(b")", 1)[1].split()[1])
+        if pipes:
+            with contextlib.suppress(OSError):
+                if any(os.readlink(f"/proc/{pid}/fd/{fd}") in pipes for fd in os.listdir(f"/proc/{pid}/fd")):
+                    holders.add(pid)
+    found: set[int] = set()
+    frontier = {proc.pid}
+    while frontier:  # the tool's descendants, through parents that are still alive
+        frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return (found | holders) - {proc.pid}
+
+
 def _kill_and_reap(proc: subprocess.Popen[bytes]) -> int | None:
     """SIGKILL the tool's process group (whatever it left running), close the pipes, collect the tool.
 
     Returns:
         Its exit status, or None if it could not be collected within REAP_S (stuck in the kernel).
     """
+    escaped = _escaped(proc)
     if proc.returncode is None:  # not yet collected: its pid is still its group's id
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
+    for pid in escaped:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
     for pipe in (proc.stdout, proc.stderr):
         if pipe is not None:
             pipe.close()
