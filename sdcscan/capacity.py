@@ -164,6 +164,98 @@ def reserve_open_files(units: int) -> None:
     )
 
 
+# Tasks (processes and threads: Linux counts both against `ulimit -u` and a cgroup's pids.max): measured
+# during a quick run of 2 units, 8 in all, a worker 2 (threads_per_unit + 1), the parent 2, the fork
+# server and its resource tracker 1 each; the base adds the kernel-log tool and a margin.
+TASKS_BASE = 8
+TASKS_PER_UNIT_BEYOND_THREADS = 2
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+SELF_CGROUP = Path("/proc/self/cgroup")
+
+
+def check_tasks(
+    units: int, threads: int, *, cgroup_root: Path = CGROUP_ROOT, self_cgroup: Path = SELF_CGROUP
+) -> None:
+    """Refuse a run whose processes and threads a process limit would stop (`ulimit -u`, or the pids.max
+    of a cgroup this process is in: a container's, systemd's TasksMax). Found later, a worker's fork
+    failed inside the fork server (its traceback on stderr) and the unit ended `invalid` for a reason
+    that named no limit.
+
+    Raises:
+        UsageError: the room left under a limit is below what the run needs (exit 2, naming the limit).
+    """
+    need = TASKS_BASE + units * (threads + TASKS_PER_UNIT_BEYOND_THREADS)
+    for room, limit in (_nproc_room(), _pids_room(cgroup_root, self_cgroup)):
+        if room is not None and room < need:
+            raise UsageError(
+                f"processes: a run of {units} unit(s) needs about {need} processes and threads, and {limit} "
+                f"leaves room for {room} more: raise it, or select fewer units with --units"
+            )
+
+
+def _nproc_room() -> tuple[int | None, str]:
+    """Tasks this user may still start under RLIMIT_NPROC (None: no limit applies, as to root)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NPROC)
+    if soft == resource.RLIM_INFINITY or os.geteuid() == 0:  # root is not held to it
+        return None, ""
+    uid, used = os.getuid(), 0
+    for pid in (name for name in _listdir("/proc") if name.isdigit()):
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue  # gone meanwhile
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        if int(fields.get("Uid", "-1").split()[0]) == uid:
+            used += int(fields.get("Threads", "1"))
+    return soft - used, f"the process limit (ulimit -u {soft}, {used} in use by this user)"
+
+
+def _pids_room(root: Path, self_cgroup: Path) -> tuple[int | None, str]:
+    """Tasks still allowed by the tightest pids.max of this process's cgroups (as `self_cgroup` lists
+    them, v1 and v2) and their ancestors under `root`."""
+    try:
+        lines = self_cgroup.read_text().splitlines()
+    except OSError:
+        return None, ""
+    best: tuple[int | None, str] = (None, "")
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":  # cgroup v2: the unified tree, at the root or under "unified" (hybrid)
+            bases = [root, root / "unified"]
+        elif "pids" in controllers.split(","):
+            bases = [root / "pids"]
+        else:
+            continue
+        for base in bases:
+            here = base / path.lstrip("/")
+            while True:
+                room = _room_in(here)
+                if room is not None and (best[0] is None or room[0] < best[0]):
+                    best = room
+                if here == base or base not in here.parents:
+                    break
+                here = here.parent
+    return best
+
+
+def _room_in(cgroup: Path) -> tuple[int, str] | None:
+    try:
+        limit = (cgroup / "pids.max").read_text().strip()
+        current = int((cgroup / "pids.current").read_text())
+    except (OSError, ValueError):
+        return None
+    if not limit.isdigit():  # "max"
+        return None
+    return int(limit) - current, f"the cgroup's task limit ({cgroup}/pids.max = {limit}, {current} in use)"
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
+
+
 @dataclass(frozen=True)
 class DiskClaim:
     """Bytes a run may write under `path` (a file, or the directory of the journal), and what they are."""

@@ -182,11 +182,12 @@ def prepare(opts: ScanOptions) -> Setup:
 
 def _check_capacity(opts: ScanOptions, chosen: list[units.Unit]) -> None:
     """The host can hold this run: threads and case sizes, disk space for the journal and the outputs,
-    open files (the soft limit raised where the hard one allows). See `sdcscan.capacity`."""
+    open files (the soft limit raised where the hard one allows), processes. See `sdcscan.capacity`."""
     capacity.check_host_fits(opts.profile, chosen)
     files = (("--out", opts.out), ("--junit", opts.outputs.junit), ("--prom", opts.outputs.prom))
     capacity.check_disk_space(capacity.run_claims(len(chosen), opts.budget, journal_dir(opts), files))
     capacity.reserve_open_files(len(chosen))
+    capacity.check_tasks(len(chosen), opts.profile.threads_per_unit)
 
 
 def plan_seed(opts: ScanOptions) -> tuple[int, str]:

@@ -9,6 +9,7 @@ no journal file), naming the parameter or limit, what the run needs and what the
 
 from __future__ import annotations
 
+import os
 import resource
 import shlex
 import subprocess
@@ -177,3 +178,65 @@ def test_claims_on_one_filesystem_add_up_and_name_every_file(tmp_path, monkeypat
         capacity.check_disk_space(claims)
     Vfs.f_bavail = need
     capacity.check_disk_space(claims)
+
+
+def _cgroup(root: Path, rel: str, limit: str, current: int) -> None:
+    (root / rel).mkdir(parents=True, exist_ok=True)
+    (root / rel / "pids.max").write_text(f"{limit}\n")
+    (root / rel / "pids.current").write_text(f"{current}\n")
+
+
+@pytest.mark.parametrize("layout", ["v1", "v2", "hybrid"])
+def test_a_cgroup_task_limit_too_tight_for_the_run_is_refused_naming_it(tmp_path: Path, layout: str) -> None:
+    """Issue 43: under a fork limit a worker's fork failed in the fork server, a traceback printed and
+    the reason named no limit. The tightest pids.max of this process's cgroup or an ancestor is read
+    (v1's pids controller, v2's unified tree, both in a hybrid); a run that needs more is exit 2."""
+    base = {"v1": "pids", "v2": "", "hybrid": "unified"}[layout]
+    listed = "0::/job/step\n" if layout != "v1" else "8:pids:/job/step\n4:memory:/job\n"
+    (tmp_path / "self").write_text(listed)
+    _cgroup(tmp_path / base, "job", "30", 25)  # the ancestor: room for 5
+    _cgroup(tmp_path / base, "job/step", "max", 3)
+    with pytest.raises(
+        UsageError,
+        match=r"processes: a run of 2 unit\(s\) needs about 14 .*pids.max = 30, 25 in use\) leaves room for 5 more",
+    ):
+        capacity.check_tasks(2, 1, cgroup_root=tmp_path, self_cgroup=tmp_path / "self")
+    _cgroup(tmp_path / base, "job", "300", 25)
+    capacity.check_tasks(2, 1, cgroup_root=tmp_path, self_cgroup=tmp_path / "self")  # room for 275: fits
+
+
+def test_a_process_limit_too_tight_for_the_run_is_refused_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`ulimit -u`, counted against every process and thread of the user (root is not held to it)."""
+    real = resource.getrlimit
+    monkeypatch.setattr(resource, "getrlimit", lambda r: (6, 6) if r == resource.RLIMIT_NPROC else real(r))
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with pytest.raises(
+        UsageError, match=r"processes: .*the process limit \(ulimit -u 6, \d+ in use by this user\)"
+    ):
+        capacity.check_tasks(1, 1)
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    capacity.check_tasks(1, 1)
+
+
+def test_a_run_inside_a_tight_pids_cgroup_exits_2_before_any_work(tmp_path: Path) -> None:
+    """As a user meets it: `sdcscan run` started inside a cgroup whose pids.max leaves too little room
+    (needs a writable cgroup v1 pids controller, as root on this workplace's machines; skipped elsewhere)."""
+    group = Path("/sys/fs/cgroup/pids") / f"sdcscan-test-{os.getpid()}"
+    try:
+        group.mkdir()
+    except OSError:
+        pytest.skip("cannot create a pids cgroup here")
+    try:
+        (group / "pids.max").write_text("10\n")
+        env = {**child_env(), "XDG_STATE_HOME": str(tmp_path / "state")}
+        inner = f"echo $$ > {group}/cgroup.procs && exec " + " ".join(
+            sdcscan_cmd("run", "--budget", "3s", "--no-history")
+        )
+        proc = subprocess.run(
+            ["sh", "-c", inner], env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path
+        )
+        assert proc.returncode == 2, proc.stderr
+        assert one_error_line(proc.stderr).startswith("Error: processes: a run of ")
+        assert f"{group}/pids.max = 10" in proc.stderr and "Traceback" not in proc.stderr
+    finally:
+        group.rmdir()

@@ -185,8 +185,8 @@ def _damaged_db(path: Path) -> None:
 @pytest.mark.parametrize(
     ("kind", "reason"),
     [
-        ("empty", "is empty (0 bytes): its runs and sticky flags are gone; to start a new history on purpose, "
-         "delete the file first"),
+        ("empty", "is an empty file (0 bytes), not an sdcscan history: if it held one, its runs and sticky "
+         "flags are gone; to start a new history there, delete the file first (sdcscan creates it)"),
         ("text", "file is not a database"),
         ("foreign", "is an SQLite database but not an sdcscan history"),
         ("newer", "has version 3; this sdcscan reads version 2"),

@@ -111,11 +111,13 @@ def present(path: Path) -> bool:
     if not stat.S_ISREG(st.st_mode):
         raise UsageError(f"history {path} is not a regular file")
     if st.st_size == 0:
-        # sdcscan never leaves an empty database (it links a complete one into place): this one was
-        # emptied, and re-creating it would silently drop every sticky flag.
+        # sdcscan never leaves an empty database (it links a complete one into place): this file was
+        # made by another program (`mktemp` for a new history) or emptied (a history's runs and flags
+        # lost), which nothing here can tell apart; re-creating it in silence could drop every flag.
         raise UsageError(
-            f"history {path} is empty (0 bytes): its runs and sticky flags are gone; "
-            "to start a new history on purpose, delete the file first"
+            f"history {path} is an empty file (0 bytes), not an sdcscan history: if it held one, its runs "
+            "and sticky flags are gone; to start a new history there, delete the file first (sdcscan "
+            "creates it)"
         )
     return True
 
