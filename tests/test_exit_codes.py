@@ -73,10 +73,19 @@ def _args(*args: str) -> Setup:
 
 
 def _verdict(verdict: str, claimed: object) -> Callable[[dict], None]:
-    def change(report: dict) -> None:
+    def change(report: dict) -> None:  # the units agree with the run: only exit_code is at odds
         report["verdict"], report["exit_code"] = verdict, claimed
+        for unit in report["units"]:
+            unit["verdict"] = verdict
 
     return change
+
+
+def _fail_beside_invalid(report: dict) -> None:
+    """As runs wrote it before issue 43: a unit `fail` and another `invalid`, the run `invalid`, exit 3."""
+    report["verdict"], report["exit_code"] = "invalid", 3
+    report["units"][0]["verdict"] = "invalid"
+    assert report["units"][1]["verdict"] == "fail"
 
 
 def _set_hostname_none(report: dict) -> None:
@@ -112,6 +121,7 @@ BEFORE_ANY_WORK = [
     ('report claims exit_code "0" (verdict pass): malformed', _report(_verdict("pass", "0")), 3),
     ("report claims exit_code 1 (verdict pass)", _report(_verdict("pass", 1)), 0),
     ("report with None where a string belongs", _report(_set_hostname_none), 3),
+    ("report of before the precedence: a unit fail, the run invalid", _report(_fail_beside_invalid), 1),
     ("/dev/zero as a report", _args("report", "/dev/zero"), 3),
 ]
 

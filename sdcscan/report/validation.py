@@ -131,13 +131,15 @@ def validate_report(data: object, *, label: str = "report") -> Report:
 
 
 def verdict_exit_code(report: Report) -> int:
-    """The exit code a validated report's verdict implies (`Verdict.exit_code`).
+    """The exit code a validated report's verdicts imply (`Verdict.exit_code` of the worst of the run's
+    and its units'), so that a report written before the run's verdict put `fail` above `invalid`
+    (issue 43) exits 1 when a unit failed.
 
     A run stopped by SIGTERM exited 143, not 130, and its report says so in `run.interrupted_by`.
     The report's own `exit_code` field is never used: a hand-edited or hostile file must not make
     `sdcscan report` exit 1 ("SDC suspected") for a pass, nor 0 for a failure.
     """
-    verdict = Verdict(report["verdict"])
+    verdict = Verdict.worst([report["verdict"], *(unit["verdict"] for unit in report["units"])])
     if verdict is Verdict.INTERRUPTED and report["run"].get("interrupted_by") == "SIGTERM":
         return EXIT_TERMINATED
     return verdict.exit_code
@@ -149,8 +151,8 @@ def exit_code_disagreement(report: Report) -> str | None:
     if stored is None or stored == expected:
         return None
     return (
-        f"the report's exit_code {stored} does not match its verdict {report['verdict']}; "
-        f"exiting {expected} as the verdict says"
+        f"the report's exit_code {stored} does not match its verdicts (the run's {report['verdict']}, and "
+        f"its units'); exiting {expected} as they say"
     )
 
 
