@@ -31,7 +31,7 @@ def main() -> None:
     os.environ.setdefault("XDG_STATE_HOME", tempfile.mkdtemp(prefix="bench-startup-"))  # no cached e_max
     started = time.perf_counter()
     from sdcscan.profile import load_profile
-    from sdcscan.units import Unit
+    from sdcscan.units import Unit, unit_class
     from sdcscan.worker import _measure_peaks, configure_torch
     from sdcscan.workloads import SPECS, load
     from sdcscan.workloads.base import Context
@@ -58,7 +58,7 @@ def main() -> None:
     for spec in load_profile(args.profile).workloads:
         if wanted is not None and spec.name not in wanted:
             continue
-        params = spec.params_for(kind)
+        params = spec.params_for(kind, unit_class(unit))  # as the worker: sized for the unit's class
         ctx = Context(unit=unit.id, device=device, run_seed=20261127, params=params)
         t = synced()
         load(spec.name)(params).prepare(ctx)
