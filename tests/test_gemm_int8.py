@@ -211,6 +211,9 @@ def test_saturating_kernel_restricts_activations_and_is_not_a_fault(monkeypatch:
     assert workload.a_max == 127 and any("restricted to [0, 127]" in n for n in ctx.notes)
     outcome = _run(workload, ctx, 3)
     assert outcome.status == "ok" and outcome.detail["activation_max"] == 127
+    for bit in range(8):  # the negative control on that kernel: a flip of bit 7 must not leave [0, 127]
+        outcome = _run(workload, ctx, bit, FaultSpec("bitflip", "operand", bit, bit=bit))
+        assert ctx.injected is not None and outcome.status == "ok", bit
 
 
 def test_defaults_have_profile_friendly_types() -> None:

@@ -175,7 +175,7 @@ class GemmInt8(SelftestMixin):
                 w_ext = ctx.fault("encoded", w_ext.clone())
             copied = ctx.armed_at("operand")
             if copied:  # negative control: A is not encoded, the product stays consistent
-                a[0] = ctx.fault("operand", a[0].clone())
+                a[0] = self._in_range(ctx.fault("operand", a[0].clone()))
         with ctx.phase("check"):
             # Σ A over the case as digit rows under the last repeat's activations (the column checksum
             # rows of classic ABFT): that product carries W·(Σ A) for the column check, a few rows more.
@@ -269,6 +269,16 @@ class GemmInt8(SelftestMixin):
                 found.blocks.append((first, checked))
                 found.digest.tensor(outputs[: count * m])
         return found
+
+    def _in_range(self, a: torch.Tensor) -> torch.Tensor:
+        """A struck copy of activations held to [0, a_max]: where the probe restricted them to 127, a
+        saturating kernel computes a word the fault pushed past it wrongly (found on an emulated AVX2
+        CPU, where the doctor's negative control fired), and the control must stay a consistent product."""
+        if self.a_max == 255:
+            return a
+        words = a.view(torch.uint8) ^ 0x80 if self.signed else a.view(torch.uint8)  # the u8 values
+        kept = words & self.a_max
+        return (kept ^ 0x80).view(torch.int8) if self.signed else kept
 
     def _mm(self, a: torch.Tensor, w_ext: torch.Tensor, out: torch.Tensor) -> None:
         """out = A @ W_ext.T in int32: u8 × s8 on the unsigned route; on the s8 × s8 route, A is already
