@@ -2,12 +2,11 @@
 
     python scripts/bench_abft_int8.py [--json] [--threads N] [--samples N]
 
-gemm_int8, as sdcscan/workloads/gemm_int8/workload.py runs a case (set-up left out of both sides): plain =
-`repeats` × `torch._int_mm(A_u8, W.t())` into one buffer; checked = the same GEMMs with the encoded
-weight W_ext written block by block into one buffer, the activation digit rows of the column check
-multiplied with the last repeat, `int8.check_rows` (modular row, position-weighted row and the column
-sums) and a `Fingerprint` per block, then the exact column check. `repeats` = ops_per_case / 2mnk. W's
-encoding is per case set-up in the workload ("offline" in the paper) and is reported as `encode_s`.
+gemm_int8: checked = one case of the shipped workload (`GemmInt8.run`, its pools prepared beforehand as
+in a worker), its compute, check and set-up phases as it times them; plain = `repeats` ×
+`torch._int_mm(A, W.t())` into one buffer, on the same activations and weight without their checksum,
+tag columns and rows. `repeats` = ops_per_case / 2mnk. W's encoding is per worker set-up in the workload
+("offline" in the paper) and is reported as `encode_s`.
 Profile records: the profile's shapes, scheme and ops_per_case. Paper record: (m, n, k) = (1, 800, 3200),
 the one shape Li et al. (../shared/seeds/000_*, §VI-A1, overhead < 20% over 28 DLRM shapes) name in
 the text, one GEMM per case (the paper checks each GEMM), in the paper's mod-127 and in mod 2^32.
@@ -29,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from collections.abc import Sequence
 from functools import partial
@@ -46,10 +44,11 @@ from bench_abft import Split, cpu_description, measure, profile_params, record, 
 from sdcscan.checks import int8
 from sdcscan.checks.digest import Fingerprint
 from sdcscan.checks.embbag import exact, id_pool, packing, realistic, table_families
+from sdcscan.outcomes import Case
+from sdcscan.workloads.base import Context
 from sdcscan.workloads.embbag_int8 import workload as embbag_int8
 from sdcscan.workloads.gemm_int8 import workload as gemm_int8
 
-A_MAX = 255
 PAPER_GEMM = [(1, 3200, 800)]  # [m, k, n]: Li et al.'s (m, n, k) = (1, 800, 3200)
 PAPER_SCHEMES = ("mod127", "mod2_32")
 PAPER_EMBBAG = {"rows": 4_000_000, "dims": (32, 64, 128, 256), "pooling": 100, "bags": 10, "bits": 8}
@@ -74,18 +73,15 @@ def _gemm_record(
     shape: tuple[int, ...], scheme: str, ops_per_case: float, source: str, samples: int | None
 ) -> dict[str, Any]:
     m, k, n = shape
-    repeats = max(1, math.ceil(ops_per_case / (2.0 * m * n * k)))
-    g = torch.Generator().manual_seed(1)
-    w = torch.randint(-128, 128, (n, k), generator=g, dtype=torch.int8)
-    # As the workload: each repeat reads an aligned (m, k) view of one activation pool, whose prefix
-    # sums (for the column check) are taken once, outside the timing.
-    pool = torch.randint(0, A_MAX + 1, (m * k + gemm_int8.ACTIVATION_ROOM,), generator=g, dtype=torch.uint8)
-    slots = gemm_int8.ACTIVATION_ROOM // gemm_int8.OFFSET_ALIGN + 1
-    offsets = (torch.randint(slots, (repeats,), generator=g) * gemm_int8.OFFSET_ALIGN).tolist()
-    a = [pool[offset : offset + m * k].view(m, k) for offset in offsets]
-    prefix = int8.activation_prefix(pool, k)
-    w_ext = int8.encode_weight(w, scheme)
-    lay = int8.layout(n, scheme)
+    params = {"scheme": scheme, "shapes": [[m, k, n]], "ops_per_case": ops_per_case, "path": "auto"}
+    workload = gemm_int8.GemmInt8(params)
+    ctx = Context(unit="cpu:0", device=torch.device("cpu"), run_seed=1, params=params)
+    workload.prepare(ctx)  # pools and encoded weights: per worker, outside the timing as in a run
+    repeats = gemm_int8.repeats_of(workload.p, shape)
+    views, _, weight = workload._operands(ctx, Case(0, "gemm_int8", 1, 0), (m, k, n), repeats)
+    # The plain side multiplies the same data: the views' k data columns and the weight's n data rows.
+    a = [view[:, :k].contiguous() for view in views]
+    w = weight.w_ext[:n, :k].contiguous()
     buffer = torch.empty((m, n), dtype=torch.int32)
 
     def plain(split: Split) -> None:
@@ -93,56 +89,19 @@ def _gemm_record(
             torch._int_mm(a[r], w.t(), out=buffer)
         split.lap("compute")
 
+    def checked(split: Split) -> None:
+        """One case of the shipped workload, its phases as it times them (the digest is in `check`)."""
+        ctx.begin_case(None)
+        workload.run(ctx, Case(0, "gemm_int8", 1, 0))
+        split.parts.update(ctx.phases)
+
     def encode(split: Split) -> None:
-        int8.encode_weight(w, scheme)
+        int8.encode_weight(w, scheme, workload.activations[k].tags)
         split.lap("compute")
 
-    timing = measure(plain, partial(_gemm_case, a, offsets, prefix, w_ext, lay), samples=samples)
+    timing = measure(plain, checked, samples=samples)
     encode_s = measure(encode, encode, samples=3)["plain_s"]
     return record("gemm_int8", scheme, [m, k, n], source, repeats=repeats, **timing, encode_s=encode_s)
-
-
-def _gemm_case(
-    a: list[torch.Tensor],
-    offsets: list[int],
-    prefix: torch.Tensor,
-    w_ext: torch.Tensor,
-    lay: int8.Layout,
-    split: Split,
-) -> int:
-    """The checked GEMMs of one case, as GemmInt8.run and _repeats do them (no fault sites)."""
-    repeats, (m, k) = len(a), a[0].shape
-    sums = int8.activation_sums_at(prefix, offsets[0], m, k)
-    for offset in offsets[1:]:
-        sums += int8.activation_sums_at(prefix, offset, m, k)
-    digits = int8.activation_digits(sums, repeats * m * A_MAX)
-    last = torch.cat([a[-1], digits])
-    block = max(1, min(repeats, gemm_int8.CHECK_BLOCK_BYTES // (4 * m * lay.n_ext)))
-    outputs = torch.empty((block * m + last.shape[0] - m, lay.n_ext), dtype=torch.int32)
-    digits_start = (repeats - 1) % block * m + m
-    digit_products = outputs[digits_start : digits_start + last.shape[0] - m]
-    column_sums = torch.zeros(lay.n, dtype=torch.int64)
-    digest, bad = Fingerprint(), 0
-    split.lap("check")
-    for first in range(0, repeats, block):
-        count = min(block, repeats - first)
-        for r in range(first, first + count):
-            operand = a[r] if r < repeats - 1 else last
-            start = (r - first) * m
-            torch._int_mm(operand, w_ext.t(), out=outputs[start : start + operand.shape[0]])
-        split.lap("compute")
-        checked = int8.check_rows(outputs[: count * m], lay)
-        column_sums += checked.column_sums
-        bad += int(checked.row.bad.sum()) + int(checked.weighted_bad.sum())  # the counts _findings takes
-        split.lap("check")
-        digest.tensor(outputs[: count * m])
-        split.lap("digest")
-    columns = int8.check_columns(column_sums, int8.expected_column_sums(digit_products, lay.n))
-    bad += int(columns.bad.sum())
-    split.lap("check")
-    digest.hexdigest()
-    split.lap("digest")
-    return bad
 
 
 # --- embbag_int8 --------------------------------------------------------------------------------

@@ -38,8 +38,11 @@ HARDWARE_KINDS = (
     "stuck0",  # one bit forced to 0 in every row of an aligned block of 32 columns
     "stuck1",  # one bit forced to 1 there
     "wrong_rows",  # row ids: a wrong row fetched for several lookups; a matrix: rows copied from others
+    "row_swap",  # two whole rows of a matrix exchanged: each written to the other's address
+    "row_address_bit",  # a stuck row-address bit: every row i written at row i XOR 2^b, whole
 )
 BIT_KINDS = ("run32", "stride32", "tile8", "tile16", "stuck0", "stuck1")
+ROW_ADDRESS_KINDS = ("row_swap", "row_address_bit")  # rows written to other rows' addresses, whole
 WARP = 32  # lanes of a warp, and the column block of a stuck bit
 BURST_WIDTHS = (2, 8)  # a burst's width when none is given: drawn from this range, inclusive
 WRONG_ROWS = 4  # lookups (or rows) struck by wrong_rows when no count is given
@@ -86,6 +89,8 @@ def corrupt_hardware_(
     matrix = _as_matrix(tensor, columns)
     if kind == "wrong_rows":
         return _wrong_rows_(matrix, rng, param)
+    if kind in ROW_ADDRESS_KINDS:  # a row moves whole, checksum columns and all: `columns` is ignored
+        return _moved_rows_(_as_matrix(tensor, None), kind, rng, bit)
     if kind not in BIT_KINDS:
         raise ValueError(f"unknown fault model {kind!r}; expected one of {HARDWARE_KINDS}")
     nbits = 8 * tensor.element_size()
@@ -180,6 +185,33 @@ def _burst_(
         raise ValueError(f"a {w}-bit burst from bit {low} does not fit a {nbits}-bit element")
     changed = _set_bits_(flat[element : element + 1], ((1 << w) - 1) << low, "xor")
     return {"kind": "burst", "element": element, "bits": [low, low + w], "value_changed": changed > 0}
+
+
+def _moved_rows_(matrix: torch.Tensor, kind: str, rng: random.Random, bit: int | None) -> dict[str, object]:
+    """Whole rows written to other rows' addresses. row_swap: two rows drawn at random exchange places.
+    row_address_bit: a row-address bit b (drawn below the highest row's, or given) reads the wrong
+    way for every row, so row i holds row i XOR 2^b: pairs of rows exchange places, all of them at once
+    (NVIDIA's gate-level study finds corrupted addresses warp-aligned and periodic)."""
+    m = matrix.shape[0]
+    if m < 2:
+        raise ValueError(f"{kind} needs a matrix of at least 2 rows, got {tuple(matrix.shape)}")
+    if kind == "row_swap":
+        first, second = rng.sample(range(m), 2)
+        order = list(range(m))
+        order[first], order[second] = second, first
+        detail: dict[str, object] = {"rows": [first, second]}
+    else:
+        top = (m - 1).bit_length()
+        b = bit if bit is not None else rng.randrange(top)
+        b = b + top if b < 0 else b
+        if not 0 <= b < top:
+            raise ValueError(f"row_address_bit: bit {b} does not address {m} rows")
+        order = [i ^ (1 << b) if i ^ (1 << b) < m else i for i in range(m)]
+        detail = {"bit": b, "rows_moved": sum(1 for i, j in enumerate(order) if i != j)}
+    before = matrix.clone()
+    matrix.copy_(before[order])
+    changed = int((matrix != before).any(1).sum())
+    return {"kind": kind, **detail, "changed": changed, "value_changed": changed > 0}
 
 
 def _spaced(count: int, rng: random.Random, param: float | None) -> list[int]:

@@ -102,7 +102,7 @@ def from_label(label: int | str, site: str, seed: int) -> FaultSpec:
     if kind not in MATRIX_KINDS + HARDWARE_KINDS:
         known = MATRIX_KINDS + HARDWARE_KINDS
         raise ValueError(f"unknown fault model {label!r}; expected a bit, 'any' or one of {known}")
-    if kind == "double_flip" or (kind in BIT_KINDS and param):
+    if kind == "double_flip" or (kind in (*BIT_KINDS, "row_address_bit") and param):
         return FaultSpec(kind, site, seed, bit=int(param))
     return FaultSpec(kind, site, seed, param=float(param) if param else None)
 

@@ -366,24 +366,63 @@ def test_activation_sums_and_digits_are_exact() -> None:
 
 
 @pytest.mark.parametrize("k", [1, 7, 64, 300])
-def test_view_sums_read_off_the_pool_prefix_equal_summing_the_view(k: int) -> None:
-    """Every (m, k) view of a pool (numpy's generator), at the first, any and the last offset, k not
-    dividing the pool's length: the two prefix reads give the view's column sums exactly."""
+def test_view_sums_read_off_the_row_prefix_equal_summing_the_views(k: int) -> None:
+    """Views of m whole rows from any first row (numpy's generator), the first and the last included:
+    two reads of the prefix give their column sums exactly, summed over several views at once."""
     rng = np.random.default_rng(k)
-    pool = torch.from_numpy(rng.integers(0, 256, 5_003).astype(np.uint8))
-    prefix = int8.activation_prefix(pool, k)
-    assert prefix.dtype == torch.int32 and prefix.numel() == k + pool.numel()
-    for m in (1, 2, 5_003 // k):
-        for offset in {0, int(rng.integers(0, pool.numel() - m * k + 1)), pool.numel() - m * k}:
-            view = pool[offset : offset + m * k].view(m, k)
-            direct = view.long().sum(0)
-            assert torch.equal(int8.activation_sums_at(prefix, offset, m, k), direct), (m, offset)
+    rows = torch.from_numpy(rng.integers(0, 256, (257, k)).astype(np.uint8))
+    prefix = int8.row_prefix(rows)
+    assert prefix.dtype == torch.int32 and prefix.shape == (258, k)
+    for m in (1, 2, 257):
+        starts = torch.tensor(sorted({0, int(rng.integers(0, 258 - m)), 257 - m}), dtype=torch.int64)
+        direct = sum(rows[int(s) : int(s) + m].long().sum(0) for s in starts)
+        assert torch.equal(int8.activation_sums_of_row_views(prefix, starts, m), direct), m
 
 
-def test_a_pool_too_long_for_an_int32_prefix_is_refused() -> None:
-    """255 · (P / k + 1) must stay below 2^31: a chain of 2^24 values of one residue could not."""
-    with pytest.raises(ValueError, match="too long"):
-        int8.activation_prefix(torch.zeros(2**24, dtype=torch.uint8), 1)
+def test_rows_too_many_for_an_int32_prefix_are_refused() -> None:
+    """255 · R must stay below 2^31."""
+    with pytest.raises(ValueError, match="too many"):
+        int8.row_prefix(torch.zeros((2**23 + 2**16, 1), dtype=torch.uint8))
+
+
+@pytest.mark.parametrize("rows", [1, 2, 128, 129, 16384, 16385, 2**21 + 1])
+def test_row_tags_spell_each_row_index_in_valid_activations(rows: int) -> None:
+    """Enough base-128 digits for every index below `rows`, each in [0, 127], read back exactly."""
+    tags = int8.tags_needed(rows)
+    assert 128 ** (tags - 1) <= max(rows - 1, 1) < 128**tags or tags == 1
+    index = torch.tensor([0, rows // 2, rows - 1], dtype=torch.int64)
+    digits = int8.row_tags(index, tags)
+    assert digits.dtype == torch.uint8 and int(digits.max()) <= 127
+    assert torch.equal(digits.double() @ int8.tag_places(tags), index.double())
+    signed = (digits.int() - 128).double() @ int8.tag_places(tags)  # the s8 x s8 route's words
+    assert torch.equal(signed + int8.signed_tag_shift(tags), index.double())
+
+
+@pytest.mark.parametrize("scheme", int8.SCHEMES)
+def test_tagged_rows_carry_their_tags_through_the_product_and_a_moved_row_is_caught(scheme: str) -> None:
+    """A (m, k) with its row indices as tag columns, W encoded with tag readers: C's tag columns are the
+    indices, every other identity holds; two rows exchanged, or a stuck row-address bit, fail exactly
+    the rows that moved and no other check (their checksums moved with them)."""
+    g = torch.Generator().manual_seed(4)
+    m, k, n, tags = 20, 24, 12, 2
+    a = torch.zeros((m, int8.tagged_width(k, tags)), dtype=torch.uint8)
+    a[:, :k] = torch.randint(0, 256, (m, k), generator=g, dtype=torch.uint8)
+    index = torch.arange(100, 100 + m)  # the rows' indices in a larger block
+    a[:, k : k + tags] = int8.row_tags(index, tags)
+    w_ext = int8.encode_weight(torch.randint(-128, 128, (n, k), generator=g, dtype=torch.int8), scheme, tags)
+    lay = int8.layout(n, scheme, tags)
+    assert w_ext.shape == (lay.n_ext, a.shape[1]) and lay.n_ext % int8.ROW_MULTIPLE == 0
+    c = torch._int_mm(a, w_ext.t())
+    expected = index.double()
+    clean = int8.check_rows(c, lay, expected_tags=expected)
+    assert not bool(clean.bad.any()) and torch.equal(clean.tags, expected)
+    for order in ([1, 0, *range(2, m)], [i ^ 4 if i ^ 4 < m else i for i in range(m)]):
+        moved = int8.check_rows(c[order], lay, expected_tags=expected)
+        assert moved.tag_bad.tolist() == [i != j for i, j in enumerate(order)]
+        assert not bool((moved.row.bad | moved.weighted_bad).any())  # blind without the tags
+        assert torch.equal(moved.column_sums, clean.column_sums)
+    with pytest.raises(ValueError, match="expected tags"):
+        int8.check_rows(c, lay)
 
 
 def test_plan_cuda_pads_m_and_k() -> None:

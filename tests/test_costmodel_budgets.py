@@ -16,7 +16,7 @@ import pytest
 
 from sdcscan.costmodel import budgets
 from sdcscan.costmodel.cases import SHAPES, WorkloadCost, gpu_params, model_workload
-from sdcscan.costmodel.rates import DEVICES, H200
+from sdcscan.costmodel.rates import GPUS, H200
 from sdcscan.profile import builtin_profile_names
 
 GEMMS = ("gemm_int8", "matmul_golden", "gemm_fp", "embbag_int8")  # one product (or lookup) per repeat
@@ -82,13 +82,13 @@ def test_a_check_moves_about_twice_what_it_checks(profile: str, name: str) -> No
     [pytest.param(p, n, marks=_over(n, "check share")) for p, n in ENTRIES],
     ids=IDS,
 )
-@pytest.mark.parametrize("device", sorted(DEVICES))
+@pytest.mark.parametrize("device", sorted(GPUS))
 def test_a_check_takes_at_most_five_percent_of_the_compute(profile: str, name: str, device: str) -> None:
     """Predicted check time at most 5% of the predicted compute on an H100 and an H200 (10% where
     budgets.STATED_SHARE says why)."""
     cost = _modelled(profile, name)
     limit = budgets.STATED_SHARE.get(name, (budgets.CHECK_SHARE, ""))[0]
-    shares = [budgets.case_figures(cost, case, DEVICES[device]).check_share for case in cost.cases]
+    shares = [budgets.case_figures(cost, case, GPUS[device]).check_share for case in cost.cases]
     assert max(shares) <= limit, shares
 
 
@@ -100,7 +100,7 @@ def test_a_gpu_unit_is_ready_within_seconds(profile: str) -> None:
     for name, params in gpu_params(profile).items():
         cost = next((_modelled(p, n) for p, n in ENTRIES if n == name and gpu_params(p)[n] == params), None)
         assert cost is not None
-        total += budgets.startup_figures(cost, DEVICES["h100"]).total_s
+        total += budgets.startup_figures(cost, GPUS["h100"]).total_s
     assert total <= budgets.STARTUP_S
 
 

@@ -229,3 +229,34 @@ def test_which_bursts_a_mod_127_checksum_word_cannot_see(width):
         assert sorted(vanish) == [(-1,) * 7, (1,) * 7]
     else:
         assert vanish and all(s[0] == s[7] for s in vanish)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int32])
+def test_row_swap_exchanges_two_whole_rows_checksum_columns_and_all(dtype):
+    """A row written to another row's address moves whole: `columns` (the data) does not confine it."""
+    m = _data(dtype)
+    before = m.clone()
+    info = corrupt_(m, from_label("row_swap", "output", 7), columns=64)
+    first, second = info["rows"]
+    assert first != second and info["changed"] == 2 and info["value_changed"]
+    assert torch.equal(m[first], before[second]) and torch.equal(m[second], before[first])
+    untouched = [i for i in range(40) if i not in (first, second)]
+    assert torch.equal(m[untouched], before[untouched])
+
+
+@pytest.mark.parametrize("bit", [0, 3, 5, -1])
+def test_a_stuck_row_address_bit_moves_every_row_to_its_partner(bit):
+    """Row i holds row i XOR 2^b wherever that row exists (40 rows: bit 5 pairs rows 0-7 with 32-39 and
+    leaves 8-31 where they were); -1 is the highest address bit."""
+    m = _data(torch.int32)
+    before = m.clone()
+    info = corrupt_(m, from_label(f"row_address_bit:{bit}", "output", 1), columns=64)
+    b = info["bit"]
+    assert b == (bit if bit >= 0 else 5)
+    order = [i ^ (1 << b) if i ^ (1 << b) < 40 else i for i in range(40)]
+    assert torch.equal(m, before[order])
+    assert info["rows_moved"] == sum(1 for i, j in enumerate(order) if i != j) == info["changed"]
+    with pytest.raises(ValueError, match="does not address"):
+        corrupt_(before.clone(), from_label("row_address_bit:6", "output", 1))
+    with pytest.raises(ValueError, match="at least 2 rows"):
+        corrupt_(torch.ones(5), from_label("row_swap", "output", 3))

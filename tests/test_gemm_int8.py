@@ -11,6 +11,7 @@ import torch
 
 from sdcscan import faults
 from sdcscan.checks import int8
+from sdcscan.fault_models import ROW_ADDRESS_KINDS
 from sdcscan.faults import FaultSpec
 from sdcscan.outcomes import Case
 from sdcscan.peaks.plain_ops import plain_ops
@@ -22,7 +23,7 @@ from sdcscan.workloads.gemm_int8.int_mm_path import takes_signed_path
 from sdcscan.workloads.gemm_int8.selftest_spec import BURSTS, OUTPUT_MODELS, SPATIAL_MODELS
 from sdcscan.workloads.gemm_int8.workload import GemmInt8, _probe, repeats_of
 
-CHECKS = {"abft_mod2_32", "abft_mod127", "abft_weighted_row", "abft_column"}
+CHECKS = {"abft_mod2_32", "abft_mod127", "abft_weighted_row", "abft_column", "abft_row_tag"}
 
 
 def _ready(params: Mapping[str, Any], seed: int = 1) -> tuple[GemmInt8, Context]:
@@ -30,6 +31,11 @@ def _ready(params: Mapping[str, Any], seed: int = 1) -> tuple[GemmInt8, Context]
     ctx = Context(unit="cpu:0", device=torch.device("cpu"), run_seed=seed, params={})
     workload.prepare(ctx)
     return workload, ctx
+
+
+def _n_ext(workload: GemmInt8) -> int:
+    """Columns of C of the workload's first shape: data, checksums, row-tag readers, padding."""
+    return int(workload.weights[tuple(workload.p["shapes"][0])][0].w_ext.shape[0])
 
 
 def _run(
@@ -52,7 +58,11 @@ def test_registered_with_the_selftest_protocol() -> None:
     assert {"swap_in_row", "swap_columns", "pair_in_row", "double_flip:31", "row_offset:4194304"} <= set(
         OUTPUT_MODELS
     ) and {"row_offset:127", "column_offset"} <= set(OUTPUT_MODELS)
-    assert all(faults.from_label(label, "output", 0).kind in faults.MATRIX_KINDS for label in OUTPUT_MODELS)
+    assert all(
+        faults.from_label(label, "output", 0).kind in (*faults.MATRIX_KINDS, *ROW_ADDRESS_KINDS)
+        for label in OUTPUT_MODELS
+    )
+    assert set(ROW_ADDRESS_KINDS) <= {label.split(":")[0] for label in (*OUTPUT_MODELS, *SPATIAL_MODELS)}
     assert GemmInt8.selftest_bits("mod127", "encoded") == list(range(8))
     for variant in GemmInt8.selftest_variants:
         for label in [*GemmInt8.selftest_bits(variant, "output"), *range(8)]:
@@ -108,7 +118,7 @@ def test_bit_flips_after_encoding_are_caught(variant: str, site: str) -> None:
             assert ctx.injected is not None and ctx.injected["value_changed"]
             assert outcome.status == "mismatch", (bit, seed)
             assert {m.check for m in outcome.mismatches} <= CHECKS
-            if site == "output" and ctx.injected["element"] % int8.layout(40, variant).n_ext < 40:
+            if site == "output" and ctx.injected["element"] % _n_ext(workload) < 40:
                 # one changed data word: every check names it
                 assert {f"abft_{variant}", "abft_weighted_row", "abft_column"} <= {
                     m.check for m in outcome.mismatches
@@ -157,8 +167,8 @@ def test_faults_the_row_check_misses_are_named_by_the_check_that_fired(
 
 def test_a_fault_in_any_repeat_of_any_block_is_caught_and_located(monkeypatch: pytest.MonkeyPatch) -> None:
     """20 repeats of m = 1 in blocks of 3: a flip or a swap in repeat r is reported in repeat r."""
-    monkeypatch.setattr(gemm_int8, "CHECK_BLOCK_BYTES", 3 * 4 * int8.layout(40, "mod2_32").n_ext)
     workload, ctx = _ready({"shapes": [[1, 64, 40]], "ops_per_case": 1.0e5})
+    monkeypatch.setattr(gemm_int8, "CHECK_BLOCK_BYTES", 3 * 4 * _n_ext(workload))
     for repeat in range(20):
         for spec in (
             FaultSpec("bitflip", "output", repeat, bit=repeat, repeat=repeat),
@@ -264,13 +274,15 @@ def test_an_activation_changed_in_the_pool_after_prepare_is_caught_by_the_column
     the case passes again."""
     workload, ctx = _ready({})
     assert _run(workload, ctx, 0).status == "ok"
-    at = _activation_offset(workload, ctx, 0) + 5  # row 0, column 5 of repeat 0's view
-    before = int(workload.activations[at])
-    workload.activations[at] = before ^ 0x10
+    rows = workload.activations[workload.p["shapes"][0][1]].rows
+    first = _first_row(workload, ctx, 0)  # row 0, column 5 of repeat 0's view
+    before = int(rows[first, 5])
+    rows[first, 5] = before ^ 0x10
     outcome = _run(workload, ctx, 0)
     assert outcome.status == "mismatch" and outcome.detail["bad_columns"] > 0
     assert outcome.detail["bad_rows"] == outcome.detail["bad_weighted_rows"] == 0  # C = A·W is consistent
-    workload.activations[at] = before
+    assert outcome.detail["bad_row_tags"] == 0
+    rows[first, 5] = before
     assert _run(workload, ctx, 0).status == "ok"
 
 
@@ -281,16 +293,20 @@ def test_cases_read_different_operands_from_the_pools_and_the_run_seed_sets_them
     assert len(digests) == 12
     other, other_ctx = _ready({}, seed=2)
     assert _run(other, other_ctx, 0).digest != _run(workload, ctx, 0).digest
-    offsets = {_activation_offset(workload, ctx, seed) for seed in range(32)}
-    assert len(offsets) > 16 and all(o % gemm_int8.OFFSET_ALIGN == 0 for o in offsets)
+    firsts = {_first_row(workload, ctx, seed) for seed in range(32)}
+    assert len(firsts) > 16
 
 
-def _activation_offset(workload: GemmInt8, ctx: Context, seed: int) -> int:
+def _first_row(workload: GemmInt8, ctx: Context, seed: int) -> int:
+    """The first activation row of repeat 0's view in a case of this seed."""
     m, k, n = workload.p["shapes"][0]
-    a, _, _ = workload._operands(
+    a, starts, _ = workload._operands(
         ctx, Case(seed, "gemm_int8", seed, 0), (m, k, n), repeats_of(workload.p, (m, k, n))
     )
-    return (a[0].data_ptr() - workload.activations.data_ptr()) // a[0].element_size()
+    rows = workload.activations[k].rows
+    first = (a[0].data_ptr() - rows.data_ptr()) // rows.stride(0)
+    assert first == int(starts[0])  # the host's view and the device's start agree
+    return first
 
 
 @pytest.mark.parametrize("variant", ["mod2_32_wide", "mod127_wide"])
@@ -319,7 +335,7 @@ def test_a_seven_bit_burst_in_the_mod127_checksum_word_is_its_blind_spot() -> No
     """+127·2^24 in the checksum word vanishes mod 127 and no other check covers that word; the same
     burst in a data word is caught."""
     workload, ctx = _ready(GemmInt8.selftest_variants["mod127"])
-    n_ext = int8.layout(40, "mod127").n_ext
+    n_ext = _n_ext(workload)
     blind = FaultSpec("burst", "output", 0, element=2 * n_ext + 40, bit=24, param=7)  # row 2, checksum word
     outcome = _run(workload, ctx, 3, blind)
     assert ctx.injected is not None and ctx.injected["value_changed"] and outcome.status == "ok"
@@ -381,10 +397,10 @@ def test_both_routes_multiply_the_same_operands_and_check_their_own_products() -
     shares one torch, hence one route: its digests are never compared with the other route's)."""
     ready = {path: _ready({"path": path}) for path in ("unsigned", "signed")}
     unsigned, signed = ready["unsigned"][0], ready["signed"][0]
-    assert torch.equal(int8.signed_activations(unsigned.activations), signed.activations)
     shape = tuple(unsigned.p["shapes"][0])
     m, k, _ = shape
-    a_u8 = unsigned.activations[: m * k].view(m, k)
+    assert torch.equal(int8.signed_activations(unsigned.activations[k].rows), signed.activations[k].rows)
+    a_u8 = unsigned.activations[k].rows[:m]
     w_u, w_s = unsigned.weights[shape][0], signed.weights[shape][0]
     c_u = torch.empty(m, w_u.w_ext.shape[0], dtype=torch.int32)
     c_s = torch.empty(m, w_s.w_ext.shape[0], dtype=torch.int32)
@@ -396,3 +412,25 @@ def test_both_routes_multiply_the_same_operands_and_check_their_own_products() -
         first = [_run(workload, ctx, seed, occurrence=seed) for seed in range(4)]
         assert all(o.status == "ok" for o in first)
         assert [o.digest for o in first] == [_run(workload, ctx, s, occurrence=s).digest for s in range(4)]
+
+
+@pytest.mark.parametrize("label", ["row_swap", "row_address_bit", "row_address_bit:0", "row_address_bit:3"])
+@pytest.mark.parametrize("scheme", ["mod2_32", "mod127"])
+def test_rows_written_at_other_rows_addresses_are_caught_by_their_tags_alone(scheme: str, label: str) -> None:
+    """Issue 44: two whole output rows exchanged, or every row i written at i XOR 2^b, were caught 0 of 168
+    times: their checksums move with them and no column sum changes. Now the row-tag check names each
+    moved row (which activation row's product it holds), and it is the only check that fires."""
+    workload, ctx = _ready({"scheme": scheme, "shapes": [[16, 64, 40]], "ops_per_case": 1.0e5})
+    for seed in range(6):
+        outcome = _run(workload, ctx, seed, faults.from_label(label, "output", 31 * seed))
+        assert ctx.injected is not None and ctx.injected["value_changed"]
+        assert outcome.status == "mismatch", (label, seed)
+        assert outcome.detail["bad_row_tags"] >= 2
+        assert (
+            outcome.detail["bad_rows"]
+            == outcome.detail["bad_weighted_rows"]
+            == outcome.detail["bad_columns"]
+            == 0
+        )
+        record = next(m for m in outcome.mismatches if m.check == "abft_row_tag")
+        assert "holds activation row" in record.where and record.expected != record.actual

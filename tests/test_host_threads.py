@@ -41,7 +41,8 @@ def _gemm_int8_pools(thread_count: int) -> list[torch.Tensor]:
     workload = GemmInt8({**GemmInt8.spec.defaults, **GEMM_INT8})
     workload.prepare(_context("cpu"))
     weights = [w.w_ext for encoded in workload.weights.values() for w in encoded]
-    return [workload.activations, *workload.activation_prefix.values(), *weights]
+    rows = workload.activations.values()
+    return [*(r.rows for r in rows), *(r.prefix for r in rows), *weights]
 
 
 @pytest.mark.parametrize("pools", [_embbag_pools, _gemm_int8_pools], ids=["embbag_int8", "gemm_int8"])

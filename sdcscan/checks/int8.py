@@ -28,8 +28,15 @@ Row checksum schemes:
         127 is prime and 2^b mod 127 ≠ 0, so every single-bit flip of an output word is seen; errors
         that are multiples of 127 are not.
 After them come the weighted checksum rows, u = Σ_j (j + 1)·W[j, :] in balanced base-255 digits, then
-zero rows up to a multiple of 8 (cuBLAS needs it, and it is faster on CPU); C's padding columns must
-be zero, which is checked too.
+optionally the row-tag readers, then zero rows up to a multiple of 8 (cuBLAS needs it, and it is faster
+on CPU); C's padding columns must be zero, which is checked too.
+
+Row tags (issue 44): the three checks above are blind to rows written at each other's addresses (two
+rows exchanged, a stuck row-address bit): a row's checksums move with it and no column sum changes.
+So each row of the activations carries its own index, as base-128 digits in columns of its own beyond
+the data (`tagged_width`), and the weight a reader row per digit (1 in that column, 0 elsewhere): the
+product copies every row's tag into its own columns of C. A row found under another row's tag was
+moved; the check is exact, a single comparison per digit, and every row moved is caught.
 """
 
 from __future__ import annotations
@@ -74,14 +81,19 @@ class Layout:
     row_digits: int
     weighted_digits: int
     n_ext: int
+    tags: int = 0  # row-tag digits (their reader rows come after the weighted rows)
 
     @property
     def weighted_start(self) -> int:
         return self.n + self.row_digits
 
     @property
-    def pad_start(self) -> int:
+    def tag_start(self) -> int:
         return self.weighted_start + self.weighted_digits
+
+    @property
+    def pad_start(self) -> int:
+        return self.tag_start + self.tags
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +119,9 @@ class RowsCheck:
     row: the modular row check (with the padding columns).
     weighted_bad, weighted_sum, weighted_checksum: (rows,) the exact position-weighted row check.
     column_sums: (n,) int64 exact Σ_i C[i, j] over the block's rows, for check_columns.
+    tag_bad: (rows,) True where a row's tag is not its own (all False without tags).
+    tags, expected_tags: (rows,) float64 the tag values the rows of C carry (`tag_places`) and the
+        ones they should: integers below 2^53, exact.
     """
 
     row: RowCheck
@@ -114,11 +129,14 @@ class RowsCheck:
     weighted_sum: torch.Tensor
     weighted_checksum: torch.Tensor
     column_sums: torch.Tensor
+    tag_bad: torch.Tensor
+    tags: torch.Tensor
+    expected_tags: torch.Tensor
 
     @property
     def bad(self) -> torch.Tensor:
-        """(rows,) True where either per-row check fails."""
-        return self.row.bad | self.weighted_bad
+        """(rows,) True where any per-row check fails."""
+        return self.row.bad | self.weighted_bad | self.tag_bad
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,8 +155,8 @@ def checksum_rows(scheme: str) -> int:
     return N_DIGITS if scheme == "mod2_32" else 1
 
 
-def layout(n: int, scheme: str) -> Layout:
-    """The row layout of W_ext for a weight of n rows.
+def layout(n: int, scheme: str, tags: int = 0) -> Layout:
+    """The row layout of W_ext for a weight of n rows (and `tags` row-tag readers).
 
     Raises:
         ValueError: unknown scheme, or n beyond MAX_N_WEIGHTED.
@@ -147,12 +165,39 @@ def layout(n: int, scheme: str) -> Layout:
     if not 1 <= n <= MAX_N_WEIGHTED:
         raise ValueError(f"int8 ABFT: n must be in [1, {MAX_N_WEIGHTED}] for the weighted checksum, got {n}")
     weighted = digits_needed(weighted_magnitude(n))
-    return Layout(n, scheme, rows, weighted, _round_up(n + rows + weighted, ROW_MULTIPLE))
+    return Layout(n, scheme, rows, weighted, _round_up(n + rows + weighted + tags, ROW_MULTIPLE), tags)
 
 
-def extended_rows(n: int, scheme: str) -> int:
-    """n_ext: data rows plus checksum rows, rounded up to a multiple of ROW_MULTIPLE."""
-    return layout(n, scheme).n_ext
+def extended_rows(n: int, scheme: str, tags: int = 0) -> int:
+    """n_ext: data rows plus checksum rows (and tag readers), rounded up to a multiple of ROW_MULTIPLE."""
+    return layout(n, scheme, tags).n_ext
+
+
+def tags_needed(rows: int) -> int:
+    """Base-128 digits that tag each of `rows` activation rows with its index (at least one)."""
+    return max(1, -(-max(rows - 1, 1).bit_length() // 7))
+
+
+def tagged_width(k: int, tags: int) -> int:
+    """Columns of a tagged activation row: k data, `tags` tag digits, zeros up to a multiple of 8."""
+    return _round_up(k + tags, ROW_MULTIPLE) if tags else k
+
+
+def row_tags(rows: torch.Tensor, tags: int) -> torch.Tensor:
+    """(len, tags) uint8 base-128 digits of row indices `rows` (int64): each in [0, 127], a valid
+    activation also on kernels restricted to A <= 127, least significant first."""
+    shifts = 7 * torch.arange(tags, dtype=torch.int64, device=rows.device)
+    return ((rows.unsqueeze(1) >> shifts) & (ACTIVATION_DIGIT_BASE - 1)).to(torch.uint8)
+
+
+def tag_places(tags: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """(tags,) float64 place values 128^t of the tag digits: tag columns @ places is the row index."""
+    return float(ACTIVATION_DIGIT_BASE) ** torch.arange(tags, dtype=torch.float64, device=device)
+
+
+def signed_tag_shift(tags: int) -> int:
+    """What the s8 × s8 route's words (digit − 128) take off a tag's value: 128·Σ_t 128^t."""
+    return 128 * sum(ACTIVATION_DIGIT_BASE**t for t in range(tags))
 
 
 def balanced_digits(r: torch.Tensor, count: int = N_DIGITS) -> torch.Tensor:
@@ -191,28 +236,40 @@ def position_weights(n: int, device: torch.device | str = "cpu") -> torch.Tensor
     return torch.arange(1, n + 1, dtype=torch.int64, device=device)
 
 
-def encode_weight(w: torch.Tensor, scheme: str) -> torch.Tensor:
-    """Append the row checksum rows, the weighted checksum rows and zero padding to a weight.
+def encode_weight(w: torch.Tensor, scheme: str, tags: int = 0) -> torch.Tensor:
+    """Append the row checksum rows, the weighted checksum rows, the row-tag readers and zero padding
+    to a weight.
 
     Args:
         w: (n, k) int8 weight; C = A @ w.T.
         scheme: "mod2_32" or "mod127".
+        tags: row-tag digits the activations carry beyond their k data columns (0: none).
     Returns:
-        (n_ext, k) int8, contiguous, laid out as `layout(n, scheme)` says.
+        (n_ext, tagged_width(k, tags)) int8, contiguous, laid out as `layout(n, scheme, tags)` says; every
+        row but a tag reader is 0 beyond column k, reader t is 1 at column k + t.
     Raises:
         ValueError: unknown scheme, or n too large for the scheme's digits.
     """
     n, k = w.shape
-    lay = layout(n, scheme)
+    lay = layout(n, scheme, tags)
     r, u = weight_sums(w)  # |r| <= 128·n, |u| <= weighted_magnitude(n)
     # mod2_32: (3, k) digits of r; mod127: (1, k) row (−r) mod 127, in [0, 126]
     chk = balanced_digits(r) if scheme == "mod2_32" else torch.remainder(-r, 127).to(torch.int8).unsqueeze(0)
     weighted = balanced_digits(u, lay.weighted_digits)
-    pad = w.new_zeros(lay.n_ext - lay.pad_start, k)
-    return torch.cat([w, chk, weighted, pad]).contiguous()
+    pad = w.new_zeros(lay.n_ext - lay.tag_start, k)  # the tag readers' data columns too
+    encoded = torch.cat([w, chk, weighted, pad])
+    if not tags:
+        return encoded.contiguous()
+    wide = encoded.new_zeros(lay.n_ext, tagged_width(k, tags))
+    wide[:, :k] = encoded
+    readers = torch.arange(tags, device=w.device)
+    wide[lay.tag_start + readers, k + readers] = 1
+    return wide
 
 
-def verify(c_ext: torch.Tensor, n: int, scheme: str, data_sum: torch.Tensor | None = None) -> RowCheck:
+def verify(
+    c_ext: torch.Tensor, n: int, scheme: str, data_sum: torch.Tensor | None = None, tags: int = 0
+) -> RowCheck:
     """The modular row check: every row of C_ext = A @ W_ext.T against its row checksum columns.
 
     Args:
@@ -221,10 +278,11 @@ def verify(c_ext: torch.Tensor, n: int, scheme: str, data_sum: torch.Tensor | No
         scheme: the scheme the weight was encoded with.
         data_sum: (m,) int64 exact Σ_{j<n} C[i, j], where the caller has it (check_rows takes it from its
             one GEMM of row sums); summed here otherwise.
+        tags: the row-tag readers the weight has (their columns are no padding).
     Returns:
         RowCheck; exact, so any bad row is a wrong result, never rounding.
     """
-    lay = layout(n, scheme)
+    lay = layout(n, scheme, tags)
     chk = c_ext[:, n : n + lay.row_digits].to(torch.int64)  # (m, rows)
     pad_nonzero = (c_ext[:, lay.pad_start :] != 0).any(1)  # (m,)
     if data_sum is None:
@@ -256,7 +314,12 @@ def row_sum_coefficients(n: int, device: torch.device | str = "cpu") -> torch.Te
     return coefficients
 
 
-def check_rows(c_ext: torch.Tensor, lay: Layout, coefficients: torch.Tensor | None = None) -> RowsCheck:
+def check_rows(
+    c_ext: torch.Tensor,
+    lay: Layout,
+    coefficients: torch.Tensor | None = None,
+    expected_tags: torch.Tensor | None = None,
+) -> RowsCheck:
     """Both per-row checks of a block of output rows (any number, e.g. several repeats stacked), and
     the block's column sums for check_columns.
 
@@ -270,6 +333,8 @@ def check_rows(c_ext: torch.Tensor, lay: Layout, coefficients: torch.Tensor | No
         lay: the layout of the weight the product was made with.
         coefficients: `row_sum_coefficients(lay.n)` on c_ext's device, built once by a caller that
             checks many blocks; built here otherwise.
+        expected_tags: (rows,) float64 the tag value each row's product must carry: its activation
+            row's index (less `signed_tag_shift` on the s8 × s8 route); needed when the layout has tags.
     Returns:
         RowsCheck; exact, so any bad row is a wrong result, never rounding.
     Raises:
@@ -284,12 +349,24 @@ def check_rows(c_ext: torch.Tensor, lay: Layout, coefficients: torch.Tensor | No
     weighted_checksum = digits[:, 0].clone()
     for t in range(1, lay.weighted_digits):  # Σ_t 255^t·digit_t, exact (see MAX_WEIGHTED_DIGITS)
         weighted_checksum += DIGIT_BASE**t * digits[:, t]
+    if lay.tags:
+        if expected_tags is None:
+            raise ValueError("int8 ABFT: a tagged layout needs the rows' expected tags")
+        # Each row's tag as one value (a new tensor: the block's buffer is reused), exact in fp64.
+        tags = c_ext[:, lay.tag_start : lay.pad_start].double() @ tag_places(lay.tags, c_ext.device)
+        tag_bad = tags != expected_tags
+    else:
+        tags = expected_tags = torch.zeros(c_ext.shape[0], dtype=torch.float64, device=c_ext.device)
+        tag_bad = torch.zeros(c_ext.shape[0], dtype=torch.bool, device=c_ext.device)
     return RowsCheck(
-        row=verify(c_ext, lay.n, lay.scheme, sums[:, 0]),
+        row=verify(c_ext, lay.n, lay.scheme, sums[:, 0], lay.tags),
         weighted_bad=weighted_sum != weighted_checksum,
         weighted_sum=weighted_sum,
         weighted_checksum=weighted_checksum,
         column_sums=column_sums(data),
+        tag_bad=tag_bad,
+        tags=tags,
+        expected_tags=expected_tags,
     )
 
 
@@ -325,25 +402,6 @@ def activation_sums(a: torch.Tensor) -> torch.Tensor:
     return total
 
 
-def activation_prefix(pool: torch.Tensor, k: int) -> torch.Tensor:
-    """(k + P,) int32 Q of a pool of u8 activations (P,) read as (m, k) views at any offset: Q[k + x] =
-    pool[x] + Q[x], Q[:k] = 0, so a view's activation_sums at offset o is Q[o + m·k : o + (m + 1)·k] −
-    Q[o : o + k] (activation_sums_at): two reads of k values instead of m·k. Exact while pool.numel()/k
-    · 255 < 2^31 (a longer pool is refused)."""
-    size = pool.numel()
-    if (size // k + 1) * 255 >= 2**31:
-        raise ValueError(f"int8 ABFT: an activation pool of {size} values is too long for k = {k}")
-    rows = -(-size // k)
-    padded = torch.zeros((rows + 1) * k, dtype=torch.int32, device=pool.device)
-    padded[k : k + size] = pool
-    return padded.view(rows + 1, k).cumsum(0, dtype=torch.int32).flatten()[: k + size]
-
-
-def activation_sums_at(prefix: torch.Tensor, offset: int, m: int, k: int) -> torch.Tensor:
-    """(k,) int64 activation_sums of the pool's (m, k) view at `offset`, from activation_prefix."""
-    return (prefix[offset + m * k : offset + (m + 1) * k] - prefix[offset : offset + k]).to(torch.int64)
-
-
 def activation_digits(s: torch.Tensor, max_value: int) -> torch.Tensor:
     """Base-128 digits of non-negative sums s (k,) <= max_value, as (count, k) u8 rows in [0, 127].
 
@@ -364,11 +422,20 @@ def expected_column_sums(digit_products: torch.Tensor, n: int) -> torch.Tensor:
     return total
 
 
-def activation_sums_of_views(prefix: torch.Tensor, offsets: torch.Tensor, m: int, k: int) -> torch.Tensor:
-    """(k,) int64 Σ over the pool's (m, k) views at every offset (a (R,) int64 tensor) of their
-    activation_sums, from activation_prefix: two gathers of R·k values, a handful of kernels per case."""
-    at = offsets.unsqueeze(1) + torch.arange(k, dtype=torch.int64, device=offsets.device)  # (R, k)
-    return (prefix[at + m * k] - prefix[at]).sum(0, dtype=torch.int64)
+def row_prefix(rows: torch.Tensor) -> torch.Tensor:
+    """(R + 1, k) int32 Q of (R, k) u8 activation rows: Q[r] = Σ_{r' < r} rows[r'], so the sums of the
+    m rows from r0 are Q[r0 + m] − Q[r0] (`activation_sums_of_row_views`). Exact while R·255 < 2^31."""
+    if rows.shape[0] * 255 >= 2**31:
+        raise ValueError(f"int8 ABFT: {rows.shape[0]} activation rows are too many for int32 prefix sums")
+    prefix = torch.zeros((rows.shape[0] + 1, rows.shape[1]), dtype=torch.int32, device=rows.device)
+    prefix[1:] = rows.cumsum(0, dtype=torch.int32)
+    return prefix
+
+
+def activation_sums_of_row_views(prefix: torch.Tensor, starts: torch.Tensor, m: int) -> torch.Tensor:
+    """(k,) int64 Σ over the (m, k) views of whole rows from each of `starts` ((R,) int64), from
+    `row_prefix`: two gathers of R rows, whatever m."""
+    return (prefix[starts + m] - prefix[starts]).sum(0, dtype=torch.int64)
 
 
 def signed_activations(a_u8: torch.Tensor) -> torch.Tensor:

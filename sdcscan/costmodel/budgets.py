@@ -24,7 +24,7 @@ STARTUP_S = 5.0  # a GPU unit ready this long after torch's import (torch itself
 KERNELS_PER_REPEAT = {  # what one more repeat (train: step) adds, at most, on the doctor profile's kinds
     "train": 90,  # forward, backward and AdamW over six parameters, one step
     "matmul_golden": 6,  # the GEMM, and its block's share of the comparison (fp64 8192^2: 2 a block)
-    "gemm_int8": 14,  # the GEMM, and its block's share of the checks (a 537 MB output: 2 a block)
+    "gemm_int8": 16,  # the GEMM, and its block's share of the checks and row tags (a 537 MB output: 2 a block)
     "embbag_int8": 34,  # one batch: lookup, exact check, its records and fingerprint
     "gemm_fp": 8,  # the GEMM, and its block's share of both checks (fp64 4096^2: 8 a block)
 }

@@ -143,6 +143,7 @@ DEVICES = {
         EPYC_AVX2_CORE,
     )
 }
+GPUS = {rates.name: rates for rates in (H100, H200)}  # what the GPU budgets are held on
 # The CPU rates known for each unit class (`units.CPU_CLASSES`): a profile's cases are held to its case
 # times at each (sdcscan/costmodel/budgets.py). No baseline CPU has been measured.
 CPU_CLASS_RATES = {

@@ -32,6 +32,10 @@ OUTPUT_MODELS = (
     "row_offset:127",
     "column_offset",
     "column_offset:127",
+    "row_swap",  # whole rows at each other's addresses: only the row tags see them (issue 44)
+    "row_address_bit",
+    "row_address_bit:0",
+    "row_address_bit:2",
 )
 # Fault models of how hardware fails (sdcscan/fault_models.py). Bursts strike one word anywhere, so
 # the small shape serves; the others need the wide one. Bit 31 (the sign of these small products) is
@@ -39,7 +43,7 @@ OUTPUT_MODELS = (
 BURSTS = tuple(f"burst:{width}" for width in range(2, 9))
 SPATIAL_MODELS = (
     "run32", "run32:31", "stride32", "stride32:31", "tile8", "tile8:31", "tile16",
-    "stuck0", "stuck1", "stuck0:31", "stuck1:31", "wrong_rows",
+    "stuck0", "stuck1", "stuck0:31", "stuck1:31", "wrong_rows", "row_swap", "row_address_bit:5",
 )  # fmt: skip
 # mod 127 cannot see a change of its checksum word that is a multiple of 127: a 7-bit burst whose bits
 # all flip the same way (±127·2^s: the word is A·chk ≥ 0, below 2^22 at the self-test shape, so every
@@ -55,7 +59,7 @@ class SelftestMixin:
     protocol for gemm_int8."""
 
     blind_spots: ClassVar[tuple[str, ...]] = (
-        "six or more coordinated errors that cancel in all three checks, e.g. (+d, -2d, +d) at three "
+        "six or more coordinated errors that cancel in all three sum checks, e.g. (+d, -2d, +d) at three "
         "equally spaced columns of one row and the negation in another row; a tile whose +-2^b changes "
         "balance in every row (plain and position-weighted) and every column (below 1e-9 for random data)",
         "mod127: a burst that changes its checksum word by a multiple of 127 (seven equal bits flipped, "
@@ -84,7 +88,9 @@ class SelftestMixin:
         stuck bit changes every word it changes in the same direction, so each such column's exact sum
         moves. A tile escapes only if its ±2^b changes balance in every row, plain and weighted, and in
         every column. Rows copied from other rows keep their own checksum words: a changed row fails
-        its weighted check unless the two rows' weighted sums are equal.
+        its weighted check unless the two rows' weighted sums are equal. Rows written whole at each
+        other's addresses (row_swap, row_address_bit) carry their checksums with them and leave every
+        column sum as it was; each carries its own row tag, though, another row's index: caught.
         Encoded: a flip at W_ext[j, l] moves column j of C by ±2^b·A[:, l] in every repeat, which the
         weighted check (data and weighted rows), the row check (row checksum rows) or the padding check
         sees unless column l of A is all 0 (mod127's checksum row: all in {0, 127, 254}): below

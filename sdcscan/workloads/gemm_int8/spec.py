@@ -70,8 +70,9 @@ SPEC = WorkloadSpec(
     fault_sites=("output", "encoded", "operand"),
     # 2: operands from per-worker pools (issue 10), no longer drawn whole per case; 3: one pool view
     # per repeat, outputs digested by fingerprints; 4: pools and offsets from the counter generator
-    # (drawn on the unit's device), and the s8 x s8 route checks and digests its own product
-    data_version=4,
+    # (drawn on the unit's device), and the s8 x s8 route checks and digests its own product; 5: the
+    # activations are whole tagged rows, and the product has row-tag columns (issue 44)
+    data_version=5,
     tiny={"shapes": [[1, 64, 40], [20, 32, 24]], "ops_per_case": 1.0e5},
     params={
         "scheme": Choice(SCHEMES),

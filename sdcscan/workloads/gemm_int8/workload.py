@@ -1,10 +1,11 @@
 """`gemm_int8`: u8 × s8 → s32 GEMMs through `torch._int_mm`, every output verified by exact ABFT checks.
 
 The weight is encoded once per case with checksum rows (sdcscan/checks/int8.py) and every int32 result
-is checked before anything else touches it, as in Li et al.'s DLRM int8 GEMM, by three independent
-checks: the modular row checksum of the scheme, a position-weighted row checksum, and an exact column
-check of the whole case against W·(Σ A). The checks are integer arithmetic, so a failing check is a
-wrong product, never rounding. Shapes are DLRM-like and include skinny ones (m = 1…64); a case cycles
+is checked before anything else touches it, as in Li et al.'s DLRM int8 GEMM, by four independent
+checks: the modular row checksum of the scheme, a position-weighted row checksum, an exact column
+check of the whole case against W·(Σ A), and each row's tag (the activation row's index, carried
+through the product: rows written at each other's addresses, issue 44). The checks are integer
+arithmetic, so a failing check is a wrong product, never rounding. Shapes are DLRM-like and include skinny ones (m = 1…64); a case cycles
 through them by occurrence.
 
 The repeats of a case write into one block of outputs and are checked together (a fixed handful of
@@ -48,12 +49,23 @@ CHECK_BLOCK_BYTES = 4 << 20  # a CPU's
 DEVICE_BLOCK_BYTES = 2 << 30  # any other device's: two of the largest burnin outputs (537 MB each)
 # Operands come from per-worker pools built once in `prepare` (issue 10: drawing a fresh weight and
 # encoding it took twice the GEMMs' own time): WEIGHTS_PER_SHAPE encoded weights per shape, one picked
-# per case, and one activation buffer that each repeat of a case reads at its own offset (so a GPU case
-# of hundreds of 8192² GEMMs needs one GEMM's activations, not all of them). Both come from the run's
-# seed, so every unit of a cohort computes the same products.
+# per case, and per k one block of tagged activation rows, of which each repeat of a case reads m rows
+# from its own first row (so a GPU case of hundreds of 8192² GEMMs needs one GEMM's activations, not all
+# of them). Both come from the run's seed, so every unit of a cohort computes the same products.
 WEIGHTS_PER_SHAPE = 2
-ACTIVATION_ROOM = 1 << 20  # bytes of the activation pool beyond the largest GEMM: where offsets range
-OFFSET_ALIGN = 64  # activation offsets are multiples of this (aligned operands for every kernel)
+ACTIVATION_ROOM = 1 << 20  # bytes of activation rows beyond the tallest GEMM of a k: where views start
+MIN_ROOM_ROWS = 256  # and at least this many rows (distinct views), however wide the rows
+
+
+@dataclass(frozen=True, slots=True)
+class _Rows:
+    """The activation rows of one k: `rows` (R, tagged_width(k, tags)) as the GEMM takes them (u8, or
+    s8 words a − 128 on the s8 × s8 route): k data columns, `tags` digits of the row's index, zeros;
+    `prefix` the int8.row_prefix of the u8 data columns, for the column check."""
+
+    rows: torch.Tensor
+    prefix: torch.Tensor
+    tags: int
 
 
 @dataclass(slots=True)
@@ -62,7 +74,7 @@ class _Found:
 
     column_sums: torch.Tensor  # (n,) int64, exact Σ over every output row of the case
     digit_products: torch.Tensor  # (digits, n_ext) int32: the digit rows of Σ A times W_ext
-    bad: torch.Tensor  # (2,) int64: rows failing the row check, rows failing the weighted check
+    bad: torch.Tensor  # (3,) int64: rows failing the row check, the weighted check, the row tag
     blocks: list[tuple[int, int8.RowsCheck]] = field(default_factory=list)  # (first repeat, its checks)
     digest: Fingerprint = field(default_factory=Fingerprint)
 
@@ -71,7 +83,7 @@ class _Found:
 class _Weight:
     """One encoded weight of a shape, as the GEMM takes it, and what the checks need of it."""
 
-    w_ext: torch.Tensor  # (n_ext, k) int8, k padded to CUDA's multiple of 8 on the s8 × s8 route
+    w_ext: torch.Tensor  # (n_ext, tagged_width(k, tags)) int8
     shift: torch.Tensor | None  # (n_ext,) int64 int8.signed_column_shift on the s8 × s8 route, else None
 
 
@@ -100,9 +112,7 @@ class GemmInt8(SelftestMixin):
         self.a_max = 255
         self.signed = False
         self.weights: dict[tuple[int, int, int], list[_Weight]] = {}  # shape -> encoded weights
-        # The activation pool as the GEMM takes it: u8, or on the s8 × s8 route its s8 words (a − 128).
-        self.activations = torch.empty(0, dtype=torch.uint8)
-        self.activation_prefix: dict[int, torch.Tensor] = {}  # k -> int8.activation_prefix of the u8 pool
+        self.activations: dict[int, _Rows] = {}  # k -> its tagged activation rows
         self.coefficients: dict[int, torch.Tensor] = {}  # n -> int8.row_sum_coefficients on the device
 
     @classmethod
@@ -133,17 +143,10 @@ class GemmInt8(SelftestMixin):
         the run's seed by the counter generator (the same bits on every device): a GPU unit neither waits
         for a host thread to draw 2^28 values nor copies them (issue 42: 6.8 s for the doctor's)."""
         p, device = self.p, ctx.device
-        need = max(m * k for m, k, _ in p["shapes"])
-        pool = counter_rng.fill_below(
-            _pool_seed(ctx.run_seed, "activations"),
-            need + ACTIVATION_ROOM,
-            self.a_max + 1,
-            torch.uint8,
-            device,
-        )
-        for k in {k for _, k, _ in p["shapes"]}:
-            self.activation_prefix[k] = int8.activation_prefix(pool, k)
-        self.activations = int8.signed_activations(pool) if self.signed else pool
+        for k in sorted({k for _, k, _ in p["shapes"]}):
+            tallest = max(m for m, kk, _ in p["shapes"] if kk == k)
+            room = max(MIN_ROOM_ROWS, ACTIVATION_ROOM // k)
+            self.activations[k] = self._rows(ctx.run_seed, k, tallest + room, device)
         for m, k, n in p["shapes"]:
             self.coefficients.setdefault(n, int8.row_sum_coefficients(n, device))
             self.weights[(m, k, n)] = [
@@ -151,44 +154,58 @@ class GemmInt8(SelftestMixin):
                 for i in range(WEIGHTS_PER_SHAPE)
             ]
 
+    def _rows(self, run_seed: int, k: int, count: int, device: torch.device) -> _Rows:
+        """`count` tagged activation rows of k values in [0, a_max], drawn from the run's seed."""
+        data = counter_rng.fill_below(
+            _pool_seed(run_seed, f"activations k={k}"), count * k, self.a_max + 1, torch.uint8, device
+        ).view(count, k)
+        tags = int8.tags_needed(count)
+        rows = torch.zeros((count, int8.tagged_width(k, tags)), dtype=torch.uint8, device=device)
+        rows[:, :k] = data
+        rows[:, k : k + tags] = int8.row_tags(torch.arange(count, device=device), tags)
+        taken = int8.signed_activations(rows) if self.signed else rows
+        return _Rows(taken, int8.row_prefix(data), tags)
+
     def _encoded(self, seed: int, n: int, k: int, device: torch.device) -> _Weight:
-        """One (n, k) weight drawn from `seed`, encoded, and made ready for this route's GEMM once."""
+        """One (n, k) weight drawn from `seed`, encoded with readers of k's row tags, ready for this
+        route's GEMM (the tagged width is a multiple of 8, as CUDA's int8 GEMM needs)."""
         w = counter_rng.fill_below(seed, n * k, 256, torch.uint8, device).view(torch.int8).view(n, k)
-        w_ext = int8.encode_weight(w, self.p["scheme"])
-        if not self.signed:
-            return _Weight(w_ext, None)
-        plan = int8.plan_cuda(int8.CUDA_MIN_M, k, w_ext.shape[0])
-        padded = w_ext.new_zeros(plan.n_ext, plan.k_pad)  # zero columns add nothing to any product
-        padded[:, :k] = w_ext
-        return _Weight(padded, int8.signed_column_shift(w_ext))
+        w_ext = int8.encode_weight(w, self.p["scheme"], self.activations[k].tags)
+        return _Weight(w_ext, int8.signed_column_shift(w_ext) if self.signed else None)
 
     def run(self, ctx: Context, case: Case) -> Outcome:
         p = self.p
         m, k, n = p["shapes"][case.occurrence % len(p["shapes"])]
         repeats = repeats_of(p, (m, k, n))
-        lay = int8.layout(n, p["scheme"])
+        rows = self.activations[k]
+        lay = int8.layout(n, p["scheme"], rows.tags)
         with ctx.phase("setup"):
-            a, offsets, weight = self._operands(ctx, case, (m, k, n), repeats)
+            a, starts, weight = self._operands(ctx, case, (m, k, n), repeats)
             w_ext = weight.w_ext
             # Faults corrupt in place: a pool's tensor is copied first, so the next case reads it clean.
-            if ctx.armed_at("encoded"):
-                w_ext = ctx.fault("encoded", w_ext.clone())
+            if ctx.armed_at("encoded"):  # in the k columns the data multiplies: beyond them A's row
+                w_ext = w_ext.clone()  # tags are mostly 0 and its padding all 0, so a flip there is no fault
+                w_ext[:, :k] = ctx.fault("encoded", w_ext[:, :k].contiguous())
             copied = ctx.armed_at("operand")
             if copied:  # negative control: A is not encoded, the product stays consistent
-                a[0] = self._in_range(ctx.fault("operand", a[0].clone()))
+                a[0] = a[0].clone()  # its data columns only: a changed tag would be a moved row
+                a[0][:, :k] = self._in_range(ctx.fault("operand", a[0][:, :k].contiguous()))
         with ctx.phase("check"):
             # Σ A over the case as digit rows under the last repeat's activations (the column checksum
             # rows of classic ABFT): that product carries W·(Σ A) for the column check, a few rows more.
-            # The views' sums are read off the pool's prefix (two reads of k per repeat, not m·k: issue
+            # The views' sums are read off the rows' prefix (two reads of k per repeat, not m·k: issue
             # 10), all repeats in one gather; the negative control's corrupted copy is summed itself.
-            prefix = self.activation_prefix[k]
-            sums = int8.activation_sums_of_views(prefix, offsets[1:] if copied else offsets, m, k)
+            sums = int8.activation_sums_of_row_views(rows.prefix, starts[1:] if copied else starts, m)
             if copied:
-                sums += int8.activation_sums(a[0].view(torch.uint8) ^ 0x80 if self.signed else a[0])
-            digits = int8.activation_digits(sums, repeats * m * self.a_max)
+                sums += int8.activation_sums((a[0].view(torch.uint8) ^ 0x80 if self.signed else a[0])[:, :k])
+            narrow = int8.activation_digits(sums, repeats * m * self.a_max)
+            # The digit rows as wide as a tagged row, their tag columns 0: rows of no view, never checked.
+            wide = torch.zeros((narrow.shape[0], a[-1].shape[1]), dtype=torch.uint8, device=narrow.device)
+            wide[:, :k] = narrow
             # The digit rows are u8 in [0, 127]: the same words as s8, multiplied as they are.
-            last = torch.cat([a[-1], digits.view(torch.int8) if self.signed else digits])
-        found = self._repeats(ctx, a, last, w_ext, lay)
+            digits = wide.view(torch.int8) if self.signed else wide
+            last = torch.cat([a[-1], digits])
+        found = self._repeats(ctx, a, last, w_ext, lay, starts)
         with ctx.phase("check"):
             expected = int8.expected_column_sums(found.digit_products, n)
             if weight.shift is not None:  # the s8 × s8 route: every row of A was shifted by −128
@@ -197,8 +214,17 @@ class GemmInt8(SelftestMixin):
             bad, bad_columns, sums_read = read_once(  # the case's one wait for the device
                 [found.bad, columns.bad.sum(), found.digest.sums()]
             )
-        counts = {"bad_rows": bad[0], "bad_weighted_rows": bad[1], "bad_columns": bad_columns[0]}
-        mismatches = _findings(found.blocks, columns, m, repeats, p["scheme"]) if any(counts.values()) else []
+        counts = {
+            "bad_rows": bad[0],
+            "bad_weighted_rows": bad[1],
+            "bad_row_tags": bad[2],
+            "bad_columns": bad_columns[0],
+        }
+        mismatches = (
+            _findings(found.blocks, columns, m, repeats, p["scheme"], self._tag_shift(lay))
+            if any(counts.values())
+            else []
+        )
         return Outcome(
             status=STATUS_MISMATCH if any(counts.values()) else STATUS_OK,
             digest=found.digest.hexdigest_of(sums_read),
@@ -219,28 +245,36 @@ class GemmInt8(SelftestMixin):
     def _operands(
         self, ctx: Context, case: Case, shape: tuple[int, int, int], repeats: int
     ) -> tuple[list[torch.Tensor], torch.Tensor, _Weight]:
-        """This case's activations, one (m, k) view of the pool per repeat at offsets drawn from the
-        case's seed by the counter generator (the host computes them as numbers for the views, the
-        device as a tensor for the column check: the same values, and no copy between them), those
-        offsets on the device, and one of the shape's encoded weights, also drawn from the seed."""
+        """This case's activations, one view of m whole tagged rows per repeat from a first row drawn
+        from the case's seed by the counter generator (the host computes them as numbers for the views,
+        the device as a tensor for the column and tag checks: the same values, and no copy between
+        them), those first rows on the device, and one of the shape's encoded weights, also drawn."""
         m, k, _ = shape
-        slots = (self.activations.numel() - m * k) // OFFSET_ALIGN + 1
+        rows = self.activations[k].rows
+        slots = rows.shape[0] - m + 1
         seed = case.seed ^ 0x0FF5E7
-        views = []
-        for r in range(repeats):
-            offset = counter_rng.host_below(seed, r, slots) * OFFSET_ALIGN
-            views.append(self.activations[offset : offset + m * k].view(m, k))
-        offsets = counter_rng.below(seed, repeats, slots, self.activations.device) * OFFSET_ALIGN
+        views = [
+            rows[start : start + m]
+            for start in (counter_rng.host_below(seed, r, slots) for r in range(repeats))
+        ]
+        starts = counter_rng.below(seed, repeats, slots, rows.device)
         pick = counter_rng.host_below(case.seed ^ 0x9E1C7, 0, WEIGHTS_PER_SHAPE)
-        return views, offsets, self.weights[shape][pick]
+        return views, starts, self.weights[shape][pick]
 
     def _repeats(
-        self, ctx: Context, a: list[torch.Tensor], last: torch.Tensor, w_ext: torch.Tensor, lay: int8.Layout
+        self,
+        ctx: Context,
+        a: list[torch.Tensor],
+        last: torch.Tensor,
+        w_ext: torch.Tensor,
+        lay: int8.Layout,
+        starts: torch.Tensor,
     ) -> _Found:
         """Every repeat's GEMM, written block by block into one buffer, each block checked and hashed whole.
 
         The last repeat multiplies `last` (its activations and the digit rows); its digit rows land just
-        below its own output, where no later repeat writes. Nothing here waits for the device.
+        below its own output, where no later repeat writes. Each row's tag must be its activation row's
+        index, `starts[r]` + i. Nothing here waits for the device.
         """
         repeats, m, device = len(a), a[0].shape[0], last.device
         block_bytes = CHECK_BLOCK_BYTES if device.type == "cpu" else DEVICE_BLOCK_BYTES
@@ -250,7 +284,11 @@ class GemmInt8(SelftestMixin):
             outputs = torch.empty(
                 (block * m + last.shape[0] - m, lay.n_ext), dtype=torch.int32, device=device
             )
-            bad = torch.zeros(2, dtype=torch.int64, device=device)
+            bad = torch.zeros(3, dtype=torch.int64, device=device)
+            # Row i of repeat r must carry tag starts[r] + i (in the s8 × s8 route's words, less a shift).
+            shift = self._tag_shift(lay)
+            within = torch.arange(-shift, m - shift, dtype=torch.float64, device=device)
+            firsts = starts.double()
         digits_start = (repeats - 1) % block * m + m  # just below the last repeat's rows in its block
         digit_products = outputs[digits_start : digits_start + last.shape[0] - m]
         found = _Found(torch.zeros(lay.n, dtype=torch.int64, device=device), digit_products, bad)
@@ -263,12 +301,19 @@ class GemmInt8(SelftestMixin):
                     self._mm(operand, w_ext, out=outputs[start : start + operand.shape[0]])
                 ctx.fault("output", outputs[start : start + m], repeat=r, repeats=repeats, columns=lay.n)
             with ctx.phase("check"):
-                checked = int8.check_rows(outputs[: count * m], lay, coefficients)
+                expected = (firsts[first : first + count, None] + within).flatten()
+                checked = int8.check_rows(outputs[: count * m], lay, coefficients, expected)
                 found.column_sums += checked.column_sums
-                found.bad += torch.stack([checked.row.bad.sum(), checked.weighted_bad.sum()])
+                found.bad += torch.stack(
+                    [checked.row.bad.sum(), checked.weighted_bad.sum(), checked.tag_bad.sum()]
+                )
                 found.blocks.append((first, checked))
                 found.digest.tensor(outputs[: count * m])
         return found
+
+    def _tag_shift(self, lay: int8.Layout) -> int:
+        """What this route's words take off a row tag's value (the s8 × s8 route's a − 128)."""
+        return int8.signed_tag_shift(lay.tags) if self.signed else 0
 
     def _in_range(self, a: torch.Tensor) -> torch.Tensor:
         """A struck copy of activations held to [0, a_max]: where the probe restricted them to 127, a
@@ -328,17 +373,34 @@ def _probe(mm: Any, device: torch.device, signed: bool) -> str:
 
 
 def _findings(
-    blocks: list[tuple[int, int8.RowsCheck]], columns: int8.ColumnCheck, m: int, repeats: int, scheme: str
+    blocks: list[tuple[int, int8.RowsCheck]],
+    columns: int8.ColumnCheck,
+    m: int,
+    repeats: int,
+    scheme: str,
+    tag_shift: int,
 ) -> list[Mismatch]:
     """Up to MAX_RECORDED records taken in turn from each check that fired (read only in a failing case)."""
     row: list[Mismatch] = []
     weighted: list[Mismatch] = []
+    tagged: list[Mismatch] = []
     for first, rows in blocks:
         if bool(rows.bad.any()):
             found_row, found_weighted = _row_records(rows, first, m, scheme)
             row.extend(found_row[: MAX_RECORDED - len(row)])
             weighted.extend(found_weighted[: MAX_RECORDED - len(weighted)])
-    return _interleave([row, weighted, _column_records(columns, repeats)])
+            tagged.extend(_tag_records(rows, first, m, tag_shift)[: MAX_RECORDED - len(tagged)])
+    return _interleave([row, weighted, tagged, _column_records(columns, repeats)])
+
+
+def _tag_records(rows: int8.RowsCheck, first: int, m: int, tag_shift: int) -> list[Mismatch]:
+    """Rows whose tag is another row's: where the product of activation row X was found instead."""
+    found = []
+    for i in _first_true(rows.tag_bad):
+        actual, expected = (int(t[i]) + tag_shift for t in (rows.tags, rows.expected_tags))
+        where = f"row {i % m} of C (repeat {first + i // m}) holds activation row {actual}'s product"
+        found.append(Mismatch("abft_row_tag", where, str(expected), str(actual), _mask(expected, actual)))
+    return found
 
 
 def _row_records(
