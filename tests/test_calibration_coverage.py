@@ -121,9 +121,10 @@ def fresh_state(tmp_path, monkeypatch):
     monkeypatch.setattr(calibration, "SHIPPED_TABLE", "data/no-such-table.json")
 
 
-def _relerr_1e_3(shape: list[int], trials: int, **params: object) -> tuple[int, int]:
-    """(caught, changed) of relative errors of 10⁻³ in one fp32 output over `trials` cases of gemm_fp at
-    `shape`, each case also run clean first, which must pass."""
+def _relerr_1e_3(shape: list[int], trials: int, **params: object) -> tuple[int, int, int]:
+    """(caught, changed, nominated) of relative errors of 10⁻³ in one fp32 output over `trials` cases of
+    gemm_fp at `shape`, each case also run clean first, which must pass. Nominated: the statistical
+    check fired; caught: the fp64 confirmation found the element beyond correct arithmetic's bound."""
     cls = load("gemm_fp")
     defaults = cls.spec.defaults
     merged = {**defaults, "dtypes": ["float32"], "shapes": [shape], "repeats": [1],
@@ -131,7 +132,7 @@ def _relerr_1e_3(shape: list[int], trials: int, **params: object) -> tuple[int, 
     workload = cls(merged)
     ctx = Context(unit="cpu:0", device=CPU, run_seed=0, params=merged)
     workload.prepare(ctx)
-    caught = changed = 0
+    caught = changed = nominated = 0
     for t in range(trials):
         case = Case(index=t, workload="gemm_fp", seed=1000 + t, occurrence=0, params=merged)
         ctx.begin_case(None)
@@ -141,22 +142,25 @@ def _relerr_1e_3(shape: list[int], trials: int, **params: object) -> tuple[int, 
         if ctx.injected is not None and ctx.injected["value_changed"]:
             changed += 1
             caught += outcome.status == STATUS_MISMATCH
-    return caught, changed
+            nominated += bool(outcome.detail["bad_rows"] or outcome.detail["bad_columns"])
+    return caught, changed, nominated
 
 
 def test_fp32_relative_error_of_1e_3_is_caught_and_clean_cases_stay_silent(fresh_state):
     """The self-test's fp32 variant (256, 1024, 256) on fixed seeds: relerr 1e-3 at >= 99%, 0 false positives."""
-    caught, changed = _relerr_1e_3([256, 1024, 256], 100, checkers=["float32"])
+    caught, changed, _ = _relerr_1e_3([256, 1024, 256], 100, checkers=["float32"])
     assert changed >= 95 and caught >= 0.99 * changed, (caught, changed)
 
 
 def test_fp32_relative_error_of_1e_3_on_zero_mean_inputs_at_the_burnin_shape(fresh_state):
     """Issue 32's target through the workload, on N(0,1) operands (the hard case: an element small for
-    its row) at (256, 4096, 256), with gemm_fp's default checker: about 99% of relative errors of 10⁻³
-    caught, no clean case fires. Before the tiles and the second-moment threshold: 22%.
-
-    The rate is about 99%, not at least 99%: 1,189 of 1,200 trials (99.1%) over case seeds 1000-1599
-    and 50000-50599 on an AVX-512 EPYC; 200 trials gave 197 or 198 as the case permutations changed
-    (issue 42). 400 trials against 98.5% leave room for the trial set, not for a weaker check."""
-    caught, changed = _relerr_1e_3([256, 4096, 256], 400, inputs="normal")
-    assert changed == 400 and caught >= 0.985 * changed, (caught, changed)
+    its row) at (256, 4096, 256), with gemm_fp's default checker: the statistical check still nominates
+    about 99% of relative errors of 10⁻³ (22% before the tiles and the second-moment threshold), and no
+    clean case fires. Since issue 44 a nomination is confirmed only beyond the bound correct arithmetic
+    cannot exceed, γ_k·Σ|a|·|b|, which on zero-mean data at k = 4096 lies above 10⁻³ of every element
+    (scripts/bench_confirm_sensitivity.py): none is confirmed, the price of zero false positives by
+    construction. The nomination rate is about 99%: 1,189 of 1,200 trials (99.1%) over case seeds
+    1000-1599 and 50000-50599 on an AVX-512 EPYC; 400 trials against 98.5% leave room for the trial set."""
+    caught, changed, nominated = _relerr_1e_3([256, 4096, 256], 400, inputs="normal")
+    assert changed == 400 and nominated >= 0.985 * changed, (nominated, changed)
+    assert caught == 0

@@ -239,9 +239,9 @@ def test_an_emptied_history_is_refused_everywhere_and_never_recreated(tmp_path: 
     _record(db, 1, fail_unit="cpu:1")
     db.write_bytes(b"")
     for read in (status, flagged, runs, lambda p: clear(p, "cpu:1", "x")):
-        with pytest.raises(UsageError, match="is empty"):
+        with pytest.raises(UsageError, match="is an empty file"):
             read(db)
-    with pytest.raises(RunError, match=r"is empty \(0 bytes\)"):
+    with pytest.raises(RunError, match=r"is an empty file \(0 bytes\)"):
         _record(db, 2, fail_unit=None)
     assert db.stat().st_size == 0
 

@@ -300,7 +300,7 @@ def test_publish_writes_the_prom_file_without_coverage_when_the_history_fails(tm
     """An emptied history is named in the error; the Prometheus file is still written, without coverage."""
     prom, db = tmp_path / "m.prom", tmp_path / "h.sqlite3"
     db.write_bytes(b"")
-    with pytest.raises(ReportError, match=r"history .* is empty"):
+    with pytest.raises(ReportError, match=r"history .* is an empty file"):
         publish(make_report(run_id="r1"), Outputs(prom=prom, history=db))
     fams = _parse(prom.read_text())
     assert "sdcscan_unit_verdict" in fams and not _COVERAGE_FAMILIES & set(fams)

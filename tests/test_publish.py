@@ -89,7 +89,7 @@ def test_check_targets_checks_the_history_only_when_recording(tmp_path: Path) ->
     db = tmp_path / "h.sqlite3"
     db.write_bytes(b"")
     good = Outputs(report=tmp_path / "r.json", junit=tmp_path / "j.xml", prom=tmp_path / "m.prom", history=db)
-    with pytest.raises(UsageError, match=rf"history {db} is empty"):
+    with pytest.raises(UsageError, match=rf"history {db} is an empty file"):
         check_targets(good)
     check_targets(dataclasses.replace(good, record_history=False))
     db.unlink()

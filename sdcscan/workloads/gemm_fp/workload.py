@@ -30,8 +30,8 @@ from typing import Any, ClassVar
 import torch
 
 from sdcscan.calibration import measure as calibration
-from sdcscan.checks import counter_rng, vabft
-from sdcscan.checks.digest import RepeatDigest
+from sdcscan.checks import confirm, counter_rng, vabft
+from sdcscan.checks.digest import Fingerprint, RepeatDigest
 from sdcscan.errors import InputRefused
 from sdcscan.outcomes import STATUS_ERROR, STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
 from sdcscan.workloads.base import Context, check_block, register
@@ -42,6 +42,7 @@ from sdcscan.workloads.workload_spec import WorkloadSpec
 
 DTYPES = calibration.DTYPES
 MAX_RECORDED = 8  # mismatching rows recorded per case; the count is always complete
+MAX_NOMINATED = 8  # nominated repeats of a case confirmed on a CPU (a GPU confirms the first)
 POOL_SEED = 0x6E3F  # the operand pool's seed is the run seed xor this xor the dtype's slot
 # A clean product of a unit's own pool must stay under this fraction of the threshold of an e_max read
 # from a file or the cache: calibration leaves a margin of 2, and clean checksums reached 0.79 of it at
@@ -187,11 +188,18 @@ class GemmFp(SelftestMixin):
         totals, sums = read_totals([tally.totals(), digest.sums()])
         ratio, bad_rows, bad_cols, first_bad = tally.read(totals)
         found_at: list[Mismatch] = []
-        if first_bad >= 0 and tally.kept:  # counts cover every repeat; only the first failing one is located
-            out, rows, cols = tally.kept
-            found_at = self._locate(slot, (a, b, out), expect, (rows, cols), first_bad)
+        confirmed = 0
+        if first_bad >= 0 and tally.kept:  # counts cover every repeat; nominated ones are confirmed
+            # The clean pool's B: a B changed after its encoding (operand_b_encoded) is a fault too.
+            clean_b = pool.case_operands(case.seed)[1]
+            for r, out in tally.nominated or [(first_bad, tally.kept[0])]:
+                found_at, confirmed = self._confirm(slot, (a, clean_b, out), r)
+                if confirmed:
+                    break
+            if not confirmed and pool.changed():  # every element agrees with fp64 of changed operands
+                found_at, confirmed = [self._operands_changed(slot, first_bad)], 1
         return Outcome(
-            status=STATUS_MISMATCH if bad_rows or bad_cols else STATUS_OK,
+            status=STATUS_MISMATCH if confirmed else STATUS_OK,
             digest=digest.hexdigest_of(sums),
             mismatches=found_at,
             ops=2.0 * m * n * k * repeats,
@@ -206,8 +214,9 @@ class GemmFp(SelftestMixin):
                 "e_mean": found.e_mean,
                 "calibration_cache": found.cache,  # peers that disagree have it measured again
                 "e_max_ceiling": found.ceiling,
-                "bad_rows": bad_rows,
+                "bad_rows": bad_rows,  # nominated by the statistical check, every repeat
                 "bad_columns": bad_cols,
+                "confirmed": confirmed,  # elements (or lines) of the first nominated repeat proven wrong
                 "rows_checked": m * repeats,
                 "columns_checked": n * repeats,
                 "max_ratio": ratio,  # max |D|/T: headroom left by the threshold (≥ 1 means a check failed)
@@ -226,37 +235,34 @@ class GemmFp(SelftestMixin):
         torch.matmul(a, b, out=out)
         self._memo = (a.clone(), b.clone(), out.clone())
 
-    def _locate(
-        self,
-        slot: int,
-        abc: tuple[torch.Tensor, ...],
-        expect: vabft.Expected,
-        checks: tuple[vabft.CheckResult, vabft.CheckResult],
-        r: int,
-    ) -> list[Mismatch]:
-        """Two-sided localisation: pair failing rows with failing columns; recompute the named element."""
-        (a, b, out), (rows, cols) = abc, checks
-        name, chk_name = self.p["dtypes"][slot], self.p["checkers"][slot]
-        chk, check = DTYPES[chk_name], f"vabft_{chk_name}"
-        if not bool(rows.bad.any()):  # row sums agree: values moved within rows (a swap, a compensating pair)
-            found = []
-            for j in cols.failing_lines().nonzero().flatten()[:MAX_RECORDED].tolist():
-                total = out[:, j].to(chk).sum()
-                where = f"{name} C column {j} (column check; every row sum agrees) (repeat {r})"
-                found.append(Mismatch(check, where, repr(float(total - cols.d[j].sum())), repr(float(total))))
-            return found
+    def _confirm(self, slot: int, abc: tuple[torch.Tensor, ...], r: int) -> tuple[list[Mismatch], int]:
+        """A nominated repeat's product against fp64 (sdcscan.checks.confirm): (records of its wrong
+        elements, how many). The statistical check only nominates: a clean product whose rounding
+        crossed the threshold has no element beyond the bound, and passes (issue 44)."""
+        a, b, out = abc
+        name, chk = self.p["dtypes"][slot], self.p["checkers"][slot]
+        errors = confirm.product_errors(a, b, out)
+        wrong = errors.wrong
         found = []
-        for i, j in vabft.localize(rows, cols, MAX_RECORDED):
-            if j is None:
-                where = (
-                    f"{name} C row {i} (row check; no single column fails: operand changed after encoding?)"
-                )
-                expected, actual = float(expect.rows[i].sum()), float(out[i].to(chk).sum())
-            else:
-                where = f"{name} C[{i}, {j}] (row {i} and column {j} checks)"
-                expected, actual = float(a[i].to(chk) @ b[:, j].to(chk)), float(out[i, j])  # recomputed dot
-            found.append(Mismatch(check, f"{where} (repeat {r})", repr(expected), repr(actual)))
-        return found
+        for i, j in wrong.nonzero()[:MAX_RECORDED].tolist():
+            where = (
+                f"{name} C[{i}, {j}] (repeat {r}): off by {float(errors.error[i, j]):.3g}, beyond the "
+                f"{float(errors.bound[i, j]):.3g} correct arithmetic allows"
+            )
+            exact, actual = repr(float(errors.reference[i, j])), repr(float(out[i, j]))
+            found.append(Mismatch(f"vabft_{chk}", where, exact, actual))
+        return found, int(wrong.sum())
+
+    def _operands_changed(self, slot: int, r: int) -> Mismatch:
+        """The finding when every element agrees with fp64 of the operands, but the operands are no longer
+        those the checks were encoded from: the worker's pool changed in memory after `prepare`."""
+        name, chk = self.p["dtypes"][slot], self.p["checkers"][slot]
+        where = f"{name} operands (repeat {r}): changed in memory since the checks were encoded from them"
+        return Mismatch(f"vabft_{chk}", where, "", "")
+
+
+def _signature(a: torch.Tensor, b: torch.Tensor) -> str:
+    return Fingerprint().tensor(a).tensor(b).hexdigest()
 
 
 class RepeatTally:
@@ -273,6 +279,9 @@ class RepeatTally:
         # The first failing repeat's output and its row and column checks, for `_locate` (on a GPU repeat
         # 0's while none failed, on a CPU none). Later failing repeats are counted, not located.
         self.kept: tuple[torch.Tensor, vabft.CheckResult, vabft.CheckResult] | None = None
+        # On a CPU, every nominated repeat's output (up to MAX_NOMINATED, in order), each to be confirmed:
+        # a clean repeat that crossed the threshold must not hide a faulty one after it.
+        self.nominated: list[tuple[int, torch.Tensor]] = []
 
     def add(self, first: int, outs: torch.Tensor, rows: vabft.CheckResult, cols: vabft.CheckResult) -> None:
         """Fold in repeats first .. first + len(outs) - 1: their outputs (R, M, N) and checks, whose
@@ -285,8 +294,11 @@ class RepeatTally:
         at = torch.argmax(failed.to(torch.int8)).view(1)
         new = failed.any() & (self.first_bad == 0)
         self.first_bad = torch.where(new, at[0] + first + 1, self.first_bad)
-        if not self.every_block and not bool(new):
-            return  # the verdict is at hand: copy only the case's first failing output
+        if not self.every_block:  # the verdict is at hand: copy the failing outputs only
+            for r in failed.nonzero().flatten().tolist()[: MAX_NOMINATED - len(self.nominated)]:
+                self.nominated.append((first + r, outs[r].clone()))
+            if not bool(new):
+                return
         # Copies of one output per block instead of a wait: one pass over C per block of repeats.
         picked = (
             outs.index_select(0, at)[0],
@@ -333,6 +345,11 @@ class _Pool:
     a: torch.Tensor  # (M, K) on the unit's device
     b: torch.Tensor  # (K, N)
     stats: vabft.PoolStats
+    signature: str = ""  # the operands' fingerprint as the statistics were taken from them
+
+    def changed(self) -> bool:
+        """Whether the operands differ now from what the statistics were taken from (one wait)."""
+        return _signature(self.a, self.b) != self.signature
 
     @staticmethod
     def operands(ctx: Context, slot: int, p: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -349,7 +366,8 @@ class _Pool:
     ) -> _Pool:
         """The pool of operands (A, B) with their check statistics."""
         assert found.e_max is not None, "a refused threshold draws no pool"
-        return cls(a, b, vabft.pool_stats(a, b, DTYPES[checker], found.e_max, c, e_mean=found.e_mean))
+        stats = vabft.pool_stats(a, b, DTYPES[checker], found.e_max, c, e_mean=found.e_mean)
+        return cls(a, b, stats, _signature(a, b))
 
     def case_operands(
         self, seed: int
