@@ -256,11 +256,6 @@ def fit_need(d: torch.Tensor, mean: torch.Tensor, moment: torch.Tensor) -> Need:
     return need
 
 
-def needed_e_max(a: torch.Tensor, b: torch.Tensor, c_out: torch.Tensor, checker: torch.dtype) -> Need:
-    """What one clean GEMM needed of the two coefficients (`fit_need` of its `clean_terms`)."""
-    return fit_need(*clean_terms(a, b, c_out, checker))
-
-
 def calibrate_dtype(
     dtype_name: str,
     *,

@@ -1,11 +1,12 @@
-"""V-ABFT row and column checks for floating-point GEMM: checksums, variance-based thresholds, localisation.
+"""V-ABFT row and column checks for floating-point GEMM: checksums and variance-based thresholds.
 
 For `C = A @ B` with A (M, K) and B (K, N), the row identity is `Σ_j C_ij = A_i · (B · 1_N)`. In floating
 point the two sides differ by rounding; V-ABFT (Gao, Hua, Chen) bounds that difference per row with a
 threshold built from the means and variances of A's row and of B's rows, scaled by a per-platform
 `e_max` (V-ABFT §3.4-3.5, with N and "k" mapped as in the authors' artifact: docs/abft.md §3.1). The
-column check is the same identity with the roles of A and B swapped, `Σ_i C_ij = (1_Mᵀ A) · B_j`; a row
-and a column that both fail name the corrupted element (two-sided localisation, docs/abft.md §3.5).
+column check is the same identity with the roles of A and B swapped, `Σ_i C_ij = (1_Mᵀ A) · B_j`. A
+failing line only nominates its repeat: gemm_fp names a wrong element once fp64 confirms it
+(sdcscan/checks/confirm.py, issue 44), so these thresholds never convict on their own.
 
 Two departures from V-ABFT, both for sensitivity (issue 32, docs/abft.md §3.1b): each row is checked in
 tiles of `limits.TILE` (8) columns (and each column in tiles of 8 rows), so a checksum adds up 8 outputs' rounding
@@ -400,22 +401,3 @@ def rigorous_threshold(
     acc = torch.tensor([gamma(k + 2, u_acc) + gamma(n + k + 2, u_chk) for n in widths], dtype=torch.float64)
     out = torch.tensor([u_out + gamma(n, u_chk) for n in widths], dtype=torch.float64)
     return acc * scale + out * out_abs
-
-
-def localize(rows: CheckResult, cols: CheckResult, limit: int = 8) -> list[tuple[int, int | None]]:
-    """Pair failing rows with failing columns: one failing row and one failing column name an element.
-
-    Args:
-        rows: row check over M rows.  cols: column check over N columns.  limit: pairs returned at most.
-    Returns:
-        (i, j) pairs where the failures intersect unambiguously (one row, or one column); (i, None) for
-        each failing row where no column fails (an operand changed after encoding) or where several rows
-        and several columns fail and the pairing is ambiguous.
-    """
-    bad_rows = rows.failing_lines().nonzero().flatten().tolist()
-    bad_cols = cols.failing_lines().nonzero().flatten().tolist()
-    if len(bad_rows) == 1 and bad_cols:
-        return [(bad_rows[0], j) for j in bad_cols[:limit]]
-    if len(bad_cols) == 1:
-        return [(i, bad_cols[0]) for i in bad_rows[:limit]]
-    return [(i, None) for i in bad_rows[:limit]]

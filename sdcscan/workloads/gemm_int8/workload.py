@@ -5,8 +5,8 @@ is checked before anything else touches it, as in Li et al.'s DLRM int8 GEMM, by
 checks: the modular row checksum of the scheme, a position-weighted row checksum, an exact column
 check of the whole case against W·(Σ A), and each row's tag (the activation row's index, carried
 through the product: rows written at each other's addresses, issue 44). The checks are integer
-arithmetic, so a failing check is a wrong product, never rounding. Shapes are DLRM-like and include skinny ones (m = 1…64); a case cycles
-through them by occurrence.
+arithmetic, so a failing check is a wrong product, never rounding. Shapes are DLRM-like and include
+skinny ones (m = 1…64); a case cycles through them by occurrence.
 
 The repeats of a case write into one block of outputs and are checked together (a fixed handful of
 kernels per block: the row and weighted sums as one fp64 GEMM); the column check's reference is one
