@@ -107,3 +107,21 @@ def test_hand_built_reports_have_the_recorded_shape(recorded: dict[str, Any], bu
     real_unit = recorded["units"][0]
     for unit in built["units"]:
         assert set(unit) <= set(real_unit) and set(unit["cases"]) == set(real_unit["cases"])
+
+
+def test_sdcscan_report_prints_which_run_it_shows_first(tmp_path, run_cli) -> None:  # type: ignore[no-untyped-def]
+    """Issue 45: `sdcscan report` printed no header. Now its first lines name the host, profile, seed,
+    start and length, and the software, unwrapped (logs grep them), before the summary."""
+    import json
+
+    from tests.helpers.reports import make_report
+
+    report = make_report(fail_unit=None, hostname="gpu-node-17")
+    (tmp_path / "r.json").write_text(json.dumps(report))
+    done = run_cli("report", str(tmp_path / "r.json"))
+    assert done.returncode == 0, done.stderr
+    first, second = done.stderr.splitlines()[:2]
+    run = report["run"]
+    assert first.startswith("sdcscan report: host gpu-node-17, profile ") and f"seed {run['seed']}" in first
+    assert f"started {run['started_at']}" in first
+    assert second.startswith("software: sdcscan ") and "torch " in second

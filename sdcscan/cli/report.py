@@ -46,7 +46,7 @@ def report_cmd(
     from sdcscan.files import check_output_target, write_json_atomic
     from sdcscan.outcomes import printable
     from sdcscan.render.console import stderr_console
-    from sdcscan.render.run import render_summary
+    from sdcscan.render.run import render_header, render_summary
     from sdcscan.report import (
         exit_code_disagreement,
         load_report,
@@ -71,7 +71,9 @@ def report_cmd(
     disagreement = exit_code_disagreement(doc)
     if disagreement:  # before the summary: its `exit:` line stays the last line on stderr
         click.echo(f"warning: {label}: {disagreement}", err=True)
-    render_summary(doc, stderr_console())
+    console = stderr_console()
+    render_header(doc, console)
+    render_summary(doc, console)
     if as_json:
         emit_json(doc)
     sys.exit(verdict_exit_code(doc))
