@@ -109,11 +109,18 @@ def test_npd_config_maps_a_permanent_condition_to_the_wrapper() -> None:
 
 
 def test_cron_runs_the_quick_profile_and_prunes_journals() -> None:
-    """One cron line runs the quick profile as root; another deletes journals older than a week."""
+    """One cron line runs the quick profile as root after a random wait of up to an hour (issue 45: a
+    fleet started every host at the same minute); another deletes journals older than a week; the log
+    the first appends to is rotated."""
     lines = [ln for ln in (DEPLOY / "cron" / "sdcscan.cron").read_text().splitlines() if ln and ln[0] != "#"]
     jobs = [ln for ln in lines if not re.match(r"^[A-Z_]+=", ln)]
     assert len(jobs) == 2
-    assert re.match(r"^(\S+\s+){5}root\s+sdcscan run --profile quick ", jobs[0])
+    assert re.match(r'^(\S+\s+){5}root\s+sleep "\$\(shuf -i 0-3599 -n 1\)" && sdcscan run --profile quick ', jobs[0])
+    assert "%" not in jobs[0]  # cron turns % into a newline
+    log = re.search(r">>(\S+) 2>&1$", jobs[0])
+    assert log is not None
+    rotate = (DEPLOY / "cron" / "sdcscan.logrotate").read_text()
+    assert re.search(rf"^{re.escape(log.group(1))} {{$", rotate, re.M) and "copytruncate" in rotate
     assert re.match(
         r"^(\S+\s+){5}root\s+find /var/lib/sdcscan .*-name '\*\.journal\.jsonl' .*-delete$", jobs[1]
     )
