@@ -61,7 +61,11 @@ for u in ${FAKE_FLAGGED//,/ }; do flagged="$flagged${flagged:+,}{\"unit\": \"$u\
 echo "{\"flagged\": [$flagged]}"
 [ -z "$flagged" ]
 """
-FAKE_SCONTROL = '#!/bin/bash\nprintf "%s\\n" "$@" >> "$SCONTROL_LOG"\n'
+# `show node` prints FAKE_NODE_INFO (a node's state as scontrol shows it); other calls are logged.
+FAKE_SCONTROL = (
+    '#!/bin/bash\nif [ "$1" = show ]; then printf "%s\\n" "${FAKE_NODE_INFO:-}"; exit 0; fi\n'
+    'printf "%s\\n" "$@" >> "$SCONTROL_LOG"\n'
+)
 REAL_SDCSCAN = '#!/bin/sh\nexec "{python}" -m sdcscan "$@"\n'
 
 
@@ -271,6 +275,14 @@ def test_healthcheck_bounds_fit_inside_slurms_60_s() -> None:
         + (steps["SCONTROL_TIMEOUT_S"] + 1)
     )
     assert total <= WRAPPER_TIMEOUT_S - 3, f"the wrapper may run {total} s"  # 3 s for the shell itself
+    # A passing run reads no report, but may show the node and resume it.
+    passing = (
+        (steps["STATUS_TIMEOUT_S"] + 1)
+        + (run_s + kill_after)
+        + (_script_default(SLURM, "SHOW_TIMEOUT_S") + 1)
+        + (steps["SCONTROL_TIMEOUT_S"] + 1)
+    )
+    assert passing <= WRAPPER_TIMEOUT_S - 3, f"a passing run may take {passing} s"
 
 
 def test_slurm_wrapper_keeps_only_the_newest_journals(fake_env: dict[str, str], tmp_path: Path) -> None:
@@ -717,3 +729,31 @@ def test_ripple_units_verify_and_score_like_the_quick_service(tmp_path: Path) ->
         score = _systemd_analyze("security", "--offline=true", str(tmp_path / RIPPLE.name)).stdout
         match = re.search(r"Overall exposure level for sdcscan-ripple\.service: (\d+\.\d)", score)
         assert match and float(match.group(1)) <= 5.0, score
+
+
+@pytest.mark.skipif(shutil.which("hostname") is None, reason="needs hostname(1)")
+@pytest.mark.parametrize(
+    ("node_info", "flagged", "resumed"),
+    [
+        ("NodeName=n1 State=IDLE+DRAIN Reason=sdcscan: fail cpu:1 [root@2026-11-29T10:00:00]", "", True),
+        ("NodeName=n1 State=IDLE+DRAIN Reason=disk replaced [admin@2026-11-29T10:00:00]", "", False),
+        ("NodeName=n1 State=IDLE Reason=sdcscan: fail cpu:1 [root@2026-11-29T10:00:00]", "", False),
+        ("NodeName=n1 State=IDLE+DRAIN Reason=sdcscan: fail cpu:1 [root@2026-11-29T10:00:00]", "cpu:1", False),
+    ],
+    ids=["drained-by-sdcscan", "drained-by-an-admin", "not-drained", "still-flagged"],
+)
+def test_a_passing_screen_resumes_only_a_node_sdcscan_drained(
+    fake_env: dict[str, str], tmp_path: Path, node_info: str, flagged: str, resumed: bool
+) -> None:
+    """Issue 45: nodes the wrapper drained never came back when a later screen passed (NHC resumes
+    them). Now a pass with no flagged unit resumes a node whose drain reason is sdcscan's; an admin's
+    drain, a node not drained and a unit still flagged (drained again, before any run) are left."""
+    code, _, calls = _run(SLURM, fake_env, tmp_path, 0, make_report(fail_unit=None),
+                          FAKE_NODE_INFO=node_info, FAKE_FLAGGED=flagged)  # fmt: skip
+    node = socket.gethostname().split(".")[0]
+    if resumed:
+        assert code == 0 and calls == ["update", f"nodename={node}", "state=resume"]
+    elif flagged:
+        assert code == 1 and calls[:3] == ["update", f"nodename={node}", "state=drain"]
+    else:
+        assert code == 0 and calls == []

@@ -18,6 +18,8 @@
 #   exit 3 "another sdcscan run is active", exit 2 (configuration), 130/143 (interrupted),
 #   124/137 (stopped by the time bound, report marked interrupted), anything else
 #                                  -> logged, never drained on
+#   sdcscan exit 0 with no unit flagged, on a node drained by this script (its reason begins
+#   "sdcscan:") -> resumed; a node drained for any other reason is left drained
 # This script exits 1 after draining, else 0.
 #
 # Environment: SDCSCAN (command, default sdcscan), SDCSCAN_PROFILE (default healthcheck),
@@ -40,6 +42,7 @@ KILL_AFTER_S=${SDCSCAN_KILL_AFTER_S:-3}
 STATUS_TIMEOUT_S=3
 READ_TIMEOUT_S=2
 SCONTROL_TIMEOUT_S=4
+SHOW_TIMEOUT_S=2 # `scontrol show node`, on the passing path only (then no report is read)
 KEEP_JOURNALS=5 # every run leaves <report stem>.<run id>.journal.jsonl; keep the newest few
 NODE=$(hostname -s)
 LOG="${REPORT%.json}.log"
@@ -81,6 +84,17 @@ drain() {
     exit 1
 }
 
+# A passing screen returns a node this script drained to service (NHC's way); a drain of another
+# reason (an admin's, another health check's) is never touched.
+resume_if_drained_by_us() {
+    local info
+    info=$(timeout -k 1 "$SHOW_TIMEOUT_S" "$SCONTROL" show node "$NODE" 2>/dev/null) || return 0
+    if grep -qE 'State=[^ ]*DRAIN' <<<"$info" && grep -q 'Reason=sdcscan:' <<<"$info"; then
+        log "resuming $NODE: the screen passed and no unit is flagged"
+        timeout -k 1 "$SCONTROL_TIMEOUT_S" "$SCONTROL" update nodename="$NODE" state=resume
+    fi
+}
+
 # Journals of earlier runs beside the report, oldest first past the newest KEEP_JOURNALS.
 prune_journals() {
     local stem
@@ -99,7 +113,10 @@ run_screen() {
 
 act_on() {
     case $1 in
-    0) exit 0 ;;
+    0)
+        resume_if_drained_by_us
+        exit 0
+        ;;
     1)
         local failed
         failed=$(units_with fail)
