@@ -119,7 +119,9 @@ def test_cron_runs_the_quick_profile_and_prunes_journals() -> None:
     lines = [ln for ln in (DEPLOY / "cron" / "sdcscan.cron").read_text().splitlines() if ln and ln[0] != "#"]
     jobs = [ln for ln in lines if not re.match(r"^[A-Z_]+=", ln)]
     assert len(jobs) == 2
-    assert re.match(r'^(\S+\s+){5}root\s+sleep "\$\(shuf -i 0-3599 -n 1\)" && sdcscan run --profile quick ', jobs[0])
+    assert re.match(
+        r'^(\S+\s+){5}root\s+sleep "\$\(shuf -i 0-3599 -n 1\)" && sdcscan run --profile quick ', jobs[0]
+    )
     assert "%" not in jobs[0]  # cron turns % into a newline
     log = re.search(r">>(\S+) 2>&1$", jobs[0])
     assert log is not None
@@ -738,7 +740,11 @@ def test_ripple_units_verify_and_score_like_the_quick_service(tmp_path: Path) ->
         ("NodeName=n1 State=IDLE+DRAIN Reason=sdcscan: fail cpu:1 [root@2026-11-29T10:00:00]", "", True),
         ("NodeName=n1 State=IDLE+DRAIN Reason=disk replaced [admin@2026-11-29T10:00:00]", "", False),
         ("NodeName=n1 State=IDLE Reason=sdcscan: fail cpu:1 [root@2026-11-29T10:00:00]", "", False),
-        ("NodeName=n1 State=IDLE+DRAIN Reason=sdcscan: fail cpu:1 [root@2026-11-29T10:00:00]", "cpu:1", False),
+        (
+            "NodeName=n1 State=IDLE+DRAIN Reason=sdcscan: fail cpu:1 [root@2026-11-29T10:00:00]",
+            "cpu:1",
+            False,
+        ),
     ],
     ids=["drained-by-sdcscan", "drained-by-an-admin", "not-drained", "still-flagged"],
 )

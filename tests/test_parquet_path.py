@@ -519,11 +519,12 @@ def test_ingest_command_writes_and_lists_what_it_skipped(tmp_path: Path):
     assert result.exit_code == 0, result.output
     assert "Ingested 13 report(s)" in result.output  # 12 hosts and one byte-identical copy
     assert "skipped" in result.output and "not-json.json" in result.output
-    again = CliRunner().invoke(
-        cli, ["ingest", str(tmp_path / "fleet" / "reports"), "--to", str(tmp_path / "ds2"), "--json"]
-    )
-    doc = json.loads(again.stdout)
-    assert doc["reports"] == 13 and doc["rows"]["units"] == 13 * 2 and len(doc["skipped"]) == 3
+    for flag, target in (("--out", "ds2"), ("-o", "ds3")):  # -o/--out like every other output (issue 45)
+        again = CliRunner().invoke(
+            cli, ["ingest", str(tmp_path / "fleet" / "reports"), flag, str(tmp_path / target), "--json"]
+        )
+        doc = json.loads(again.stdout)
+        assert doc["reports"] == 13 and doc["rows"]["units"] == 13 * 2 and len(doc["skipped"]) == 3
 
 
 def test_ingest_refuses_bad_targets_and_inputs_before_writing(tmp_path: Path):

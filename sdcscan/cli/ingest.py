@@ -20,11 +20,13 @@ MAX_SKIPPED_SHOWN = 20  # skipped inputs listed one per line; --json lists them 
 @click.command("ingest")
 @click.argument("paths", nargs=-1, required=True)
 @click.option(
+    "-o",
+    "--out",
     "--to",
     "to_dir",
     required=True,
     type=click.Path(file_okay=False),
-    help="Dataset directory: created when missing, appended to when it is one.",
+    help="Dataset directory: created when missing, appended to when it is one (--to: the older name).",
 )
 @jobs_option
 @click.option("--json", "as_json", is_flag=True, help="Print what was written as JSON on stdout.")
@@ -45,7 +47,7 @@ def ingest_cmd(paths: tuple[str, ...], to_dir: str, jobs: int, as_json: bool) ->
 
     \b
     Example:
-        sdcscan ingest reports/2025-W23 --to fleet.parquet
+        sdcscan ingest reports/2025-W23 -o fleet.parquet
         sdcscan compare --from fleet.parquet --hosts fleet.txt
     """
     from sdcscan.fleet.ingest import ingest
