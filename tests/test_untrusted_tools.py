@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -186,6 +187,7 @@ def test_a_journalctl_that_hangs_is_killed_with_its_children_at_the_timeout(tmp_
     _assert_nothing_left(marker)
 
 
+@pytest.mark.skipif(shutil.which("setsid") is None, reason="needs setsid(1) (util-linux)")
 @pytest.mark.parametrize("then", ["sleep 300", "exit 0"], ids=["hangs", "exits"])
 def test_children_a_journalctl_moved_to_sessions_of_their_own_are_killed_too(tmp_path, marker, then) -> None:
     """Issue 43: a `setsid` child of a fake journalctl survived the group's kill. Now a child that left
