@@ -78,58 +78,42 @@ XEON_AMX_CORE = DeviceRates(
     kernel_s=1.8e-6,
     wait_s=0.0,
 )
+
+
+def _cpu_core(name: str, flops: Mapping[str, float]) -> DeviceRates:
+    """One core's matrix rates, by dtype; memory, launch cost and waits as the Xeon's (a CPU answers a
+    read at once), other work at its fp64 rate."""
+    return DeviceRates(
+        name=name,
+        bytes_per_s=XEON_AMX_CORE.bytes_per_s,
+        matrix_flops_per_s=dict(flops),
+        other_flops_per_s=flops["float64"],
+        kernel_s=XEON_AMX_CORE.kernel_s,
+        wait_s=0.0,
+    )
+
+
 # The same core with oneDNN held below AMX (`ONEDNN_MAX_CPU_ISA`), 128x4096x256 products and `_int_mm` at
 # 64x8192x1024 (best of 3, `torch.set_num_threads(1)`): AVX512_CORE (no bf16 units) bf16 36 GFLOP/s,
 # AVX512_CORE_BF16 104; fp16 1.0 in both (emulated); fp32 and fp64 as with AMX.
-XEON_AVX512_CORE = DeviceRates(
-    name="xeon-avx512-core",
-    bytes_per_s=XEON_AMX_CORE.bytes_per_s,
-    matrix_flops_per_s={"float32": 168e9, "float64": 91e9, "bfloat16": 36e9, "float16": 1.0e9, "int8": 207e9},
-    other_flops_per_s=91e9,
-    kernel_s=XEON_AMX_CORE.kernel_s,
-    wait_s=0.0,
+XEON_AVX512_CORE = _cpu_core(
+    "xeon-avx512-core", {"float32": 168e9, "float64": 91e9, "bfloat16": 36e9, "float16": 1.0e9, "int8": 207e9}
 )
-XEON_AVX512_BF16_CORE = DeviceRates(
-    name="xeon-avx512-bf16-core",
-    bytes_per_s=XEON_AMX_CORE.bytes_per_s,
-    matrix_flops_per_s={**XEON_AVX512_CORE.matrix_flops_per_s, "bfloat16": 104e9, "int8": 409e9},
-    other_flops_per_s=91e9,
-    kernel_s=XEON_AMX_CORE.kernel_s,
-    wait_s=0.0,
+XEON_AVX512_BF16_CORE = _cpu_core(
+    "xeon-avx512-bf16-core", {**XEON_AVX512_CORE.matrix_flops_per_s, "bfloat16": 104e9, "int8": 409e9}
 )
 # The same core emulating AVX2 (`ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2`), as above: bf16 0.74
 # GFLOP/s, fp16 0.90, `_int_mm` 39 GOPS; fp32 181 and fp64 96 (MKL still uses AVX-512). Not an AVX2 CPU:
-AVX2_EMULATED_CORE = DeviceRates(
-    name="xeon-avx2-emulated",
-    bytes_per_s=XEON_AMX_CORE.bytes_per_s,
-    matrix_flops_per_s={
-        "float32": 181e9,
-        "float64": 96e9,
-        "bfloat16": 0.74e9,
-        "float16": 0.90e9,
-        "int8": 39e9,
-    },
-    other_flops_per_s=96e9,
-    kernel_s=XEON_AMX_CORE.kernel_s,
-    wait_s=0.0,
+AVX2_EMULATED_CORE = _cpu_core(
+    "xeon-avx2-emulated",
+    {"float32": 181e9, "float64": 96e9, "bfloat16": 0.74e9, "float16": 0.90e9, "int8": 39e9},
 )
 # A real AVX2 CPU (2-vCPU AMD EPYC, no AVX-512, torch 2.13.0+cpu), from the case times issue 43 reports:
 # burnin's gemm_fp bf16 case (64 products of 128x4096x256, 17.2 GFLOP) about 50 s, its fp32 case (32 of
 # 512x4096x512, 68.7 GFLOP) 2.3 s, its first gemm_int8 case (1e11 ops) "at about 1 GOP/s". fp16 is taken
 # as bf16 (both emulated), fp64 as half fp32, memory as the Xeon's: assumptions, not measurements.
-EPYC_AVX2_CORE = DeviceRates(
-    name="epyc-avx2-core",
-    bytes_per_s=XEON_AMX_CORE.bytes_per_s,
-    matrix_flops_per_s={
-        "float32": 30e9,
-        "float64": 15e9,
-        "bfloat16": 0.34e9,
-        "float16": 0.34e9,
-        "int8": 1.0e9,
-    },
-    other_flops_per_s=15e9,
-    kernel_s=XEON_AMX_CORE.kernel_s,
-    wait_s=0.0,
+EPYC_AVX2_CORE = _cpu_core(
+    "epyc-avx2-core", {"float32": 30e9, "float64": 15e9, "bfloat16": 0.34e9, "float16": 0.34e9, "int8": 1.0e9}
 )
 DEVICES = {
     rates.name: rates
