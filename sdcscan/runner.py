@@ -32,7 +32,7 @@ from sdcscan.events import CaseFinished, CaseStarted, EventSink, PhaseChanged, U
 from sdcscan.journal import Journal
 from sdcscan.judgement.evidence import CaseResult
 from sdcscan.judgement.verdict import retest_plan
-from sdcscan.outcomes import STATUS_OK, CaseOutcome, OutcomeRecord
+from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, CaseOutcome, OutcomeRecord
 from sdcscan.report.document import UnitPacing
 from sdcscan.rerun_schedule import MAX_RETEST_CASES, RerunSchedule, retest_window
 from sdcscan.units import Unit, cohort_key
@@ -360,7 +360,12 @@ class Runner:
         elif msg[0] == "fatal":
             self._fail(state, msg[2], detail=msg[3])
         elif msg[0] == "refused":
-            raise InputRefused(f"{uid}: {msg[2]}")
+            if any(o["status"] == STATUS_MISMATCH for o in self.outcomes):
+                # A unit already miscomputed: voiding the run (exit 2) would hide it. This unit could
+                # not run with the input it was given, and is judged as not having run (invalid).
+                self._fail(state, f"setup refused: {msg[2]}")
+            else:  # before any finding: the run is void, a usage error (exit 2)
+                raise InputRefused(f"{uid}: {msg[2]}")
 
     def _on_ready(
         self,

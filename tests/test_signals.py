@@ -410,3 +410,50 @@ def test_signals_at_random_moments(tmp_path, trial_no):
         judged = json.loads(trial.out.read_text())["exit_code"]
         assert code in (judged, interrupts.exit_code(signals[0])), where
     trial.assert_clean_end()
+
+
+@pytest.mark.slow
+@needs_two_cpus
+def test_a_refused_input_never_voids_a_run_in_which_a_unit_already_miscomputed(tmp_path):
+    """A calibration file a unit refuses while it prepares voids the run (exit 2) only while nothing has
+    been found: once another unit's case failed, the refusing unit is judged as not having run
+    (invalid) and the run goes on, so the fail is never hidden behind a usage error."""
+    import json
+
+    from sdcscan import faults
+    from sdcscan.calibration import measure as calibrate
+    from sdcscan.calibration.table import E_MAX_FLOOR, UNIT_ROUNDOFF
+    from sdcscan.units import cpu_model
+
+    table = calibrate.load_table()
+    legal = 1.01 * E_MAX_FLOOR * UNIT_ROUNDOFF["float32"]  # accepted at load, too tight for any clean product
+    table["entries"] = [
+        {**e, "device_model": cpu_model()}
+        | ({"e_max": legal, "e_mean": legal} if e["dtype"] == "float32" else {})
+        for e in table["entries"]
+    ]
+    (tmp_path / "tight.json").write_text(json.dumps(table))
+    quick = load_profile("quick")
+    failing = quick.select(["matmul_golden"])
+    # embbag_int8's million-row tables first: seconds of set-up before gemm_fp refuses the file.
+    refusing = replace(
+        quick,
+        workloads=(
+            WorkloadEntry("embbag_int8"),
+            WorkloadEntry("gemm_fp", params={"calibration": str(tmp_path / "tight.json")}),
+        ),
+    )
+    first, second = cpu_units()[0], cpu_units()[-1]
+    configs = [
+        WorkerConfig(
+            first, failing, seed=1, threads=1, injections=(faults.parse_inject(f"{first.id}:bitflip@1.0"),)
+        ),
+        WorkerConfig(second, refusing, seed=1, threads=1),
+    ]
+    journal = Journal(tmp_path / "j.jsonl")
+    result = Runner(configs, journal, lambda event: None).run(deadline=time.time() + 20)
+    journal.close()
+    assert result.refused is None
+    refused = result.states[second.id]
+    assert refused.problem is not None and refused.problem.startswith("setup refused: gemm_fp calibration")
+    assert any(o["status"] == "mismatch" and o["unit"] == first.id for o in result.outcomes)
