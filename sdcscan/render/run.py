@@ -137,18 +137,24 @@ class Progress:
         return table
 
 
+def _fields(value: object) -> dict[str, Any]:
+    """A report section as a mapping, or empty: the header reads fields validation leaves untyped
+    (`host`, `software`), so a spoiled one shows as `None`, never a traceback."""
+    return value if isinstance(value, dict) else {}
+
+
 def render_header(report: Report, console: Console) -> None:
     """Which run a report is of, above its summary when it is read back (`sdcscan report`): host, profile,
     seed, when and how long, and the software. Shown literally (`cell`), one unwrapped line each: the
     report may come from anywhere, and logs grep these lines."""
-    run, host, software = report["run"], report.get("host") or {}, report.get("software") or {}
-    profile = run.get("profile") or {}
+    run, host, software = _fields(report["run"]), _fields(report.get("host")), _fields(report.get("software"))
+    profile = _fields(run.get("profile"))
     duration = run.get("duration_s")
     took = f"{duration:.0f} s of " if isinstance(duration, (int, float)) else ""
     lines = (
         f"sdcscan report: host {host.get('hostname')}, profile {profile.get('name')}, seed {run.get('seed')} "
         f"({run.get('seed_source')}), started {run.get('started_at')}, {took}a {run.get('budget_s')} s budget",
-        f"software: sdcscan {report['tool'].get('version')}, torch {software.get('torch')}, CUDA "
+        f"software: sdcscan {_fields(report['tool']).get('version')}, torch {software.get('torch')}, CUDA "
         f"{software.get('cuda') or 'none'}, CPU ISA {software.get('cpu_capability')}; CPU {host.get('cpu_model')}",
     )
     for line in lines:
