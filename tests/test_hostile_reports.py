@@ -138,6 +138,21 @@ def test_one_spoiled_field_never_gives_a_traceback_in_any_reader(case: tuple[str
 # The cases the issue names, one by one.
 
 
+HEADER_SECTIONS = (("software",), ("host",), ("tool",), ("run", "profile"), ("run", "duration_s"))
+
+
+@pytest.mark.parametrize("section", HEADER_SECTIONS, ids="/".join)
+def test_report_header_survives_every_spoiling_of_the_sections_it_reads(tmp_path, section):
+    """`sdcscan report`'s header reads sections validation leaves loosely typed: each one replaced by
+    every mutation (CI's fuzz drew `software: [null]`, which raised AttributeError) ends with an exit code."""
+    for mutation in MUTATIONS:
+        path = tmp_path / "r.json"
+        path.write_text(
+            mutated_text(make_report(), section, mutation), encoding="utf-8", errors="surrogatepass"
+        )
+        _no_traceback(invoke("report", str(path)), f"report with {'.'.join(section)} {mutation.name}")
+
+
 def _write(tmp_path: Path, doc: dict[str, Any] | str, name: str = "r.json") -> Path:
     path = tmp_path / name
     path.write_text(doc if isinstance(doc, str) else json.dumps(doc))
