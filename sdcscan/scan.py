@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
 
-from sdcscan import capacity, faults, interrupts, units
+from sdcscan import capacity, faults, interrupts, parts, units
 from sdcscan.background import host_pacing, priority
 from sdcscan.calibration.peers import caches_to_forget
 from sdcscan.collectives.env import BARRIER_S, RankSetup
@@ -32,7 +32,7 @@ from sdcscan.outputs import history
 from sdcscan.outputs.publish import Outputs, ReportOnlyPrinted, check_targets, history_path, publish, run_lock
 from sdcscan.plan import week_seed
 from sdcscan.profile import Profile
-from sdcscan.report.document import Distributed, Report, Run, Telemetry
+from sdcscan.report.document import Distributed, Part, Report, Run, Telemetry
 from sdcscan.runner import Runner, RunResult, end_bound_s, warm_up_workers
 from sdcscan.sentinel import window as sentinel
 from sdcscan.telemetry.sampler import GPU_INTERVAL_S, CaseClock, Sampler, telemetry_findings
@@ -372,7 +372,8 @@ def finish(
         run_doc["interrupted_by"] = result.interrupted
     if opts.rank is not None:
         run_doc["distributed"] = _rank_doc(opts.rank, result)
-    unit_docs = [_unit_facts(u, result) for u in setup.units]
+    found_parts = parts.parts_of([(u.kind, u.index, u.pci) for u in setup.units])
+    unit_docs = [_unit_facts(u, result, part) for u, part in zip(setup.units, found_parts, strict=True)]
     _forget_calibrations(caches_to_forget({u["id"]: u["cohort"] for u in unit_docs}, result.outcomes))
     report = judge_and_build(
         run=run_doc,
@@ -393,7 +394,7 @@ def finish(
     return report
 
 
-def _unit_facts(u: units.Unit, result: RunResult) -> UnitFacts:
+def _unit_facts(u: units.Unit, result: RunResult, part: Part) -> UnitFacts:
     state = result.states[u.id]
     facts: UnitFacts = {
         "id": u.id,
@@ -406,6 +407,8 @@ def _unit_facts(u: units.Unit, result: RunResult) -> UnitFacts:
     }
     if u.pci:
         facts["pci"] = u.pci
+    if part:
+        facts["part"] = part
     return facts
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from sdcscan import parts
 from sdcscan.errors import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_PASS
 from sdcscan.judgement.assemble import judge_and_build
 from tests.helpers.cli import child_env, sdcscan_cmd
@@ -92,6 +93,15 @@ def test_a_struck_unit_beside_a_hung_one_exits_1_naming_both(tmp_path: Path) -> 
     assert verdicts == {"cpu:0": "invalid", "cpu:1": "fail"}, verdicts
     assert {f.get("unit") for f in report["findings"]} >= {"cpu:0", "cpu:1"}
     assert proc.stderr.strip().splitlines()[-1] == "exit: fail"
+    # Issue 45: the failing unit's physical part is in the report, and its finding says to replace it.
+    part = {u["id"]: u.get("part") for u in report["units"]}["cpu:1"]
+    assert part == parts.cpu_part(1) and "socket" in part, part
+    failing = [
+        f for f in report["findings"] if f["unit"] == "cpu:1" and "out of service" in (f["next"] or "")
+    ]
+    assert failing and all(
+        f"the part to replace: {parts.describe('cpu', part)}" in f["next"] for f in failing
+    )
 
 
 @pytest.mark.slow

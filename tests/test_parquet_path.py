@@ -366,17 +366,19 @@ def test_a_dataset_that_repeats_sentinel_rows_is_refused(tmp_path: Path):
 
 
 def test_a_dataset_of_an_older_format_is_refused_with_what_to_do(tmp_path: Path):
-    """A version-1 dataset has no sentinel tables: compare --from and ingest refuse it (exit 2) and say
-    to ingest into a new directory, rather than silently leave its reports' kernel-log evidence out."""
+    """A dataset of an older version (1: no sentinel tables; 2: no units' `part`) is refused by compare
+    --from and ingest (exit 2), saying to ingest into a new directory, rather than silently leave its
+    reports' evidence out."""
     write_reports([sentinel_report("a", ("cpu:1",))], tmp_path / "reports")
     ingest([str(tmp_path / "reports")], tmp_path / "ds", workers=1)
     marker = json.loads((tmp_path / "ds" / MARKER).read_text())
-    assert marker["version"] == FORMAT_VERSION == 2
-    (tmp_path / "ds" / MARKER).write_text(json.dumps({**marker, "version": 1}))
-    with pytest.raises(UsageError, match="ingest the reports into a new directory"):
-        compare_from(tmp_path / "ds")
-    with pytest.raises(UsageError, match="ingest the reports into a new directory"):
-        ingest([str(tmp_path / "reports")], tmp_path / "ds", workers=1)
+    assert marker["version"] == FORMAT_VERSION == 3
+    for older in (1, 2):
+        (tmp_path / "ds" / MARKER).write_text(json.dumps({**marker, "version": older}))
+        with pytest.raises(UsageError, match="ingest the reports into a new directory"):
+            compare_from(tmp_path / "ds")
+        with pytest.raises(UsageError, match="ingest the reports into a new directory"):
+            ingest([str(tmp_path / "reports")], tmp_path / "ds", workers=1)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -544,7 +546,7 @@ def test_ingest_refuses_bad_targets_and_inputs_before_writing(tmp_path: Path):
 def test_without_the_fleet_extra_ingest_says_how_to_install_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
-    """pyarrow or duckdb missing (a broken install: both are dependencies): exit 2, one line saying how to
+    """pyarrow or duckdb missing (an install without the `fleet` extra): exit 2, one line saying how to
     install them."""
     monkeypatch.setitem(sys.modules, "duckdb", None)  # `import duckdb` now raises ImportError
     (tmp_path / "r.json").write_text("{}")
@@ -552,10 +554,10 @@ def test_without_the_fleet_extra_ingest_says_how_to_install_it(
     assert result.exit_code == 2
     assert result.stderr.strip().splitlines() == [
         "Error: comparing a fleet needs pyarrow and duckdb (duckdb is not installed): "
-        "pip install 'pyarrow>=15' 'duckdb>=1.0'"
+        "pip install 'sdcscan[fleet]'"
     ]
     assert not (tmp_path / "ds").exists()
-    with pytest.raises(UsageError, match=re.escape("pip install 'pyarrow>=15' 'duckdb>=1.0'")):
+    with pytest.raises(UsageError, match=re.escape("pip install 'sdcscan[fleet]'")):
         compare_from(tmp_path)
 
 

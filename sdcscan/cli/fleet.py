@@ -14,7 +14,13 @@ from typing import ParamSpec, TypeVar
 import click
 
 from sdcscan.cli.common import emit_json, jobs_option, reports_errors
-from sdcscan.cli.html_output import check_html_target, fleet_inputs, html_option, write_fleet_html
+from sdcscan.cli.html_output import (
+    check_html_target,
+    fleet_inputs,
+    html_option,
+    write_findings_csv,
+    write_fleet_html,
+)
 from sdcscan.errors import EXIT_INVALID, SdcscanError, UsageError
 from sdcscan.files import write_json_atomic
 from sdcscan.fleet.defaults import DEFAULT_SLOW_DROP, DEFAULT_SLOW_Z
@@ -132,6 +138,12 @@ def _now(text: str | None) -> float:
 @jobs_option
 @html_option
 @click.option(
+    "--csv",
+    "csv_path",
+    type=click.Path(dir_okay=False),
+    help="Also write every finding as CSV here (host, unit, kind, evidence, part, rerun, run).",
+)
+@click.option(
     "--now",
     "now_text",
     hidden=True,
@@ -154,6 +166,7 @@ def compare(
     spark_remote: str | None,
     jobs: int,
     html_path: str | None,
+    csv_path: str | None,
     now_text: str | None,
 ) -> None:
     """Compare reports from many hosts: name divergent, failing, slow, stale and missing units.
@@ -173,7 +186,8 @@ def compare(
 
     The JSON (--json) is written to stdout before anything is drawn on stderr; --html FILE also writes a
     self-contained page (findings, each cohort's throughput distribution, coverage by age, where failing
-    units cluster). Exit 1 when a unit is divergent, fails an invariant or is slow; with --fail-on
+    units cluster), --csv FILE every finding as CSV. Each unit finding's evidence carries the command
+    that screens that unit again on its host (`rerun`) and, where its report names it, the part (`part`). Exit 1 when a unit is divergent, fails an invariant or is slow; with --fail-on
     undecided, 3 when a host is undecided and nothing else fails; 0 otherwise; 2 when nothing is usable
     or an option is wrong; 3 on an internal error, when reading fails for want of resources, or when the
     --html page cannot be written.
@@ -203,7 +217,9 @@ def compare(
         raise UsageError("--spark-master and --spark-remote go with --engine spark")
     if spark_master and spark_remote:
         raise UsageError("give --spark-master or --spark-remote, not both")
-    check_html_target(html_path, fleet_inputs(paths, from_dir, hosts_file, golden_path))  # exit 2 before work
+    inputs = fleet_inputs(paths, from_dir, hosts_file, golden_path)
+    check_html_target(html_path, inputs)  # exit 2 before work
+    check_html_target(csv_path, [*inputs, ("--html", html_path)], option="--csv")
     stale_s = parse_age(stale)
     hosts = read_hosts(hosts_file) if hosts_file else None
     golden = index_golden(load_golden(golden_path)) if golden_path else None
@@ -232,6 +248,7 @@ def compare(
         emit_json(summary.to_dict())
         sys.stdout.flush()
     write_fleet_html(html_path, summary, paths, from_dir)
+    write_findings_csv(csv_path, summary)
     render_compare(summary)
     sys.exit(summary.exit_code)
 

@@ -33,8 +33,10 @@ html_option = click.option(
 )
 
 
-def check_html_target(path: PathLike | None, others: Iterable[tuple[str, PathLike | None]] = ()) -> None:
-    """Refuse an --html path before any work, as every output path is refused.
+def check_html_target(
+    path: PathLike | None, others: Iterable[tuple[str, PathLike | None]] = (), *, option: str = "--html"
+) -> None:
+    """Refuse an --html path (or `option`'s, compare's --csv) before any work, as every output path is refused.
 
     Args:
         path: the --html path, or None (nothing to check).
@@ -46,12 +48,12 @@ def check_html_target(path: PathLike | None, others: Iterable[tuple[str, PathLik
     """
     if path is None:
         return
-    check_file_path(path, option="--html")
+    check_file_path(path, option=option)
     alone = Outputs(record_history=False, lock=False)  # no other output: only the pair is compared
     for what, other in others:
         if other is not None:
-            check_distinct(alone, inputs=((what, other), ("--html", path)))
-    check_output_target(path, option="--html")
+            check_distinct(alone, inputs=((what, other), (option, path)))
+    check_output_target(path, option=option)
 
 
 def fleet_inputs(
@@ -95,6 +97,21 @@ def write_fleet_html(
             f" and {len(paths) - MAX_SOURCES_NAMED} more" if len(paths) > MAX_SOURCES_NAMED else ""
         )
     write_page(path, fleet_page(summary, source=source))
+    _wrote(path)
+
+
+def write_findings_csv(path: PathLike | None, summary: FleetSummary) -> None:
+    """Write every finding of `summary` as CSV to `path` (nothing when None) and say so on stderr.
+
+    Raises:
+        ReportError: the file could not be written (exit 3).
+    """
+    if path is None:
+        return
+    from sdcscan.files import write_text_atomic
+    from sdcscan.render.fleet import findings_csv
+
+    write_text_atomic(path, findings_csv(summary))
     _wrote(path)
 
 

@@ -89,18 +89,19 @@ def info(as_json: bool, threads: int, peaks: bool, profile: str) -> None:
         sdcscan info --json
         sdcscan info --peaks -p burnin
     """
-    from sdcscan import units
+    from sdcscan import parts, units
 
     found = units.discover_units()
     if peaks:
         _show(_peaks(found, threads, profile), as_json, _peaks_renderer)
         return
+    found_parts = parts.parts_of([(u.kind, u.index, u.pci) for u in found])
     data = {
         "host": units.host_inventory(),
         "software": units.software_versions(),
         "units": [
-            {**u.to_dict(), "cohort": units.cohort_key(f), "cohort_fields": f}
-            for u in found
+            {**u.to_dict(), "part": part, "cohort": units.cohort_key(f), "cohort_fields": f}
+            for u, part in zip(found, found_parts, strict=True)
             for f in [units.cohort_fields(u, threads)]
         ],
     }

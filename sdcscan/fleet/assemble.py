@@ -31,6 +31,7 @@ from sdcscan.fleet.records import (
     duplicates,
     host_report,
     unit_record,
+    with_part,
     with_units,
 )
 from sdcscan.fleet.sentinel_steps import sentinel_findings
@@ -192,7 +193,7 @@ class _Assembler:
                         "workloads": list(inv.workloads),
                         "checks": list(inv.checks),
                     }
-                    self.col.add(r, u.unit, "invariant", ev)
+                    self.col.add(r, u.unit, "invariant", with_part(ev, u))
 
     def _invalid(self) -> None:
         """Per invalid unit of an invalid run, or for the host when none is named."""
@@ -201,7 +202,7 @@ class _Assembler:
             return
         for r in self._reports_with_units("verdict = 'invalid'", extra=invalid):
             for u in r.units:
-                self.col.add(r, u.unit, "invalid", {"reason": u.reason})
+                self.col.add(r, u.unit, "invalid", with_part({"reason": u.reason}, u))
             if not r.units:
                 self.col.add(r, None, "invalid", {"reason": "the run was invalid"})
 

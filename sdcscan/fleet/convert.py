@@ -92,7 +92,7 @@ class _Columns:
                 bool(own),
                 list(own),
             )
-            _append(self.data["units"], (*head, n, digests, *_invariant_columns(u.invariant)))
+            _append(self.data["units"], (*head, n, digests, *_invariant_columns(u.invariant), u.part))
             # Speeds (fleet.perf.MEASURES) and what the checks covered (sdcscan.proof): `slow_samples`
             # keeps only the speeds.
             for measure, readings in (

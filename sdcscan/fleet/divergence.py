@@ -25,6 +25,7 @@ from sdcscan.fleet.records import (
     own_blame,
     own_run_record,
     where_of,
+    with_part,
 )
 from sdcscan.fleet.steps import (
     CASE_SIDES,
@@ -216,7 +217,7 @@ class Divergence:
         kinds = own_blame(row)
         if kinds:
             ev["own_run"] = own_run_record(self.reports[u.report], row, kinds)
-        return ev
+        return with_part(ev, row)
 
     def _whole_hosts(self, key: int, candidates: dict[int, list[CaseOutcomes]]) -> set[int]:
         """Hosts all of whose units of the group (at least 2) are divergent with the same digests."""

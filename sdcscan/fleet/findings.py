@@ -66,10 +66,17 @@ class Collector:
         key = (report.key, unit, kind)
         rank = (report.ended_at, report.run_id, tiebreak)
         prior = self._best.get(key)
+        full = {"run": report.run_id, **evidence}
+        if (
+            unit is not None and report.profile and "/" not in unit
+        ):  # what to run on that host to see it again
+            full["rerun"] = (
+                f"sdcscan run --profile {report.profile} --seed {report.plan[1]} --units {unit} --budget 15m"
+            )
         if prior is None:
-            self._best[key] = (rank, {"run": report.run_id, **evidence}, 1)
+            self._best[key] = (rank, full, 1)
         elif rank > prior[0]:
-            self._best[key] = (rank, {"run": report.run_id, **evidence}, prior[2] + 1)
+            self._best[key] = (rank, full, prior[2] + 1)
         else:
             self._best[key] = (prior[0], prior[1], prior[2] + 1)
 

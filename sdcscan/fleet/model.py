@@ -14,6 +14,7 @@ from typing import Literal, TypeGuard, TypeVar, cast
 
 from sdcscan.errors import ReportError
 from sdcscan.fleet.kernel_evidence import SentinelSection, read_section
+from sdcscan.parts import describe
 from sdcscan.report import shown, validate_report
 from sdcscan.report.document import Finding, Host, Mismatch, Unit
 from sdcscan.timefmt import parse_iso_utc
@@ -73,6 +74,9 @@ class UnitRecord:
         tuple[str, float, str], ...
     ] = ()  # (workload, checked ops as an integer, op): sdcscan.proof
     detection: tuple[tuple[str, float, str], ...] = ()  # (workload, d, evidence) where the report gives one
+    part: str | None = (
+        None  # the physical part in words (`sdcscan.parts.describe`), where the report names it
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +201,7 @@ class Extractor:
             efficiency=self._efficiency(unit),
             checked=self._checked(unit, "checked_ops", "op"),
             detection=self._checked(unit, "detection", "evidence"),
+            part=describe(unit["kind"], unit.get("part") or {}) or None,
         )
 
     def _cpu_model(self, value: object) -> str | None:

@@ -3,7 +3,7 @@ and the (plan, cohort) of a comparison group. Findings and coverage read these, 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import NamedTuple
 
@@ -38,6 +38,7 @@ class UnitRow(NamedTuple):
     invariant_first_case: int | None
     invariant_workloads: list[str] | None
     invariant_checks: list[str] | None
+    part: str | None
 
 
 UNIT_COLUMNS = ", ".join(UnitRow._fields)
@@ -88,6 +89,11 @@ def with_units(r: HostReport, units: Sequence[UnitRecord]) -> HostReport:
     return replace(r, units=tuple(units))
 
 
+def with_part(evidence: Mapping[str, object], unit: UnitRow | UnitRecord) -> dict[str, object]:
+    """A unit finding's evidence with the physical part to replace, where its report named it."""
+    return {**evidence, "part": unit.part} if unit.part else dict(evidence)
+
+
 def bare_unit(unit: str, cohort: str) -> UnitRecord:
     """A unit record with nothing but its id and cohort."""
     return UnitRecord(unit, cohort, "pass", None, (), (), (), (), None)
@@ -105,7 +111,9 @@ def unit_record(row: UnitRow) -> UnitRecord:
             tuple(row.invariant_checks or ()),
         )
     )
-    return UnitRecord(row.unit, row.cohort, row.verdict, row.reason, (), (), (), (), invariant, row.retest)
+    return UnitRecord(
+        row.unit, row.cohort, row.verdict, row.reason, (), (), (), (), invariant, row.retest, part=row.part
+    )
 
 
 def own_blame(row: UnitRow) -> tuple[str, ...]:

@@ -20,9 +20,10 @@ from typing import Any
 from sdcscan.errors import UsageError
 
 FORMAT = "sdcscan-fleet-parquet"
-FORMAT_VERSION = 2  # 2: the sentinel tables (a version-1 dataset lacks its reports' kernel-log evidence)
+# 2: the sentinel tables (a version-1 dataset lacks its reports' kernel-log evidence); 3: units' `part`.
+FORMAT_VERSION = 3
 MARKER = "sdcscan-fleet.json"
-INSTALL_HINT = "pip install 'pyarrow>=15' 'duckdb>=1.0'"  # dependencies of sdcscan: a broken install
+INSTALL_HINT = "pip install 'sdcscan[fleet]'"  # the extra that brings them (a screened host needs neither)
 # Written in this order at commit: a `reports` row is what makes a report's other rows count.
 CHECKED_SPLIT = 2**32  # a unit's checked ops = high * CHECKED_SPLIT + low (`convert.checked_measures`)
 TABLES = ("cases", "units", "throughput", "calibrations", "sentinel_sections", "sentinel_outliers", "reports")
@@ -67,6 +68,7 @@ SCHEMA: dict[str, tuple[tuple[str, str], ...]] = {
         ("invariant_first_case", "int64"),
         ("invariant_workloads", "list<string>"),
         ("invariant_checks", "list<string>"),
+        ("part", "string"),  # the physical part in words (socket and core; serial and UUID), or null
     ),
     "cases": (
         ("report", "int64"),

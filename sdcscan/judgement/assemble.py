@@ -21,6 +21,7 @@ from sdcscan.judgement.verdict import Dispute as CohortDispute
 from sdcscan.judgement.verdict import Judgement, judge
 from sdcscan.judgement.wording import finding, findings, reason
 from sdcscan.outcomes import STATUS_ERROR, STATUS_MISMATCH, STATUS_OK, CaseOutcome
+from sdcscan.parts import describe
 from sdcscan.report.document import (
     SCHEMA_VERSION,
     Calibration,
@@ -30,6 +31,7 @@ from sdcscan.report.document import (
     Finding,
     Host,
     Mismatch,
+    Part,
     Report,
     Run,
     StatusWord,
@@ -56,6 +58,7 @@ class UnitFacts(TypedDict):
     model: str
     cohort: str
     pci: NotRequired[str]  # a GPU's PCI bus id: how the kernel log names it
+    part: NotRequired[Part]  # the physical part: socket and core, or serial and UUID (`sdcscan.parts`)
     notes: NotRequired[list[str]]
     peaks: NotRequired[dict[str, object]]  # workload -> its plain-op peak (peaks.rates.workload_peak)
     pacing: NotRequired[UnitPacing | None]
@@ -203,7 +206,10 @@ def build_report(
         "disputes": [_dispute_doc(d) for d in judgement.disputes],
         "errors": _errors(outcomes),
         "telemetry": {},
-        "findings": findings(judgement, run) + notes,
+        "findings": findings(
+            judgement, run, {u["id"]: describe(u["kind"], u.get("part") or {}) for u in units}
+        )
+        + notes,
     }
 
 
@@ -275,6 +281,10 @@ def _unit_doc(u: UnitFacts, cases: list[Outcome], judgement: Judgement) -> Unit:
     pacing = u.get("pacing")
     if pacing:  # background mode only
         doc["pacing"] = pacing
+    if u.get("pci"):
+        doc["pci"] = u["pci"]
+    if u.get("part"):
+        doc["part"] = u["part"]
     return doc
 
 

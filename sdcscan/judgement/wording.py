@@ -6,7 +6,7 @@ module is the one place that turns those records into English. Pure and torch-fr
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from sdcscan.judgement.evidence import (
     BLAME_ATTRIBUTED,
@@ -50,13 +50,15 @@ def reason(record: Blame | Problem | None) -> str | None:
     }[record.kind]
 
 
-def findings(judgement: Judgement, run: Run) -> list[Finding]:
+def findings(judgement: Judgement, run: Run, parts: Mapping[str, str] | None = None) -> list[Finding]:
     """The judgement's findings, in the order the evidence was found.
 
     Args:
         run: the report's `run` object; its profile and seed make the replay commands.
+        parts: unit -> its physical part in words (`sdcscan.parts.describe`): what a failing unit's
+            finding says to replace.
     """
-    return [_finding(n, run) for n in judgement.notices]
+    return [_finding(n, run, parts or {}) for n in judgement.notices]
 
 
 def replay_args(run: Run) -> str:
@@ -64,12 +66,12 @@ def replay_args(run: Run) -> str:
     return f"--profile {run.get('profile', {}).get('name', 'PROFILE')} --seed {run.get('seed')}"
 
 
-def _finding(notice: Notice, run: Run) -> Finding:
+def _finding(notice: Notice, run: Run, parts: Mapping[str, str]) -> Finding:
     replay = replay_args(run)
     if notice is None:
         return finding("invalid", None, "No unit was selected, so nothing was judged.")
     if isinstance(notice, Blame):
-        return _blame_finding(notice, run)
+        return _blame_finding(notice, run, parts.get(notice.unit) or "")
     if isinstance(notice, Problem):
         unit = notice.unit
         next_step = f"check the journal and system log for {unit}; re-run with --units {unit}"
@@ -98,9 +100,13 @@ def _finding(notice: Notice, run: Run) -> Finding:
     return _golden_gap(notice, run)
 
 
-def _blame_finding(b: Blame, run: Run) -> Finding:
+def _blame_finding(b: Blame, run: Run, part: str) -> Finding:
     unit, where = b.unit, f"case {b.index} ({b.workload})"
-    next_fail = f"sdcscan run {replay_args(run)} --units {unit} --budget 15m (reproduce; then take {unit} out of service)"
+    replace = f"; the part to replace: {part}" if part else ""
+    next_fail = (
+        f"sdcscan run {replay_args(run)} --units {unit} --budget 15m "
+        f"(reproduce; then take {unit} out of service{replace})"
+    )
     if b.kind == BLAME_INVARIANT:
         message = f"{unit} computed wrong results: {b.workload} check failed in {b.cases} case(s), first at case {b.index}."
         return finding("invariant", unit, message, next_fail)
@@ -121,7 +127,7 @@ def _blame_finding(b: Blame, run: Run) -> Finding:
             f"{unit} disagrees with the golden on {b.cases} of {b.out_of} case(s), first {where}: "
             "silent data corruption suspected",
             f"retest it: sdcscan run --profile {profile} --seed {run.get('seed')} --units {unit} "
-            f"--workloads {b.workload} --golden GOLDEN; if it fails again, take {unit} out of service",
+            f"--workloads {b.workload} --golden GOLDEN; if it fails again, take {unit} out of service{replace}",
         )
     raise ValueError(f"blame of kind {b.kind!r} makes no finding of its own")
 

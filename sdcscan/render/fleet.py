@@ -35,7 +35,13 @@ STYLE = {
 
 
 def describe(f: FleetFinding) -> str:
-    """One sentence of evidence for a finding."""
+    """One sentence of evidence for a finding, ending with the physical part where the report named it."""
+    part = f.evidence.get("part")
+    text = _evidence(f)
+    return f"{text}; the part: {part}" if part else text
+
+
+def _evidence(f: FleetFinding) -> str:
     e = f.evidence
     if f.kind == "divergent":
         return _divergent(e)
@@ -264,3 +270,22 @@ def render_golden_record(
             cell(f"  refused case {r['index']} ({r['workload']}) of cohort {r['cohort']}: {r['reason']}")
         )
     _render_skipped(tuple(skipped), out)
+
+
+CSV_COLUMNS = ("host", "unit", "kind", "evidence", "part", "rerun", "run")
+
+
+def findings_csv(summary: FleetSummary) -> str:
+    """Every finding as a CSV row (`compare --csv`): for a spreadsheet or a ticket system to sort and
+    filter; the evidence in the words of compare's table."""
+    import csv
+    import io
+
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for f in summary.findings:
+        e = f.evidence
+        writer.writerow([f.host, f.unit or "", f.kind, _evidence(f), e.get("part") or "", e.get("rerun") or "",
+                         e.get("run") or ""])  # fmt: skip
+    return out.getvalue()

@@ -343,6 +343,21 @@ class Cases(TypedDict):
     seconds: list[Seconds]
 
 
+class Part(TypedDict, total=False):
+    """The physical part behind a unit, for its replacement: each field where the host could read it."""
+
+    socket: Annotated[NonNegative, Doc("A CPU's package (physical_package_id).")]
+    core: Annotated[NonNegative, Doc("A CPU's physical core within its package (core_id).")]
+    smt_siblings: Annotated[list[NonNegative], Doc("The logical CPUs sharing that physical core.")]
+    microcode: Annotated[str, Doc("The CPU's microcode revision, as the kernel gives it (0x2b000590).")]
+    ppin: Annotated[str, Doc("The package's Protected Processor Inventory Number (root only).")]
+    uuid: Annotated[str, Doc("A GPU's UUID (NVML).")]
+    serial: Annotated[str, Doc("A GPU's board serial number (NVML).")]
+    vbios: Annotated[str, Doc("A GPU's VBIOS version (NVML).")]
+    board_part: Annotated[str, Doc("A GPU's board part number (NVML).")]
+    pci: Annotated[str, Doc("A GPU's PCI bus id.")]
+
+
 class Unit(TypedDict):
     """One CPU core or GPU: its verdict, why, and every case it ran."""
 
@@ -360,6 +375,7 @@ class Unit(TypedDict):
     mismatches: NonNegative
     cases: Cases
     model: NotRequired[Annotated[str, WRITTEN]]
+    part: NotRequired[Annotated[Part, Doc("The physical part to replace when the unit fails.")]]
     throughput: NotRequired[Annotated[dict[str, Throughput], WRITTEN]]
     checked: NotRequired[
         Annotated[

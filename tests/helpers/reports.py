@@ -194,6 +194,8 @@ def make_report(
             units.append(_two_unit(uid, "invalid", "worker died (signal 9)", 0, bad=set()))
         else:
             units.append(_two_unit(uid, "pass", None, 8, bad=set(), checked=checked))
+        core = int(uid.split(":")[1])  # the physical part (issue 45), as `sdcscan.parts.cpu_part` reads it
+        units[-1]["part"] = {"socket": 0, "core": core, "smt_siblings": [core], "microcode": "0x2b000590"}
     mismatches = [
         {"unit": fail_unit, "index": i, "workload": "matmul_golden", "check": "golden_fp32",
          "where": f"[{j}, 7]", "expected": "0x41200000", "actual": "0x41200400", "mask": "0x00000400"}

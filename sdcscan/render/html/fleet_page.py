@@ -29,13 +29,16 @@ KIND_LEGEND = [("k-divergent", "divergent"), ("k-invariant", "invariant"), ("k-s
 def fleet_page(summary: FleetSummary, *, source: str) -> str:
     """The whole HTML page of a comparison; `source` says what was compared (shown in the footer)."""
     ov = summary.overview
-    # The pictures first: at a glance, what kind of trouble, where; the rows to act on below them.
-    body = [section("Findings", _kind_counts(summary), note=_findings_note(summary), anchor="findings")]
+    # The findings lead: what kind of trouble, then each row to act on; the pictures of where below.
+    body = [
+        section("Findings", _kind_counts(summary), note=_findings_note(summary), anchor="findings"),
+        _finding_rows(summary),
+    ]
     if ov is None:
         body.append(section("Pictures", '<p class="note">Computed only by compare --html.</p>'))
     else:
         body += [_distributions(ov), _ages(ov, summary), _clusters(ov)]
-    body += [_finding_rows(summary), _groups(summary), _skipped(summary)]
+    body += [_groups(summary), _skipped(summary)]
     return document("sdcscan compare", _header(summary), body, source)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+from sdcscan.parts import describe
 from sdcscan.render.html.page import badge, document, facts, section, table
 from sdcscan.render.html.run_evidence import (
     errors_section,
@@ -125,6 +126,7 @@ def _units_table(units: list[Unit]) -> str:
             [
                 esc(u["id"]),
                 esc(u.get("model") or "-"),
+                esc(describe(u["kind"], u.get("part") or {}) or "-"),
                 badge(u["verdict"], "v"),
                 esc(u["cases_run"]),
                 esc(u["mismatches"]),
@@ -137,6 +139,7 @@ def _units_table(units: list[Unit]) -> str:
     headers = [
         "unit",
         "model",
+        "part",
         "verdict",
         "cases",
         "mismatches",
@@ -145,7 +148,7 @@ def _units_table(units: list[Unit]) -> str:
         "efficiency",
         "reason",
     ]
-    return table(headers, rows, numeric=(3, 4, 5))
+    return table(headers, rows, numeric=(4, 5, 6))
 
 
 def _findings(report: Report) -> str:
