@@ -14,14 +14,16 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import yaml
 
+from sdcscan.outputs.history import record_run
 from sdcscan.profile import load_profile
+from sdcscan.report.document import Report
 from sdcscan.rerun_schedule import retest_window
-from sdcscan.runner import STOP_S, end_bound_s
+from sdcscan.runner import STOP_S, end_bound_s, starvation_note
 from sdcscan.watchdog import OVERRUN_S
 from tests.helpers.reports import make_report
 
@@ -172,6 +174,23 @@ def _invalid_report() -> dict[str, Any]:
     return make_report(fail_unit=None, invalid_unit="cpu:0")
 
 
+def _busy(report: dict[str, Any], unit: str) -> dict[str, Any]:
+    """`unit` of `report` stopped on a starved host, as the runner words it (`runner.starvation_note`)."""
+    reason = "worker did not start within 61 s" + starvation_note(55.0, 61.0)
+    assert "host busy" in reason
+    for u in report["units"]:
+        if u["id"] == unit:
+            u["reason"] = reason
+    return report
+
+
+def _busy_and_dead() -> dict[str, Any]:
+    """cpu:0 starved, cpu:1 died: invalid for a reason the host's load does not explain."""
+    report = _busy(make_report(fail_unit=None, invalid_unit="cpu:0"), "cpu:0")
+    report["units"][1].update(verdict="invalid", reason="worker died (signal 9)")
+    return report
+
+
 def _assert_drained(calls: list[str], reason: str | None) -> None:
     """scontrol was called once to drain this node with `reason`, or never when `reason` is None."""
     if reason is None:
@@ -189,6 +208,8 @@ def _assert_drained(calls: list[str], reason: str | None) -> None:
         (0, make_report(fail_unit=None), {}, 0, None),
         (1, make_report(fail_unit="cpu:1"), {}, 1, "sdcscan: fail cpu:1"),
         (3, _invalid_report(), {}, 1, "sdcscan: invalid cpu:0"),
+        (3, _busy(_invalid_report(), "cpu:0"), {}, 0, None),
+        (3, _busy_and_dead(), {}, 1, "sdcscan: invalid cpu:0,cpu:1"),
         (3, None, {"FAKE_STDERR": "Error: another sdcscan run is active (pid 7)"}, 0, None),
         (2, None, {}, 0, None),
         (130, None, {}, 0, None),
@@ -198,14 +219,15 @@ def _assert_drained(calls: list[str], reason: str | None) -> None:
         (0, make_report(fail_unit=None), {"FAKE_FLAGGED": "cpu:1"}, 1, "sdcscan: flagged cpu:1"),
         (2, None, {"FAKE_FLAGGED": "cpu:1"}, 1, "sdcscan: flagged cpu:1"),
     ],
-    ids=["pass", "fail", "invalid", "locked", "usage", "sigint", "sigterm", "timed-out", "killed", "sticky",
+    ids=["pass", "fail", "invalid", "busy", "busy-and-dead", "locked", "usage", "sigint", "sigterm", "timed-out", "killed", "sticky",
          "sticky-before-usage-error"],
 )  # fmt: skip
 def test_slurm_wrapper_drains_on_fail_and_invalid(
     fake_env: dict[str, str], tmp_path: Path, rc: int, report: Any, extra: dict[str, str], want_rc: int,
     reason: str | None,
 ) -> None:  # fmt: skip
-    """Exit 1 or 3 (or a sticky flag) drains the node with a reason naming the unit; others never drain."""
+    """Exit 1 or 3 (or a sticky flag) drains the node with a reason naming the unit; others never drain, nor
+    does an invalid run whose only trouble is a host too busy to screen (issue 45)."""
     code, _, calls = _run(SLURM, fake_env, tmp_path, rc, report, **extra)
     assert code == want_rc
     _assert_drained(calls, reason)
@@ -302,6 +324,28 @@ def test_slurm_wrapper_keeps_only_the_newest_journals(fake_env: dict[str, str], 
     assert other.exists()
 
 
+@pytest.mark.skipif(shutil.which("hostname") is None, reason="needs hostname(1)")
+def test_on_a_gpu_node_the_healthcheck_screens_the_cpus_and_the_batch_job_everything(
+    fake_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Issue 45: a GPU unit's start-up (37-46 s) outlasts the healthcheck profile, so on a node with a GPU
+    the health check runs `--units cpu`; the screen job (quick) runs every unit; SDCSCAN_UNITS wins."""
+    gpu = tmp_path / "nvidia0"
+    gpu.touch()
+    env = {**fake_env, "SDCSCAN_GPU_DEVICE": str(gpu)}
+    argv_log = Path(fake_env["FAKE_ARGV_LOG"])
+    runs = [({}, "--units cpu "), ({"SDCSCAN_UNITS": "all"}, "--units all "),
+            ({"SDCSCAN_GPU_DEVICE": str(tmp_path / "none")}, None)]  # fmt: skip
+    for extra, want in runs:
+        argv_log.unlink(missing_ok=True)
+        assert _run(SLURM, {**env, **extra}, tmp_path, 0, make_report(fail_unit=None))[0] == 0
+        argv = argv_log.read_text()
+        assert (want in argv) if want else "--units" not in argv, argv
+    argv_log.unlink()
+    _run(SCREEN, {**env, "SDCSCAN_HEALTHCHECK": str(SLURM)}, tmp_path, 0, make_report(fail_unit=None))
+    assert "--profile quick " in argv_log.read_text() and "--units" not in argv_log.read_text()
+
+
 @pytest.mark.parametrize(
     ("extra", "want_profile", "want_budget", "want_timeout"),
     [
@@ -369,26 +413,67 @@ def test_healthcheck_wrapper_with_the_real_sdcscan_ends_inside_60_s(
 # --- node-problem-detector ---------------------------------------------------------------------
 
 
+def _npd(tmp_path: Path, *reports: dict[str, Any], history: Path | None = None) -> tuple[int, str]:
+    """The NPD plugin with the real `sdcscan status` over a history holding `reports`, oldest first."""
+    bin_dir = tmp_path / "real-bin"
+    bin_dir.mkdir(exist_ok=True)
+    _write_executable(bin_dir / "sdcscan", REAL_SDCSCAN.format(python=sys.executable))
+    history = history or tmp_path / "state" / "history.sqlite3"
+    for report in reports:
+        history.parent.mkdir(parents=True, exist_ok=True)
+        record_run(history, cast(Report, report), None)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SDCSCAN_PYTHON": sys.executable,
+           "SDCSCAN_STATE_DIR": str(tmp_path / "state"), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}  # fmt: skip
+    proc = subprocess.run(
+        ["bash", str(NPD)], env=env, capture_output=True, text=True, timeout=WRAPPER_TIMEOUT_S
+    )
+    assert len(proc.stdout.splitlines()) == 1, proc.stdout  # NPD shows the first line: it is the message
+    return proc.returncode, proc.stdout.strip()
+
+
+def _at(hours_ago: float, **kwargs: Any) -> dict[str, Any]:
+    """A report of a run that ended `hours_ago` hours ago."""
+    ended = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - hours_ago * 3600))
+    return make_report(run_id=f"r-{hours_ago}-{kwargs.get('fail_unit')}-{kwargs.get('invalid_unit')}",
+                       ended_at=ended, **kwargs)  # fmt: skip
+
+
 @pytest.mark.parametrize(
-    ("rc", "report", "extra", "want_rc", "message"),
+    ("reports", "want_rc", "message"),
     [
-        (0, make_report(fail_unit=None), {}, 0, "no silent data corruption"),
-        (1, make_report(fail_unit="cpu:1"), {}, 1, "suspected on cpu:1"),
-        (0, make_report(fail_unit=None), {"FAKE_FLAGGED": "cpu:1"}, 1, "cpu:1 failed earlier"),
-        (3, _invalid_report(), {}, 2, "could not judge cpu:0"),
-        (2, None, {}, 2, "exited 2"),
-        (130, None, {}, 2, "exited 130"),
+        ([], 2, "no screen recorded on this node yet"),
+        ([_at(1, fail_unit=None)], 0, "no silent data corruption found (screen of "),
+        ([_at(2, fail_unit="cpu:1")], 1, "silent data corruption found on cpu:1; flagged until cleared"),
+        ([_at(3, fail_unit="cpu:1"), _at(1, fail_unit=None)], 1, "found on cpu:1"),  # sticky
+        ([_at(1, fail_unit=None, invalid_unit="cpu:0")], 0, "could not judge cpu:0: see sdcscan history"),
+        ([_busy(_at(1, fail_unit=None, invalid_unit="cpu:0"), "cpu:0")], 0,
+         "could not judge cpu:0: the host was too busy to screen them (not a hardware verdict"),
+        ([_at(30, fail_unit=None)], 2, "the last screen ended 30 h ago (limit 26 h): is the screen running?"),
     ],
-    ids=["ok", "fail", "sticky", "invalid", "usage", "interrupted"],
-)
-def test_npd_wrapper_maps_exit_codes(
-    fake_env: dict[str, str], tmp_path: Path, rc: int, report: Any, extra: dict[str, str], want_rc: int,
-    message: str,
-) -> None:  # fmt: skip
-    """sdcscan 0 -> OK(0), 1 or a sticky flag -> NonOK(1), anything else -> Unknown(2); one message line."""
-    code, out, _ = _run(NPD, fake_env, tmp_path, rc, report, **extra)
-    assert code == want_rc
-    assert message in out.splitlines()[0]
+    ids=["never-screened", "pass", "fail", "sticky", "invalid", "busy", "stale"],
+)  # fmt: skip
+def test_npd_plugin_reads_the_last_verdict_from_the_history(
+    tmp_path: Path, reports: list[dict[str, Any]], want_rc: int, message: str
+) -> None:
+    """Issue 45: the plugin runs no screen inside NPD's pod; it reads `sdcscan status --json`. A flag is
+    NonOK (1); a pass, an interrupted or an invalid run is OK (0) saying which (a busy host is not the
+    node's fault: no NonOK); no run, a stale one or an unreadable history is Unknown (2)."""
+    code, out = _npd(tmp_path, *reports)
+    assert code == want_rc and message in out, (code, out)
+
+
+def test_npd_plugin_says_unknown_when_the_history_cannot_be_read(tmp_path: Path) -> None:
+    history = tmp_path / "state" / "history.sqlite3"
+    history.mkdir(parents=True)  # a directory where the database belongs
+    code, out = _npd(tmp_path, history=history)
+    assert code == 2 and "cannot read the screening history" in out, out
+
+
+def test_npd_plugin_config_polls_quickly_and_never_runs_a_screen() -> None:
+    """Reading the status takes a second: the rule's timeout is short, and the script starts no run."""
+    config = json.loads((DEPLOY / "npd" / "sdcscan-plugin.json").read_text())
+    assert config["rules"][0]["timeout"] == config["pluginConfig"]["timeout"] == "30s"
+    assert not re.search(r'"\$SDCSCAN" run\b', NPD.read_text())
 
 
 # --- Issue 33: a wrapper's own failure is never "fail" ------------------------------------------
@@ -423,16 +508,6 @@ def test_slurm_does_not_screen_or_drain_when_its_log_cannot_be_written(
     code, _, calls = _run(SLURM, fake_env, tmp_path, 0, make_report(fail_unit=None))
     assert code == 0 and calls == []
     assert not Path(fake_env["FAKE_ARGV_LOG"]).exists()  # sdcscan was not started
-
-
-def test_npd_reports_its_own_failures_as_unknown(fake_env: dict[str, str], tmp_path: Path) -> None:
-    code, out, _ = _run(NPD, fake_env, tmp_path, 1, None)
-    assert code == 2 and "names a failing unit" in out and "silent data corruption" not in out
-    code, out, _ = _run(NPD, fake_env, tmp_path, 1, None, FAKE_STDERR=TABLE_LINE)
-    assert code == 1 and out.splitlines()[0] == "sdcscan: silent data corruption suspected on cpu:3"
-    _unwritable_log(fake_env, "last-run.log")
-    code, out, _ = _run(NPD, fake_env, tmp_path, 1, make_report(fail_unit="cpu:1"))
-    assert code == 2 and "cannot write" in out
 
 
 # --- Kubernetes --------------------------------------------------------------------------------
@@ -520,6 +595,50 @@ def test_daemonset_runs_with_least_privilege() -> None:
     assert init_ctx["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN", "FOWNER"]}
     assert init_ctx["allowPrivilegeEscalation"] is False and init_ctx["readOnlyRootFilesystem"] is True
     assert {m["mountPath"] for m in init["volumeMounts"]} == written
+
+
+def _gpu_daemonset() -> dict[str, Any]:
+    (ds,) = yaml.safe_load_all((DEPLOY / "kubernetes" / "sdcscan-daemonset-gpu.yaml").read_text())
+    return cast(dict[str, Any], ds)
+
+
+def test_gpu_nodes_get_a_daemonset_that_holds_every_gpu_in_a_cuda_image() -> None:
+    """Issue 45: the CPU DaemonSet's pods saw no GPU. The GPU one runs on GPU nodes only (and the CPU one
+    stays off them: two runs would meet at the host's run lock), requests as many GPUs as its node
+    selector's count, runs the CUDA image with NVML, and screens every unit with the quick profile (a
+    GPU unit's start-up outlasts healthcheck's budget)."""
+    gpu, cpu = _gpu_daemonset(), _daemonset()
+    pod, main = gpu["spec"]["template"]["spec"], gpu["spec"]["template"]["spec"]["containers"][0]
+    count = gpu["metadata"]["annotations"]["sdcscan/gpus-per-node"]
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.count": count}
+    assert (
+        main["resources"]["requests"]["nvidia.com/gpu"]
+        == main["resources"]["limits"]["nvidia.com/gpu"]
+        == int(count)
+    )
+    (term,) = cpu["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]  # fmt: skip
+    assert term["matchExpressions"] == [
+        {"key": "nvidia.com/gpu.present", "operator": "NotIn", "values": ["true"]}
+    ]
+    assert " ".join(main["args"]).startswith("--profile quick ") and "--units" not in main["args"]
+    assert load_profile("quick").budget_s >= 60 > 46  # the slowest GPU start-up measured (README)
+    images = {c["image"] for c in [*pod["containers"], *pod["initContainers"]]}
+    assert images == {"sdcscan-gpu:0.1.0"}
+    assert (
+        "-f deploy/kubernetes/Dockerfile.gpu ."
+        in (DEPLOY / "kubernetes" / "sdcscan-daemonset-gpu.yaml").read_text()
+    )
+    dockerfile = (DEPLOY / "kubernetes" / "Dockerfile.gpu").read_text()
+    assert "'/src[gpu]'" in dockerfile and "--index-url" not in dockerfile  # PyPI's CUDA build, and NVML
+    assert "NVIDIA_DRIVER_CAPABILITIES=compute,utility" in dockerfile
+    # Everything else (least privilege, signals, grace, memory, volumes) is the CPU DaemonSet's.
+    same = ("securityContext", "terminationGracePeriodSeconds", "volumes", "automountServiceAccountToken")
+    for key in same:
+        assert pod[key] == cpu["spec"]["template"]["spec"][key], key
+    cpu_main = cpu["spec"]["template"]["spec"]["containers"][0]
+    for key in ("command", "securityContext", "volumeMounts", "args"):
+        assert main[key] == cpu_main[key], key
 
 
 @pytest.fixture

@@ -1,92 +1,88 @@
 #!/bin/bash
-# node-problem-detector custom plugin: run sdcscan and map its exit code to NPD's convention.
+# node-problem-detector custom plugin: the node's last sdcscan verdict, read from its history with
+# `sdcscan status --json`. It runs no screen: a screen inside NPD's small pod would be throttled or
+# OOM-killed, and would hold NPD for minutes. The screen runs beside it (the DaemonSet, cron or the
+# systemd timer), recording into the same history.
 #
-#   sdcscan exit 0 and no unit flagged        -> 0 OK
-#   sdcscan exit 1 (SDC suspected) naming a unit,
-#   or a unit still flagged from an earlier
-#   failure                                   -> 1 NonOK  (condition SilentDataCorruption=True)
-#   exit 1 that names no unit, or the log
-#   cannot be written (a full state disk)     -> 2 Unknown, saying so
-#   anything else: 2 usage, 3 invalid, 130/143
-#   interrupted, another run active           -> 2 Unknown
+#   a unit flagged by a failure (sticky until `sdcscan clear UNIT --reason TEXT`)
+#                                             -> 1 NonOK  (condition SilentDataCorruption=True)
+#   the last run passed, or was interrupted or
+#   invalid with nothing flagged              -> 0 OK, its message saying which; an invalid run
+#                                                names the units it could not judge and why (a
+#                                                busy host: retry later, the node is not at fault)
+#   no run recorded, the last one older than SDCSCAN_MAX_AGE_H (default 26) hours, or the
+#   history cannot be read                    -> 2 Unknown, saying so
 #
 # The first line of stdout is the condition's message (NPD truncates it to max_output_length).
-# Environment: SDCSCAN, SDCSCAN_PROFILE (default quick), SDCSCAN_STATE_DIR (default
-# /var/lib/sdcscan), SDCSCAN_ARGS, SDCSCAN_PYTHON (default python3).
+# Environment: SDCSCAN, SDCSCAN_STATE_DIR (default /var/lib/sdcscan), SDCSCAN_HISTORY (default
+# $SDCSCAN_STATE_DIR/history.sqlite3, where the DaemonSet's runs record), SDCSCAN_MAX_AGE_H,
+# SDCSCAN_PYTHON (default python3).
 set -u
 
 SDCSCAN=${SDCSCAN:-sdcscan}
-PROFILE=${SDCSCAN_PROFILE:-quick}
 STATE=${SDCSCAN_STATE_DIR:-/var/lib/sdcscan}
+HISTORY=${SDCSCAN_HISTORY:-$STATE/history.sqlite3}
+MAX_AGE_H=${SDCSCAN_MAX_AGE_H:-26}
 PYTHON=${SDCSCAN_PYTHON:-python3}
-REPORT="$STATE/last-report.json"
-LOG="$STATE/last-run.log"
-OK=0
-NONOK=1
 UNKNOWN=2
 
-units_with() {
-    "$PYTHON" - "$REPORT" "$1" <<'PY' 2>/dev/null
-import json, sys
-try:
-    units = [u["id"] for u in json.load(open(sys.argv[1]))["units"] if u["verdict"] in sys.argv[2].split(",")]
-except Exception:
-    units = []
-print(",".join(units[:6]) + (f",+{len(units) - 6}" if len(units) > 6 else ""))
-PY
-}
-
-flagged_units() {
-    "$SDCSCAN" status --json --history "$STATE/history.sqlite3" 2>/dev/null | "$PYTHON" -c '
-import json, sys
-try:
-    print(",".join(f["unit"] for f in json.load(sys.stdin)["flagged"]))
-except Exception:
-    pass'
-}
-
-mkdir -p "$STATE" || { echo "sdcscan: cannot create $STATE"; exit $UNKNOWN; }
-# Bash fails a redirect it cannot open with status 1, which must never read as sdcscan's "fail".
-: >"$LOG" 2>/dev/null || { echo "sdcscan: cannot write $LOG (state disk full or read-only?); not screened"; exit $UNKNOWN; }
-rm -f "$REPORT"
-# Every run leaves its journal (last-report.<run id>.journal.jsonl): keep a week of them.
-find "$STATE" -maxdepth 1 -type f -name 'last-report.*.journal.jsonl' -mtime +7 -delete 2>/dev/null
-# shellcheck disable=SC2086  # SDCSCAN_ARGS is deliberately split into words
-"$SDCSCAN" run --profile "$PROFILE" --out "$REPORT" --history "$STATE/history.sqlite3" \
-    ${SDCSCAN_ARGS:-} >"$LOG" 2>&1
-rc=$?
-
-case $rc in
-0) ;;
-1)
-    failed=$(units_with fail)
-    failed=${failed:-$(grep -oE '^ *(cpu|cuda):[0-9]+ +fail ' "$LOG" 2>/dev/null | awk '{print $1}' | head -n 6 | paste -sd, -)}
-    if [ -z "$failed" ]; then
-        echo "sdcscan: exited 1 but neither its report nor its log names a failing unit, see $LOG"
-        exit $UNKNOWN
-    fi
-    echo "sdcscan: silent data corruption suspected on $failed"
-    exit $NONOK
-    ;;
-3)
-    if grep -q "another sdcscan run is active" "$LOG"; then
-        echo "sdcscan: skipped, another sdcscan run is active"
-    else
-        units=$(units_with invalid)
-        echo "sdcscan: could not judge ${units:-this node} (invalid run, see $LOG)"
-    fi
+# `sdcscan status` exits 1 while a unit is flagged: its JSON says so as well, and is what is read.
+status=$(timeout -k 1 20 "$SDCSCAN" status --json --history "$HISTORY" 2>/dev/null)
+if [ -z "$status" ]; then
+    echo "sdcscan: cannot read the screening history $HISTORY (sdcscan status failed)"
     exit $UNKNOWN
-    ;;
+fi
+
+printf '%s' "$status" | timeout -s KILL 5 "$PYTHON" -c '
+import json, sys, time
+from datetime import datetime
+
+OK, NONOK, UNKNOWN = 0, 1, 2
+MAX_AGE_H = float(sys.argv[1])
+
+
+def names(units):
+    return ",".join(units[:6]) + (f",+{len(units) - 6}" if len(units) > 6 else "")
+
+
+def verdict(doc):
+    error = doc.get("error")
+    if error:  # sdcscan status --json failed, and said why
+        return UNKNOWN, f"sdcscan: cannot read the screening history: {error}"
+    flagged = names([f["unit"] for f in doc["flagged"]])
+    if flagged:
+        return NONOK, f"sdcscan: silent data corruption found on {flagged}; flagged until cleared (sdcscan clear UNIT --reason TEXT)"
+    last = doc["last_run"]
+    if last is None:
+        return UNKNOWN, "sdcscan: no screen recorded on this node yet"
+    ended = last["ended_at"]
+    age_h = (time.time() - datetime.fromisoformat(ended.replace("Z", "+00:00")).timestamp()) / 3600
+    if age_h > MAX_AGE_H:
+        return UNKNOWN, f"sdcscan: the last screen ended {age_h:.0f} h ago (limit {MAX_AGE_H:g} h): is the screen running?"
+    if last["verdict"] == "invalid":
+        invalid = [u for u in last["units"] if u["verdict"] == "invalid"]
+        busy = bool(invalid) and all("host busy" in (u["reason"] or "") for u in invalid)
+        cause = "the host was too busy to screen them (not a hardware verdict; the next screen retries)" if busy else "see sdcscan history"
+        which = names([u["unit"] for u in invalid]) or "its units"
+        return OK, f"sdcscan: no silent data corruption found; the screen of {ended} could not judge {which}: {cause}"
+    if last["verdict"] == "interrupted":
+        return OK, f"sdcscan: no silent data corruption found; the screen of {ended} was interrupted"
+    count = len(last["units"])
+    return OK, f"sdcscan: no silent data corruption found (screen of {ended}, {count} units)"
+
+
+try:
+    code, message = verdict(json.load(sys.stdin))
+except Exception as err:
+    code, message = UNKNOWN, f"sdcscan: unreadable status ({type(err).__name__})"
+print(message)
+sys.exit(code)
+' "$MAX_AGE_H"
+rc=$?
+case $rc in
+0 | 1) exit $rc ;;
 *)
-    echo "sdcscan: exited $rc (2 = configuration error, 130/143 = interrupted), see $LOG"
+    [ "$rc" -eq 2 ] || echo "sdcscan: could not read the status (exit $rc)"
     exit $UNKNOWN
     ;;
 esac
-
-flagged=$(flagged_units)
-if [ -n "$flagged" ]; then
-    echo "sdcscan: $flagged failed earlier and is still flagged (sdcscan clear UNIT --reason TEXT)"
-    exit $NONOK
-fi
-echo "sdcscan: no silent data corruption found"
-exit $OK

@@ -14,7 +14,9 @@
 #                                     when the report could not be written, by the run's log; an exit 1
 #                                     that names no unit is logged and never drained on
 #   the log cannot be written (a full or read-only state disk) -> logged, not screening, never drained
-#   sdcscan exit 3 (invalid: could not judge a unit) -> drain "sdcscan: invalid cpu:3"
+#   sdcscan exit 3 (invalid: could not judge a unit) -> drain "sdcscan: invalid cpu:3", except when
+#                                     every unit it could not judge was starved by other work (its
+#                                     reason says "host busy"): logged, never drained (retry later)
 #   exit 3 "another sdcscan run is active", exit 2 (configuration), 130/143 (interrupted),
 #   124/137 (stopped by the time bound, report marked interrupted), anything else
 #                                  -> logged, never drained on
@@ -22,12 +24,17 @@
 #   "sdcscan:") -> resumed; a node drained for any other reason is left drained
 # This script exits 1 after draining, else 0.
 #
+# GPU nodes: a GPU unit needs 37-46 s to start (README "On a GPU"), more than the healthcheck's 20 s
+# budget, so with the healthcheck profile on a node with a GPU (/dev/nvidia0) this check screens the
+# CPUs only (`--units cpu`) and sdcscan-screen.sbatch, whose profile is longer, screens the GPUs.
+#
 # Environment: SDCSCAN (command, default sdcscan), SDCSCAN_PROFILE (default healthcheck),
 # SDCSCAN_STATE_DIR (default /var/lib/sdcscan), SDCSCAN_REPORT (default
 # $SDCSCAN_STATE_DIR/last-report.json), SDCSCAN_ARGS (extra arguments for `sdcscan run`),
 # SDCSCAN_TIMEOUT_S (hard bound of the run, default 42; SIGTERM then, SIGKILL
 # SDCSCAN_KILL_AFTER_S = 3 s later), SDCSCAN_PYTHON (reads the JSON report, default python3),
-# SCONTROL (default scontrol).
+# SDCSCAN_UNITS (`--units`; default all, cpu on a GPU node with the healthcheck profile),
+# SDCSCAN_GPU_DEVICE (what marks a GPU node, default /dev/nvidia0), SCONTROL (default scontrol).
 set -u
 
 SDCSCAN=${SDCSCAN:-sdcscan}
@@ -44,6 +51,10 @@ READ_TIMEOUT_S=2
 SCONTROL_TIMEOUT_S=4
 SHOW_TIMEOUT_S=2 # `scontrol show node`, on the passing path only (then no report is read)
 KEEP_JOURNALS=5 # every run leaves <report stem>.<run id>.journal.jsonl; keep the newest few
+UNITS=${SDCSCAN_UNITS:-}
+if [ -z "$UNITS" ] && [ "$PROFILE" = healthcheck ] && [ -e "${SDCSCAN_GPU_DEVICE:-/dev/nvidia0}" ]; then
+    UNITS=cpu # the GPUs' start-up outlasts this profile: sdcscan-screen.sbatch screens them
+fi
 NODE=$(hostname -s)
 LOG="${REPORT%.json}.log"
 
@@ -64,6 +75,26 @@ try:
 except Exception:
     units = []
 print(",".join(units[:6]) + (f",+{len(units) - 6}" if len(units) > 6 else ""))
+PY
+}
+
+# For an invalid run: "busy" when its only trouble is starved units (each invalid unit's reason says
+# "host busy": the runner measured it waiting for a CPU, and none failed), not the node's fault and never
+# drained on; else the units it could not judge or that failed, as units_with (one read of the report).
+invalid_units_or_busy() {
+    timeout -s KILL "$READ_TIMEOUT_S" "$PYTHON" - "$REPORT" <<'PY' 2>/dev/null
+import json, sys
+try:
+    with open(sys.argv[1]) as f:
+        units = json.load(f)["units"]
+except Exception:
+    units = []
+invalid = [u for u in units if u["verdict"] == "invalid"]
+bad = [u["id"] for u in units if u["verdict"] in ("fail", "invalid")]
+if invalid and len(invalid) == len(bad) and all("host busy" in (u["reason"] or "") for u in invalid):
+    print("busy")
+else:
+    print(",".join(bad[:6]) + (f",+{len(bad) - 6}" if len(bad) > 6 else ""))
 PY
 }
 
@@ -107,7 +138,7 @@ prune_journals() {
 run_screen() {
     # shellcheck disable=SC2086  # SDCSCAN_ARGS is deliberately split into words
     timeout --signal=TERM --kill-after="$KILL_AFTER_S" "$RUN_TIMEOUT_S" \
-        "$SDCSCAN" run --profile "$PROFILE" --out "$REPORT" \
+        "$SDCSCAN" run --profile "$PROFILE" --out "$REPORT" ${UNITS:+--units "$UNITS"} \
         --history "$STATE/history.sqlite3" ${SDCSCAN_ARGS:-} >"$LOG" 2>&1
 }
 
@@ -133,7 +164,12 @@ act_on() {
             exit 0
         fi
         local units
-        units=$(units_with fail,invalid)
+        units=$(invalid_units_or_busy)
+        if [ "$units" = busy ]; then
+            log "the host was too busy to screen (units starved of CPU, not a hardware verdict); not draining;" \
+                "retry when it is quieter; see $LOG"
+            exit 0
+        fi
         drain "sdcscan: invalid ${units:-run, see $LOG}"
         ;;
     124 | 137)
