@@ -59,7 +59,7 @@ def export_cmd(report: str, junit: str | None, prom: str | None) -> None:
 
     if junit is None and prom is None:
         raise UsageError("export needs --junit PATH and/or --prom PATH")
-    outputs = Outputs(junit=junit, prom=prom, record_history=False, lock=False)
+    outputs = Outputs(junit=junit, prom=prom, record_history=False, lock=False, keep_report=False)
     given = [(option, path) for option, path in (("--junit", junit), ("--prom", prom)) if path is not None]
     for option, path in given:
         check_file_path(path, option=option)

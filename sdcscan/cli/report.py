@@ -28,7 +28,8 @@ from sdcscan.errors import UsageError
 def report_cmd(
     report_path: Path | None, journal: Path | None, out: Path | None, as_json: bool, html_path: str | None
 ) -> None:
-    """Show a saved report, or rebuild one from the journal of a run that was killed.
+    """Show a saved report (without REPORT, the newest a run without --out kept in the state directory),
+    or rebuild one from the journal of a run that was killed.
 
     A rebuilt report holds every case the journal recorded; its verdict is `interrupted`. With
     --html FILE, also a self-contained page of the report (charts inline; it opens offline).
@@ -38,6 +39,7 @@ def report_cmd(
 
     \b
     Example:
+        sdcscan report                  # the last run's, when it had no --out
         sdcscan report report.json
         sdcscan report burnin.json --html burnin.html
         sdcscan report --from-journal report.20261123T080000Z-1a2b3c4d.journal.jsonl -o report.json
@@ -54,6 +56,8 @@ def report_cmd(
         verdict_exit_code,
     )
 
+    if report_path is None and journal is None:
+        report_path = _newest_kept()
     if out is not None:
         check_output_target(out, option="--out")  # exit 2 before reading anything
     check_html_target(html_path, [("REPORT", report_path), ("--from-journal", journal), ("--out", out)])
@@ -77,3 +81,20 @@ def report_cmd(
     if as_json:
         emit_json(doc)
     sys.exit(verdict_exit_code(doc))
+
+
+def _newest_kept() -> Path:
+    """The newest report a run without --out kept (`publish.kept_reports_dir`).
+
+    Raises:
+        UsageError: none is kept there (exit 2), naming the folder.
+    """
+    from sdcscan.outputs.publish import history_path, kept_reports_dir
+
+    folder = kept_reports_dir(history_path(None))
+    kept = sorted(folder.glob("*.json")) if folder.is_dir() else []
+    if not kept:
+        raise UsageError(
+            f"give a REPORT file or --from-journal PATH (no run has kept a report in {folder} yet)"
+        )
+    return kept[-1]  # run ids begin with their UTC start time

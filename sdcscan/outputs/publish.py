@@ -29,6 +29,7 @@ from sdcscan.outputs import history
 from sdcscan.report.document import Report
 
 _Args = TypeVarTuple("_Args")
+KEPT_REPORTS = 20  # reports of runs without --out kept in the state directory, newest first
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,7 @@ class Outputs:
     record_history: bool = True  # False: --no-history
     lock: bool = True  # False: a distributed rank (its launcher holds the host's lock for all its ranks)
     on_note: Callable[[str], None] | None = None  # told what `publish` could not do but the run survives
+    keep_report: bool = True  # without --out, keep it in the state directory (False: a distributed rank's)
 
 
 def history_path(path: str | os.PathLike[str] | None) -> Path:
@@ -208,28 +210,35 @@ def publish(report: Report, outputs: Outputs) -> list[str]:
     from sdcscan.files import write_json_atomic  # imported here: `sdcscan --help` stays fast
     from sdcscan.outputs.junit import write_junit
 
-    if outputs.report is not None:
+    problems: list[str] = []
+    notes: list[str] = []
+
+    def note(text: str) -> None:
+        notes.append(text)
+        if outputs.on_note is not None:
+            outputs.on_note(text)
+
+    report_path = outputs.report
+    if report_path is not None:
         try:
-            write_json_atomic(outputs.report, report)
+            write_json_atomic(report_path, report)
         except ReportError as err:  # full disk, directory gone: say where the results still are
             where, only_printed = _kept_elsewhere(report)
             raise (ReportOnlyPrinted if only_printed else ReportError)(f"{err}; {where}") from None
-    problems: list[str] = []
-    notes: list[str] = []
+    elif outputs.keep_report:
+        report_path = _keep(report, kept_reports_dir(history_path(outputs.history)), note)
     if outputs.junit is not None:  # an empty path is refused by the writer, never skipped in silence
         _attempt(problems, write_junit, report, outputs.junit)
     recorded = None
     if outputs.record_history:
         db = history_path(outputs.history)
         try:
-            history.record_run(db, report, str(outputs.report) if outputs.report else None)
+            history.record_run(db, report, str(report_path) if report_path else None)
             recorded = db
         except history.HistoryBusyError as err:
-            notes.append(
+            note(
                 f"the history was not updated: {err}; this run and any unit it failed are not recorded there"
             )
-            if outputs.on_note is not None:
-                outputs.on_note(notes[-1])
         except SdcscanError as err:
             problems.append(str(err))
     if outputs.prom is not None:
@@ -237,6 +246,32 @@ def publish(report: Report, outputs: Outputs) -> list[str]:
     if problems:
         raise ReportError("; ".join(problems))
     return notes
+
+
+def kept_reports_dir(history_db: Path) -> Path:
+    """Where runs without --out keep their reports: `reports/` beside the history database."""
+    return history_db.parent / "reports"
+
+
+def _keep(report: Report, folder: Path, note: Callable[[str], None]) -> Path | None:
+    """Without --out, the report goes to `folder` (`reports/` beside the history, in the state directory:
+    RUN_ID.json, the newest KEPT_REPORTS kept), so a first run leaves something to open; its path is a
+    note. A copy nobody asked for never fails the run: when it cannot be written, a note says so."""
+    from sdcscan.files import make_state_dir, write_json_atomic
+
+    path = folder / f"{report['run']['id']}.json"
+    try:
+        make_state_dir(folder)
+        write_json_atomic(path, report)
+    except (OSError, SdcscanError) as err:
+        note(
+            f"the report was not kept ({getattr(err, 'strerror', None) or err}); give --out FILE to keep one"
+        )
+        return None
+    for old in sorted(folder.glob("*.json"))[:-KEPT_REPORTS]:  # run ids begin with their UTC start time
+        old.unlink(missing_ok=True)
+    note(f"report: {path} (no --out was given; sdcscan report {path})")
+    return path
 
 
 def _attempt(problems: list[str], write: Callable[[Unpack[_Args]], None], *args: Unpack[_Args]) -> bool:
