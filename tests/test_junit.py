@@ -15,7 +15,8 @@ def _parse(report: dict[str, Any], tmp_path: Path) -> dict[str, dict[str, TestCa
     path = tmp_path / "sdcscan.xml"
     write_junit(report, path)
     xml = JUnitXml.fromfile(str(path))
-    return {suite.name: {case.name: case for case in suite} for suite in xml}
+    # suites are named HOST/UNIT: drop the host (make_report's node-a) to index them by unit
+    return {suite.name.removeprefix("node-a/"): {case.name: case for case in suite} for suite in xml}
 
 
 def _kinds(case: TestCase) -> list[type]:
@@ -29,7 +30,7 @@ def test_one_suite_per_unit_one_case_per_workload(tmp_path: Path) -> None:
     for cases in suites.values():
         assert set(cases) == {"train", "matmul_golden"}
         assert all(c.is_passed for c in cases.values())
-        assert all(c.classname.startswith("sdcscan.cpu:") for c in cases.values())
+        assert all(c.classname.startswith("sdcscan.node-a.cpu:") for c in cases.values())
 
 
 def test_invariant_failure_carries_the_mismatch_summary(tmp_path: Path) -> None:
@@ -67,7 +68,7 @@ def test_invalid_unit_is_an_error_and_counts_add_up(tmp_path: Path) -> None:
     path = tmp_path / "j.xml"
     write_junit(report, path)
     xml = JUnitXml.fromfile(str(path))
-    suite = next(s for s in xml if s.name == "cpu:1")
+    suite = next(s for s in xml if s.name == "node-a/cpu:1")
     assert (suite.tests, suite.errors, suite.failures) == (2, 2, 0)
     case = next(iter(suite))
     assert _kinds(case) == [Error]
@@ -87,3 +88,16 @@ def test_control_characters_do_not_break_the_xml(tmp_path: Path) -> None:
     report = make_report(fail_unit="cpu:1")
     report["units"][1]["reason"] = "bad \x01 bytes"
     assert "cpu:1" in _parse(report, tmp_path)
+
+
+def test_two_hosts_files_keep_their_units_apart(tmp_path: Path) -> None:
+    """Issue 45: a CI job collecting several hosts' JUnit files merged their `cpu:0` suites; the host is
+    in every suite's and testcase's name."""
+    names = set()
+    for host in ("node-a", "node-b"):
+        path = tmp_path / f"{host}.xml"
+        write_junit(make_report(fail_unit=None, hostname=host), path)
+        for suite in JUnitXml.fromfile(str(path)):
+            names |= {(suite.name, case.classname, case.name) for case in suite}
+    assert ("node-b/cpu:0", "sdcscan.node-b.cpu:0", "train") in names
+    assert len(names) == 2 * 2 * 2  # hosts x units x workloads, none merged

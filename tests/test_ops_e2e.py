@@ -35,7 +35,7 @@ def test_failed_unit_stays_flagged_until_cleared_and_history_lists_both_runs(run
     )
     assert first.returncode == 1, first.stderr
 
-    suites = {s.name: s for s in JUnitXml.fromfile(str(junit))}
+    suites = {s.name.split("/", 1)[1]: s for s in JUnitXml.fromfile(str(junit))}  # HOST/UNIT
     assert set(suites) == {f"cpu:{CPUS[0]}", bad}
     assert {c.name for c in suites[bad]} == {w.name for w in load_profile("quick").workloads}
     families = {f.name: f for f in text_string_to_metric_families(prom.read_text())}

@@ -117,3 +117,20 @@ def test_control_characters_in_progress_lines_are_escaped():
     progress(START)
     progress(UnitProblem("cpu:1", "died \x1b[2J\r\x07"))
     assert out.getvalue().splitlines()[-1] == "cpu:1: died \\x1b[2J\\r\\x07"
+
+
+def test_on_a_terminal_the_clock_and_the_starting_wait_advance_without_events():
+    """Issue 45: workers preparing their pools send no event for minutes on a busy host; the live table
+    still redraws, and its clock and each starting unit's wait move on (2.6 s: at least three values)."""
+    import dataclasses
+    import re
+    import time
+
+    out = StringIO()
+    console = Console(file=out, width=100, force_terminal=True, no_color=True)
+    with Progress(console) as progress:
+        progress(dataclasses.replace(START, deadline=time.time() + 60))
+        time.sleep(2.6)  # no event at all
+    clocks = set(re.findall(r"sdcscan  (\d+)/60 s", out.getvalue()))
+    waits = set(re.findall(r"starting (\d+) s", out.getvalue()))
+    assert len(clocks) >= 3 and len(waits) >= 3, (clocks, waits)

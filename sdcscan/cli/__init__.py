@@ -82,6 +82,10 @@ def main() -> None:
     except click.exceptions.ClickException as err:
         err.show()
         code = err.exit_code if err.exit_code == EXIT_USAGE else EXIT_USAGE  # never click's default 1
+        if "--json" in sys.argv[1:]:  # a refused option of a command asked for JSON: JSON on stdout too
+            from sdcscan.cli.common import emit_error
+
+            emit_error(err.format_message(), code)
     except SystemExit as done:  # the commands end with sys.exit(their code)
         code = done.code
     except Exception as err:

@@ -18,7 +18,8 @@ R = TypeVar("R")
 
 
 def reports_errors(func: Callable[P, R]) -> Callable[P, R]:
-    """Decorate a click command body: SdcscanError -> one line `Error: …` on stderr and its exit code."""
+    """Decorate a click command body: SdcscanError -> one line `Error: …` on stderr and its exit code;
+    with --json, also the error as JSON on stdout (`emit_error`)."""
 
     @functools.wraps(func)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -26,9 +27,17 @@ def reports_errors(func: Callable[P, R]) -> Callable[P, R]:
             return func(*args, **kwargs)
         except SdcscanError as err:
             click.echo(f"Error: {err}", err=True)
+            if kwargs.get("as_json"):
+                emit_error(str(err), err.exit_code)
             sys.exit(err.exit_code)
 
     return wrapper
+
+
+def emit_error(message: str, exit_code: int) -> None:
+    """A command asked for --json that ends in an error: a machine reading stdout gets a JSON document
+    too, `{"error": MESSAGE, "exit_code": N}`, never an empty stream."""
+    emit_json({"error": message, "exit_code": exit_code})
 
 
 def emit_json(data: object) -> None:

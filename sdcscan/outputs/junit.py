@@ -46,8 +46,9 @@ def junit_xml(report: Report) -> str:
 
 
 def _suite(report: Report, unit: Unit) -> ET.Element:
-    run, uid = report["run"], unit["id"]
-    suite = ET.Element("testsuite", name=uid, hostname=report["host"]["hostname"])
+    run, uid, host = report["run"], unit["id"], report["host"]["hostname"]
+    # The host in the names: a CI job that collects several hosts' files keeps their units apart.
+    suite = ET.Element("testsuite", name=f"{host}/{uid}", hostname=host)
     suite.set("timestamp", str(run.get("started_at", "")).removesuffix("Z"))
     props = ET.SubElement(suite, "properties")
     for name, value in (
@@ -81,7 +82,8 @@ def _testcase(report: Report, unit: Unit, wl: str) -> tuple[ET.Element, str, flo
     cols, uid = unit["cases"], unit["id"]
     rows = [i for i, w in enumerate(cols["workload"]) if w == wl]
     seconds = sum(cols["seconds"][i] for i in rows)
-    case = ET.Element("testcase", classname=f"sdcscan.{uid}", name=wl, time=_secs(seconds))
+    host = report["host"]["hostname"]
+    case = ET.Element("testcase", classname=f"sdcscan.{host}.{uid}", name=wl, time=_secs(seconds))
     bad = [cols["index"][i] for i in rows if cols["status"][i] == "mismatch"]
     raised = [cols["index"][i] for i in rows if cols["status"][i] == "error"]
     mism = [m for m in report.get("mismatches", []) if m["unit"] == uid and m["workload"] == wl]

@@ -25,7 +25,8 @@ def stderr_console() -> Console:
     """
     console = Console(stderr=True, highlight=False, emoji=False)
     if not console.is_terminal:
-        console.width = max(console.width, MIN_PIPE_WIDTH)
+        console.width = max(console.width, MIN_PIPE_WIDTH)  # tables still need a width to lay out
+        console.soft_wrap = True  # a log or a pipe gets each message on one line, whole (grep finds it)
     return console
 
 

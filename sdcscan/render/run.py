@@ -22,11 +22,11 @@ from sdcscan.events import (
     UnitProblem,
     UnitReady,
 )
+from sdcscan.parts import describe
 from sdcscan.render.console import cell
 from sdcscan.report.document import Checked, Report
 
 PLAIN_PROGRESS_EVERY_S = 15.0
-LIVE_REDRAW_S = 0.25
 MAX_PROOF_UNITS = 16  # units whose proof lines are each shown; beyond, the weakest per workload
 _STYLE = {"pass": "green", "fail": "bold red", "invalid": "yellow", "interrupted": "magenta"}
 
@@ -47,11 +47,15 @@ class Progress:
         self.state: dict[str, str] = {}
         self.units: list[str] = []
         self._last_plain = time.time()
-        self._last_draw = 0.0
 
     def __enter__(self) -> Progress:
         if self.console.is_terminal:
-            self.live = Live(self._table(), console=self.console, refresh_per_second=4, transient=True)
+            # Live redraws by calling _table on its own thread, events or not: the clock and each
+            # starting unit's wait advance while workers prepare their pools (issue 45: a busy host's
+            # display sat at `0/120 s` for minutes).
+            self.live = Live(
+                console=self.console, get_renderable=self._table, refresh_per_second=2, transient=True
+            )
             self.live.__enter__()
         return self
 
@@ -62,13 +66,7 @@ class Progress:
 
     def __call__(self, event: Event) -> None:
         self._apply(event)
-        if self.live is not None:
-            # Rebuild the table at most 4 times a second: 128 units finishing cases must not make
-            # the parent spend its time drawing.
-            if time.time() - self._last_draw >= LIVE_REDRAW_S:
-                self._last_draw = time.time()
-                self.live.update(self._table())
-        elif time.time() - self._last_plain > PLAIN_PROGRESS_EVERY_S:
+        if self.live is None and time.time() - self._last_plain > PLAIN_PROGRESS_EVERY_S:
             self._last_plain = time.time()
             done = sum(self.cases.values())
             self.console.print(cell(f"[{self._elapsed()}] {done} cases done on {len(self.units)} units"))
@@ -123,13 +121,16 @@ class Progress:
         table = Table(title=cell(f"sdcscan  {self._elapsed()}"), title_justify="left", box=None)
         for col in ("unit", "state", "cases", "bad", "workload", "GFLOP/s"):
             table.add_column(col, justify="right" if col in ("cases", "bad", "GFLOP/s") else "left")
-        for u in self.units:
-            rate = self.ops[u] / self.busy_s[u] / 1e9 if self.busy_s[u] else 0.0
-            bad = str(self.bad[u]) if self.bad[u] else ""
+        waited = f"starting {time.time() - self.start:.0f} s"
+        for u in list(self.units):  # a copy: the events' thread may replace it meanwhile
+            busy = self.busy_s.get(u, 0.0)
+            rate = self.ops.get(u, 0.0) / busy / 1e9 if busy else 0.0
+            bad = str(self.bad.get(u, 0) or "")
+            state = self.state.get(u, "")
             table.add_row(
                 cell(u),
-                self.state.get(u, ""),
-                str(self.cases[u]),
+                waited if state == "starting" else state,
+                str(self.cases.get(u, 0)),
                 bad,
                 cell(self.current.get(u, "")),
                 f"{rate:.1f}",
@@ -269,8 +270,9 @@ def print_info(info: dict[str, Any], console: Console) -> None:
         cell(f"software: {', '.join(f'{k} {v}' for k, v in info['software'].items() if v and k != 'pins')}")
     )
     table = Table(box=None)
-    for col in ("unit", "kind", "model", "cohort"):
+    for col in ("unit", "kind", "model", "part", "cohort"):
         table.add_column(col)
     for u in info["units"]:
-        table.add_row(cell(u["id"]), cell(u["kind"]), cell(u["model"]), cell(u["cohort"]))
+        part = describe(u["kind"], u.get("part", {})) or "-"
+        table.add_row(cell(u["id"]), cell(u["kind"]), cell(u["model"]), cell(part), cell(u["cohort"]))
     console.print(table)
