@@ -112,6 +112,8 @@ def test_a_clean_world_of_four_passes_with_every_report_written(tmp_path):
 
 
 def test_torchrun_runs_the_same_world_and_exits_with_the_cluster_code(tmp_path):
+    """The launch through torchrun, not the workloads (the clean world above runs them all): the wire's
+    check alone, so the world is ready sooner and a shorter budget holds cases."""
     torchrun = Path(os.environ.get("VIRTUAL_ENV", "")) / "bin" / "torchrun"
     if not torchrun.exists():
         torchrun = Path(sdcscan_cmd()[0]).with_name("torchrun")
@@ -126,13 +128,13 @@ def test_torchrun_runs_the_same_world_and_exits_with_the_cluster_code(tmp_path):
         "run",
         "--distributed",
         "--budget",
-        f"{BUDGET_S}s",
+        "12s",
+        "--workloads",
+        "collective",
         "--out",
         str(out),
     ]
-    done = subprocess.run(
-        cmd, capture_output=True, text=True, env=_env(tmp_path), timeout=BUDGET_S + 120, cwd=tmp_path
-    )
+    done = subprocess.run(cmd, capture_output=True, text=True, env=_env(tmp_path), timeout=140, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     cluster = json.loads(out.read_text())
     assert cluster["verdict"] == "pass" and len(cluster["units"]) == 4
@@ -186,13 +188,13 @@ def test_triage_by_subgroups_names_the_hop_in_a_world_of_eight(tmp_path):
     assert triaged and all("triage suspects ranks 1,2" in m for m in triaged)
 
 
-@pytest.mark.parametrize(("fault", "rank"), [("crash@0.3", 2), ("hang@0.3", 1)])
-def test_a_rank_whose_unit_dies_or_hangs_mid_run_is_invalid_and_the_others_finish(tmp_path, fault, rank):
-    done, took = _run(tmp_path, "--inject", f"{rank}:{fault}")
+def test_ranks_whose_units_die_or_hang_mid_run_are_invalid_and_the_others_finish(tmp_path):
+    """One world, two faults (it was two worlds, 65 s of the suite): rank 2's unit crashes, rank 1's hangs."""
+    done, took = _run(tmp_path, "--inject", "2:crash@0.3", "--inject", "1:hang@0.3")
     assert done.returncode == 3, done.stderr
     assert took < BUDGET_S + SHUTDOWN_BOUND_S
     verdicts = _verdicts(_cluster(tmp_path))
-    assert verdicts.pop(f"rank{rank}") == "invalid"
+    assert verdicts.pop("rank2") == verdicts.pop("rank1") == "invalid", verdicts
     assert set(verdicts.values()) == {"pass"}, verdicts  # a lost peer is nobody else's fault
     assert _no_process_left(tmp_path) == []
 
