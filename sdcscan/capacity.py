@@ -1,4 +1,5 @@
-"""What the host can hold, checked before a run starts: open files, memory for a case, threads, disk space.
+"""What the host can hold, checked before a run starts: open files, memory for a case, threads, disk space,
+a CPU quota.
 
 A run that cannot fit is refused before any work (exit 2) with one line naming the limit or the
 parameter, what the run needs and what the host has. Found later, the same shortfall cost the whole
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import os
 import resource
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -213,29 +214,98 @@ def _nproc_room() -> tuple[int | None, str]:
 def _pids_room(root: Path, self_cgroup: Path) -> tuple[int | None, str]:
     """Tasks still allowed by the tightest pids.max of this process's cgroups (as `self_cgroup` lists
     them, v1 and v2) and their ancestors under `root`."""
+    best: tuple[int | None, str] = (None, "")
+    for here in _cgroup_dirs(root, self_cgroup, "pids"):
+        room = _room_in(here)
+        if room is not None and (best[0] is None or room[0] < best[0]):
+            best = room
+    return best
+
+
+def _cgroup_dirs(root: Path, self_cgroup: Path, controller: str) -> Iterator[Path]:
+    """The directories of this process's cgroups (as `self_cgroup` lists them) that `controller` may
+    limit, and their ancestors under `root`: the v2 unified tree (at the root, or under "unified" on a
+    hybrid host) and the v1 hierarchy of `controller` (`cpu` may be mounted as `cpu,cpuacct`)."""
     try:
         lines = self_cgroup.read_text().splitlines()
     except OSError:
-        return None, ""
-    best: tuple[int | None, str] = (None, "")
+        return
     for line in lines:
         _, controllers, path = line.split(":", 2)
-        if controllers == "":  # cgroup v2: the unified tree, at the root or under "unified" (hybrid)
+        if controllers == "":
             bases = [root, root / "unified"]
-        elif "pids" in controllers.split(","):
-            bases = [root / "pids"]
+        elif controller in controllers.split(","):
+            bases = [root / controller, root / controllers]
         else:
             continue
         for base in bases:
             here = base / path.lstrip("/")
             while True:
-                room = _room_in(here)
-                if room is not None and (best[0] is None or room[0] < best[0]):
-                    best = room
+                yield here
                 if here == base or base not in here.parents:
                     break
                 here = here.parent
+
+
+def cpu_quota(
+    *, cgroup_root: Path = CGROUP_ROOT, self_cgroup: Path = SELF_CGROUP
+) -> tuple[float, str] | None:
+    """The CPUs this process may use by the tightest CPU quota of its cgroups (a container's, systemd's
+    CPUQuota, a Slurm job's), and where it is set; None when no quota applies.
+
+    v2: `cpu.max` ("QUOTA PERIOD", or "max"); v1: `cpu.cfs_quota_us` (-1: none) over `cpu.cfs_period_us`.
+    """
+    best: tuple[float, str] | None = None
+    for here in _cgroup_dirs(cgroup_root, self_cgroup, "cpu"):
+        found = _quota_in(here)
+        if found is not None and (best is None or found[0] < best[0]):
+            best = found
     return best
+
+
+def _quota_in(cgroup: Path) -> tuple[float, str] | None:
+    try:
+        words = (cgroup / "cpu.max").read_text().split()
+        if len(words) == 2 and words[0].isdigit() and words[1].isdigit() and int(words[1]) > 0:
+            return int(words[0]) / int(words[1]), f"{cgroup}/cpu.max = {' '.join(words)}"
+        return None  # "max": no quota
+    except OSError:
+        pass
+    try:
+        quota = int((cgroup / "cpu.cfs_quota_us").read_text())
+        period = int((cgroup / "cpu.cfs_period_us").read_text())
+    except (OSError, ValueError):
+        return None
+    if quota <= 0 or period <= 0:  # -1: no quota
+        return None
+    return quota / period, f"{cgroup}/cpu.cfs_quota_us = {quota} per {period} µs period"
+
+
+MIN_CPU_PER_UNIT = 0.5  # below this share of a CPU a unit's cases run past the watchdog's allowance
+
+
+def check_cpu_quota(units: int, *, cgroup_root: Path = CGROUP_ROOT, self_cgroup: Path = SELF_CGROUP) -> None:
+    """Refuse a run a CPU quota would starve: each unit is a worker computing flat out on its own CPU, and
+    under a quota of a fraction of one CPU its start-up and cases take many times longer, until the
+    watchdog stops them (issue 45: under a 10% quota every unit ended `invalid`, "worker did not start").
+
+    Raises:
+        UsageError: the quota gives less than MIN_CPU_PER_UNIT of a CPU per unit (exit 2, naming it).
+    """
+    quota = cpu_quota(cgroup_root=cgroup_root, self_cgroup=self_cgroup)
+    if quota is None or quota[0] >= MIN_CPU_PER_UNIT * units:
+        return
+    cpus, where = quota
+    fits = int(cpus / MIN_CPU_PER_UNIT)
+    remedy = (
+        f"raise the quota, or select at most {fits} unit(s) with --units"
+        if fits
+        else f"raise the quota to at least {MIN_CPU_PER_UNIT:g} CPUs per unit screened"
+    )
+    raise UsageError(
+        f"CPU quota: this process may use {cpus:.2f} CPUs ({where}), and a run of {units} unit(s) needs at "
+        f"least {MIN_CPU_PER_UNIT * units:g} (each unit computes on a CPU of its own): {remedy}"
+    )
 
 
 def _room_in(cgroup: Path) -> tuple[int, str] | None:

@@ -116,6 +116,7 @@ class UnitState:
     delay_mark: float | None = None
     marked_at: float = 0.0
     retired: bool = False  # background: stopped at the budget's end while the host kept it from running
+    starved: bool = False  # stopped by the watchdog while the host kept it off its CPU (`starvation_note`)
     not_screened: bool = False  # background: `late` says the host's own work kept it from running
     # A distributed run: what this rank saw of the world (Lockstep.summary).
     world: dict[str, object] = field(default_factory=dict)
@@ -453,7 +454,9 @@ class Runner:
                     grace_s=grace,
                 )
                 if reason is not None:
-                    self._fail(state, reason + starvation_note(starved, now - state.marked_at))
+                    note = starvation_note(starved, now - state.marked_at)
+                    state.starved = bool(note)
+                    self._fail(state, reason + note)
 
     def _grace(self, state: UnitState) -> float:
         """A distributed run: past the budget, a worker in a distributed case or between cases (at the

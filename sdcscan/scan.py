@@ -27,7 +27,7 @@ from sdcscan.files import calibration_cache_dir
 from sdcscan.fleet.golden import GoldenIndex, index_golden, load_golden
 from sdcscan.journal import Journal
 from sdcscan.judgement.assemble import UnitFacts, judge_and_build
-from sdcscan.judgement.evidence import PROBLEM_NOT_SCREENED, GoldenEntry, Problem
+from sdcscan.judgement.evidence import PROBLEM_NOT_SCREENED, PROBLEM_STARVED, GoldenEntry, Problem
 from sdcscan.outputs import history
 from sdcscan.outputs.publish import Outputs, ReportOnlyPrinted, check_targets, history_path, publish, run_lock
 from sdcscan.plan import week_seed
@@ -182,12 +182,14 @@ def prepare(opts: ScanOptions) -> Setup:
 
 def _check_capacity(opts: ScanOptions, chosen: list[units.Unit]) -> None:
     """The host can hold this run: threads and case sizes, disk space for the journal and the outputs,
-    open files (the soft limit raised where the hard one allows), processes. See `sdcscan.capacity`."""
+    open files (the soft limit raised where the hard one allows), processes, a CPU quota. See
+    `sdcscan.capacity`."""
     capacity.check_host_fits(opts.profile, chosen)
     files = (("--out", opts.out), ("--junit", opts.outputs.junit), ("--prom", opts.outputs.prom))
     capacity.check_disk_space(capacity.run_claims(len(chosen), opts.budget, journal_dir(opts), files))
     capacity.reserve_open_files(len(chosen))
     capacity.check_tasks(len(chosen), opts.profile.threads_per_unit)
+    capacity.check_cpu_quota(len(chosen))
 
 
 def plan_seed(opts: ScanOptions) -> tuple[int, str]:
@@ -452,7 +454,7 @@ def _problems(result: RunResult) -> dict[str, str | Problem]:
     out: dict[str, str | Problem] = {}
     for uid, s in result.states.items():
         if s.problem:
-            out[uid] = s.problem
+            out[uid] = Problem(uid, reason=s.problem, code=PROBLEM_STARVED) if s.starved else s.problem
         elif s.late and not s.results:
             out[uid] = Problem(uid, reason=s.late, code=PROBLEM_NOT_SCREENED if s.not_screened else None)
     return out

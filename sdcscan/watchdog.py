@@ -105,7 +105,8 @@ class Watchdog:
         waited = now - self.spawned_at - (0.0 if ready else starved_s)
         if not ready and (waited > READY_TIMEOUT_S or overrun):
             why = " and the budget ended" if overrun else ""
-            return f"worker did not start within {waited:.0f} s{why}"
+            # The wall time, not `waited`: a starved worker's own time can be nearly nothing.
+            return f"worker did not start within {now - self.spawned_at:.0f} s{why}"
         if current is not None:
             running = now - current.since - starved_s
             if running > self.case_limit(current.workload, current.kind) + grace_s or overrun:

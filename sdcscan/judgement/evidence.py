@@ -50,6 +50,8 @@ class Blame:
 # Evidence code of a Problem whose unit the host's own work kept from running (background mode): nothing
 # points at the unit, so what to do next differs. Words change; readers branch on the code.
 PROBLEM_NOT_SCREENED = "not_screened"
+# The runner stopped the unit while the host kept it off its CPU (its reason carries `starvation_note`).
+PROBLEM_STARVED = "starved"
 # A workload's invariant fails on every unit of the cohort and no re-run tied a failure to one unit: the
 # check or its configuration is wrong (a calibration file too tight), not the hardware.
 PROBLEM_FAILS_ON_EVERY_PEER = "fails_on_every_peer"

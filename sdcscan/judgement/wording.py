@@ -17,6 +17,7 @@ from sdcscan.judgement.evidence import (
     BLAME_UNDECIDED,
     PROBLEM_FAILS_ON_EVERY_PEER,
     PROBLEM_NOT_SCREENED,
+    PROBLEM_STARVED,
     Blame,
     GoldenGap,
     Notice,
@@ -79,6 +80,12 @@ def _finding(notice: Notice, run: Run, parts: Mapping[str, str]) -> Finding:
             next_step = (
                 f"nothing points at {unit}: other work kept it busy; give the background run a longer "
                 "--budget, or screen it at a quiet time (sdcscan run --foreground)"
+            )
+        elif notice.code == PROBLEM_STARVED:  # the host kept it off its CPU: not the unit's fault
+            next_step = (
+                f"nothing points at {unit}: the host kept it off its CPU; screen it when the host is quieter "
+                f"(sdcscan run --units {unit}), with a longer --budget, or beside the other work with "
+                "--background, which waits for idle time instead of competing for it"
             )
         return finding("invalid", unit, f"{unit} could not be judged: {_problem(notice)}.", next_step)
     if isinstance(notice, Undecided):
