@@ -15,7 +15,7 @@ from sdcscan.outcomes import Case
 from sdcscan.workloads import SPECS, load
 from sdcscan.workloads.base import Context, has_selftest
 from sdcscan.workloads.embbag_int8 import workload as embbag_int8
-from sdcscan.workloads.embbag_int8.selftest_spec import BURSTS, FIXED_LAYOUT_MODELS, LAYOUT_MODELS
+from sdcscan.workloads.embbag_int8.selftest_spec import BURSTS, FIXED_LAYOUT_MODELS, LAYOUT_MODELS, TABLE_RUNS
 from sdcscan.workloads.embbag_int8.workload import EmbbagInt8, exact_table, fit_rows
 
 VARIANTS = list(EmbbagInt8.selftest_variants)
@@ -52,19 +52,21 @@ def test_registered_with_the_selftest_protocol() -> None:
         "realistic_wide",
     }
     assert EmbbagInt8.negative_sites == ("indices",)
-    assert EmbbagInt8.selftest_bits("exact", "table") == [*range(8), *BURSTS]
+    assert EmbbagInt8.selftest_bits("exact", "table") == [*range(8), *BURSTS, *TABLE_RUNS]
     assert EmbbagInt8.selftest_bits("exact", "output") == [*range(32), *BURSTS]
     assert EmbbagInt8.selftest_bits("realistic", "fetch") == [*range(12), "wrong_rows"]  # 4096 rows
     assert EmbbagInt8.selftest_bits("exact_wide", "output") == [*FIXED_LAYOUT_MODELS, *LAYOUT_MODELS]
     assert EmbbagInt8.selftest_floor("exact_wide", "output", "stuck1:31") == 1.0
-    assert EmbbagInt8.selftest_floor("exact_wide", "output", "run32:23") is None
+    assert EmbbagInt8.selftest_floor("exact_wide", "output", "run32:23") == 1.0  # the weighted sum
     assert EmbbagInt8.selftest_floor("realistic_wide", "output", "run32:23") == 0.99
     assert EmbbagInt8.selftest_bits("exact_wide", "indices") == []
-    assert EmbbagInt8.selftest_floor("exact_4bit", "table", "burst:8") is None
+    assert EmbbagInt8.selftest_floor("exact_4bit", "table", "burst:8") == 1.0  # the weighted sum sees it
+    assert EmbbagInt8.selftest_floor("exact", "table", "run32:4") == 1.0
+    assert EmbbagInt8.selftest_floor("realistic", "table", "run32:4") is None
     assert EmbbagInt8.selftest_floor("exact_4bit", "table", "burst:4") == 1.0
     assert EmbbagInt8.selftest_floor("exact", "fetch", "wrong_rows") == 1.0
     assert EmbbagInt8.selftest_floor("realistic", "fetch", "wrong_rows") == 0.99
-    assert EmbbagInt8.selftest_floor("exact_wide", "output", "tile8") is None
+    assert EmbbagInt8.selftest_floor("exact_wide", "output", "tile8") == 1.0
     for variant in ("exact", "exact_4bit"):
         assert [EmbbagInt8.selftest_floor(variant, s, 0) for s in ("output", "table", "fetch")] == [1.0] * 3
     assert EmbbagInt8.selftest_floor("exact", "indices", 3) is None
@@ -300,8 +302,9 @@ def test_a_wrong_row_fetched_for_four_bags_is_caught(variant: str) -> None:
         assert outcome.status == "mismatch" and outcome.detail["bad_bags"] >= 1, seed
 
 
-def test_a_full_burst_of_a_4bit_byte_whose_values_sum_to_15_is_exact_modes_blind_spot() -> None:
-    """All 8 bits flipped turn q into 15 - q in both nibbles: the row's sum stays when they sum to 15."""
+def test_a_full_burst_of_a_4bit_byte_whose_values_sum_to_15_is_caught_by_the_weighted_sum() -> None:
+    """All 8 bits flipped turn q into 15 - q in both nibbles: the row's plain sum stays when they sum to
+    15 (exact mode's blind spot until issue 44), but the two columns weigh differently."""
     workload, ctx = _ready(EmbbagInt8.selftest_variants["exact_4bit"])
     rows = workload.tables[4].shape[0]
     for seed in range(20):
@@ -310,8 +313,8 @@ def test_a_full_burst_of_a_4bit_byte_whose_values_sum_to_15_is_exact_modes_blind
         others = [i for i, b in enumerate(body.tolist()) if (b & 15) + (b >> 4) != 15]
         if pairs and others:
             break
-    blind = _run(workload, ctx, seed, FaultSpec("burst", "table", 0, element=pairs[0], bit=0, param=8))
-    assert ctx.injected is not None and ctx.injected["value_changed"] and blind.status == "ok"
+    cancelling = _run(workload, ctx, seed, FaultSpec("burst", "table", 0, element=pairs[0], bit=0, param=8))
+    assert ctx.injected is not None and ctx.injected["value_changed"] and cancelling.status == "mismatch"
     seen = _run(workload, ctx, seed, FaultSpec("burst", "table", 0, element=others[0], bit=0, param=8))
     assert seen.status == "mismatch"
 
@@ -327,14 +330,39 @@ def test_layout_faults_of_the_output_are_caught_at_the_wide_shape(variant: str) 
         assert ctx.injected is not None and ctx.injected["value_changed"] and outcome.status == "mismatch"
 
 
-def test_changes_that_cancel_in_a_bag_on_the_grid_are_exact_modes_layout_blind_spot() -> None:
-    """Two elements of one bag with the same exponent, one bit flipped up in one and down in the other:
-    the bag's sum and every element's place on the 2^-7 grid stay, so exact mode cannot see it."""
+def test_changes_that_cancel_in_a_bag_on_the_grid_are_seen_only_by_the_weighted_sum() -> None:
+    """Two elements of one bag with the same exponent, one bit flipped up in one and down in the other, or
+    two elements exchanged: the bag's plain sum and every element's place on the 2^-7 grid stay (the plain
+    check alone cannot see it), the column-weighted sum moves."""
     out = torch.tensor([[5.0, 6.0, 1.0, 2.0]])  # 5 = 101b, 6 = 110b: bit 0 of the integer part differs
-    expected = (out * 128).sum(1).to(torch.int32)
-    changed = torch.tensor([[4.0, 7.0, 1.0, 2.0]])  # bit 0 flipped in both: -1 and +1
-    assert not bool(exact.exact_bad_bags(changed, expected)[0])
+    units = (out * 128).to(torch.int32)
+    expected = units.sum(1, dtype=torch.int32)
+    weights = exact.column_weights(4, seed=1, device=torch.device("cpu"))
+    weighted = (weights, (units * weights).sum(1, dtype=torch.int32))
+    assert not bool(exact.exact_bad_bags(out, expected, weighted=weighted)[0])  # clean
+    for changed in ([[4.0, 7.0, 1.0, 2.0]], [[6.0, 5.0, 1.0, 2.0]]):  # bit 0 flipped -1 and +1; exchanged
+        assert not bool(exact.exact_bad_bags(torch.tensor(changed), expected)[0])
+        assert bool(exact.exact_bad_bags(torch.tensor(changed), expected, weighted=weighted)[0])
     assert bool(exact.exact_bad_bags(torch.tensor([[4.0, 6.0, 1.0, 2.0]]), expected)[0])
+
+
+def test_column_weights_are_distinct_odd_and_small_enough_for_int32() -> None:
+    w = exact.column_weights(512, seed=7, device=torch.device("cpu"))
+    assert w.dtype == torch.int32 and len(set(w.tolist())) == 512
+    assert bool((w % 2 == 1).all()) and int(w.max()) < exact.COLUMN_WEIGHT_LIMIT
+    assert torch.equal(w, exact.column_weights(512, seed=7, device=torch.device("cpu")))
+
+
+@pytest.mark.parametrize("variant", ["exact", "exact_4bit", "exact_wide"])
+def test_the_same_bit_flipped_across_a_run_of_a_table_row_is_caught(variant: str) -> None:
+    """Issue 44: a run of 32 bytes of one table row, one bit flipped in each, cancelled in the bag sums 7
+    times in 40 (bits flipping up and down alike). Every bit, 5 seeds each: caught every time."""
+    workload, ctx = _ready(EmbbagInt8.selftest_variants[variant])
+    for bit in range(8):
+        for seed in range(5):
+            outcome = _run(workload, ctx, seed, from_label(f"run32:{bit}", "table", seed))
+            assert ctx.injected is not None and ctx.injected["value_changed"], (bit, seed)
+            assert outcome.status == "mismatch", (variant, bit, seed)
 
 
 @pytest.mark.parametrize("dim", [8, 12, 128, 2040, 2048])

@@ -2,13 +2,50 @@
 small integer weights every fp32 step is exact, so each bag's checksum is compared for equality in
 integers (units of 2^-7) with S_exp, gathered from the row sums of the INTENDED indices (a fetch of the
 wrong row is seen too), and every output element is checked to be an integer multiple of 2^-7.
+
+A second checksum weighs each column by its own odd weight (`column_weights`): changes that cancel in a
+bag's plain sum (the same bit flipped up in some elements and down in others of a table row or of the
+output, two elements exchanged, both nibbles of a 4-bit byte moving by opposite amounts) move the
+weighted sum unless their weighted total is a multiple of 2^32 (issue 44: 7 of 40 same-bit runs across
+a table row went unseen by the plain sum).
 """
 
 from __future__ import annotations
 
 import torch
 
+from sdcscan.checks.embbag.id_pool import wrap32
 from sdcscan.checks.embbag.packing import UNIT, UNIT_INV, layout, split_packed
+
+# Odd column weights below 2^14: a clean element is below 2^17 units, so each weighted element fits int32
+# and only the bag's int32 sum wraps (mod 2^32, as the plain sum does).
+COLUMN_WEIGHT_LIMIT = 2**14
+WEIGHTED_ROWS_AT_A_TIME = 1 << 16  # rows weighed per fp64 product: bounds the scratch (64 MB at dim 128)
+
+
+def column_weights(dim: int, seed: int, device: torch.device) -> torch.Tensor:
+    """(dim,) int32 distinct odd weights below COLUMN_WEIGHT_LIMIT, drawn from `seed` on the host (the same
+    on every device). Distinct, so two columns exchanged always move the weighted sum."""
+    g = torch.Generator().manual_seed(seed)
+    odd = 2 * torch.randperm(COLUMN_WEIGHT_LIMIT // 2, generator=g)[:dim] + 1
+    return odd.to(torch.int32).to(device)
+
+
+def weighted_row_sums(packed: torch.Tensor, bits: int, weights: torch.Tensor) -> torch.Tensor:
+    """(N,) int32 Σ_j weights_j·(q_rj + k_r) per row, in units of 2^-7, modulo 2^32.
+
+    Each row's products are exact in fp64 (below 2^8 · 2^14 · 2^9 per row at dim 512), then taken mod 2^32.
+    """
+    q, _, bias = split_packed(packed, bits)
+    k = (bias * UNIT_INV).round().long()
+    total = int(weights.long().sum())
+    w = weights.to(torch.float64)
+    sums = torch.empty(q.shape[0], dtype=torch.int32, device=q.device)
+    for lo in range(0, q.shape[0], WEIGHTED_ROWS_AT_A_TIME):
+        hi = min(lo + WEIGHTED_ROWS_AT_A_TIME, q.shape[0])
+        weighted = (q[lo:hi].to(torch.float64) @ w).long() + k[lo:hi] * total
+        sums[lo:hi] = wrap32(weighted)
+    return sums
 
 
 def exact_row_sums(packed: torch.Tensor, bits: int = 8) -> torch.Tensor:
@@ -38,8 +75,8 @@ def exact_expected(
         weights: (L_total,) integer-valued per-sample weights, or None for weight 1.
     """
     vals = row_sums.index_select(0, indices)  # (L_total,) int16 or int32
-    if weights is not None:
-        vals = vals.to(torch.int32) * weights.to(torch.int32)
+    if weights is not None:  # in int64: a weighted row sum times a weight may pass 2^31, then mod 2^32
+        vals = wrap32(vals.long() * weights.long())
     return _segment_sums(vals, lengths)
 
 
@@ -69,14 +106,22 @@ def exact_expected_fp32(
     return sums.squeeze(1).to(torch.int32)
 
 
-def exact_bad_bags(out: torch.Tensor, expected: torch.Tensor, scratch: Scratch | None = None) -> torch.Tensor:
-    """(B,) bool: bags whose sum differs from S_exp, or with an element that is not a multiple of 2^-7.
+def exact_bad_bags(
+    out: torch.Tensor,
+    expected: torch.Tensor,
+    scratch: Scratch | None = None,
+    weighted: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> torch.Tensor:
+    """(B,) bool: bags whose sum differs from S_exp, or with an element that is not a multiple of 2^-7,
+    or (given `weighted`) whose column-weighted sum differs from its own S_exp.
 
     Args:
         out: (B, D) fp32 EmbeddingBag output of a dyadic table.
         expected: (B,) int32 from exact_expected (or id_pool.expected_at).
         scratch: buffers reused from batch to batch, and the block of bags checked at a time (one block,
             in fresh buffers, when None).
+        weighted: the (D,) column weights and the (B,) int32 S_exp of the weighted row sums
+            (`weighted_row_sums`), or None for the plain sum alone.
     Elements are compared in units of 2^-7 as int32 (a cheap conversion; clean values are below 2^17).
     The integrality check (int32 → fp32 round trip) catches what a sum would absorb, such as a 0.0
     flipped to a denormal, and NaN/Inf/out-of-range values. Once every element is an integer, the
@@ -86,19 +131,37 @@ def exact_bad_bags(out: torch.Tensor, expected: torch.Tensor, scratch: Scratch |
     scratch = scratch or Scratch()
     step = scratch.block_bags(out)
     if step >= out.shape[0]:
-        return _exact_bad_block(out, expected, scratch)
+        return _exact_bad_block(out, expected, scratch, weighted)
     blocks = range(0, out.shape[0], step)
     return torch.cat(
-        [_exact_bad_block(out[lo : lo + step], expected[lo : lo + step], scratch) for lo in blocks]
+        [
+            _exact_bad_block(
+                out[lo : lo + step],
+                expected[lo : lo + step],
+                scratch,
+                None if weighted is None else (weighted[0], weighted[1][lo : lo + step]),
+            )
+            for lo in blocks
+        ]
     )
 
 
-def _exact_bad_block(out: torch.Tensor, expected: torch.Tensor, scratch: Scratch) -> torch.Tensor:
+def _exact_bad_block(
+    out: torch.Tensor,
+    expected: torch.Tensor,
+    scratch: Scratch,
+    weighted: tuple[torch.Tensor, torch.Tensor] | None,
+) -> torch.Tensor:
     """exact_bad_bags over one block of bags."""
     scaled, units = scratch.buffers(out)
     torch.mul(out, UNIT_INV, out=scaled)  # exact: a power of two
     units.copy_(scaled)  # truncates; garbage for NaN/Inf, which the round trip rejects
     bad = units.sum(1, dtype=torch.int32) != expected  # wraps mod 2^32 like the expected side
+    if weighted is not None:
+        column_weights, expected_weighted = weighted
+        products = scratch.products(units)
+        torch.mul(units, column_weights, out=products)  # each below 2^31 for a clean element
+        bad |= products.sum(1, dtype=torch.int32) != expected_weighted
     # An element is on the grid where its integer, back in fp32, is itself (compared in fp32: exact for
     # every int32 a clean element can be; NaN, Inf and values beyond int32's range never compare equal).
     off_grid = units != scaled
@@ -123,6 +186,7 @@ class Scratch:
     def __init__(self, block_bytes: int | None = None) -> None:
         self.block_bytes = block_bytes
         self._held: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._products: torch.Tensor | None = None
 
     def block_bags(self, out: torch.Tensor) -> int:
         """Bags of `out` checked at a time: at least one."""
@@ -142,6 +206,18 @@ class Scratch:
             )
         rows = out.shape[0]
         return held[0][:rows], held[1][:rows]
+
+    def products(self, units: torch.Tensor) -> torch.Tensor:
+        """An int32 buffer of `units`' shape for the weighted checksum's products, held like `buffers`."""
+        held = self._products
+        if (
+            held is None
+            or held.device != units.device
+            or held.shape[1:] != units.shape[1:]
+            or held.shape[0] < units.shape[0]
+        ):
+            held = self._products = torch.empty(units.shape, dtype=torch.int32, device=units.device)
+        return held[: units.shape[0]]
 
 
 def _segment_sums(vals: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:

@@ -25,20 +25,19 @@ BURSTS = ("burst:2", "burst:4", "burst:8")
 LAYOUT_MODELS = ("run32", "stride32", "tile8", "tile16", "stuck0", "stuck1")
 # The same at fixed bits: the XOR models at the lowest exponent bit of the fp32 output (each element it
 # strikes doubles or halves), and the sign stuck at 0 and at 1. A stuck sign moves every element it
-# changes the same way (negatives up, or positives down), so a bag's sum moves by twice their total: exact
-# mode cannot miss it (floor 1.0). Anything else that changes several elements of one bag can cancel in
-# exact mode's sum: halving 4.0 and doubling 2.0 in one bag is -2 + 2 (measured: two row-wise stride32
-# of 200 at a random bit, bits 15 and 17 of four elements, two up and two down). Realistic mode's trigger
+# changes the same way (negatives up, or positives down), so a bag's sum moves by twice their total.
+# Anything else that changes several elements of one bag can cancel in its plain sum: halving 4.0 and
+# doubling 2.0 in one bag is -2 + 2 (measured before issue 44: two row-wise stride32 of 200 at a random
+# bit, bits 15 and 17 of four elements, two up and two down); exact mode's column-weighted sum weighs the
+# two differently, so it is floored at 1.0 for every layout model. Realistic mode's trigger
 # also sums a bag under a balanced ±1 pattern, so cancelling there needs equal and opposite changes at
 # elements of the same sign in it: 99% at the exponent bit, reported at random bits (whose low mantissa
 # bits sit within its rounding bound).
 FIXED_LAYOUT_MODELS = ("run32:23", "stride32:23", "tile8:23", "tile16:23", "stuck0:31", "stuck1:31")
-_STUCK_SIGN = frozenset({"stuck0:31", "stuck1:31"})
-# Exact mode, 4-bit table: a burst of at most 4 bits changes one element, or (crossing the nibble
-# boundary from bit s >= 1) the low element by a multiple of 2^s and the high one by an odd amount, so
-# the row's sum always moves. All 8 bits change both elements by 15 − 2q: the row's sum stays when the
-# pair sums to 15 (1 in 16 of uniform pairs), so burst:8 there is reported, not floored.
-_EXACT_4BIT_BLIND = frozenset({"burst:8"})
+# The same bit flipped in each byte of a warp-aligned run of 32 table bytes (a row of the narrow
+# variants is struck whole): up in some values, down in others, so a bag's plain sum can stay (issue 44);
+# exact mode's column-weighted sum sees it.
+TABLE_RUNS = ("run32:1", "run32:4", "run32:7")
 
 
 class SelftestMixin:
@@ -49,10 +48,9 @@ class SelftestMixin:
         "realistic mode: a change within the rigorous rounding bound of the element it hits (low q bits of "
         "rows orders of magnitude below their bag's largest, near-constant rows, output mantissa bits 0-6 as "
         "measured on an AVX2 EPYC, up to 0-9 by the rigorous bound)",
-        "exact mode: two output elements of one bag exchanged; a wrong-row fetch between rows of equal sums; "
-        "several elements of one bag changed by amounts that cancel in its sum on the 2^-7 grid (a run, tile or "
-        "stuck column block flipping one bit up in one element and down in another of the same exponent); a "
-        "burst of all 8 bits of a 4-bit table byte whose two values sum to 15",
+        "exact mode: a wrong-row fetch between rows of equal plain and column-weighted sums; changes of a bag's "
+        "elements whose total and column-weighted total (odd weights below 2^14) are both multiples of 2^32 "
+        "on the 2^-7 grid: elements exchanged or flipped up and down in a run cancel in the plain sum alone",
         "a q bit flipped in a row stored with scale 0 (no value changes); an id corrupted before the lookup "
         "(the checksum uses the same id: the negative control)",
     )  # docs/abft.md §2.6, docs/fault_models.md
@@ -70,16 +68,15 @@ class SelftestMixin:
         """Exact mode sees every value-changing flip or burst of one pooled element or one output, and
         every wrong-row fetch of one bit (each row's sum carries its index's parity), for one lookup or
         for one lookup in each of several bags; realistic mode is held to 99% on the high bits of a table
-        value and on wrong-row fetches, and reports the rest. The layout models of the output change
-        several elements of one bag, which can cancel in exact mode's sum: floored there only for a stuck
-        sign, in realistic mode at an exponent bit (FIXED_LAYOUT_MODELS)."""
-        if bit in LAYOUT_MODELS:
-            return None
+        value and on wrong-row fetches, and reports the rest. The layout models of the output and the runs
+        of a table row change several elements of one bag, which can cancel in its plain sum: exact mode's
+        column-weighted sum sees them (floor 1.0 since issue 44); realistic mode is floored at an exponent
+        bit of the output (FIXED_LAYOUT_MODELS) and reports the rest."""
+        if bit in LAYOUT_MODELS or bit in TABLE_RUNS:  # exact: the column-weighted sum sees what cancels
+            return 1.0 if variant.startswith("exact") else None
         if bit in FIXED_LAYOUT_MODELS:
-            return 0.99 if variant.startswith("realistic") else (1.0 if bit in _STUCK_SIGN else None)
+            return 0.99 if variant.startswith("realistic") else 1.0
         if variant.startswith("exact"):
-            if variant == "exact_4bit" and site == "table" and bit in _EXACT_4BIT_BLIND:
-                return None
             return 1.0 if site in ("output", "table", "fetch") else None
         if site == "fetch":
             return 0.99
@@ -94,6 +91,10 @@ class SelftestMixin:
         if variant.endswith("_wide"):
             return [*FIXED_LAYOUT_MODELS, *LAYOUT_MODELS] if site == "output" else []
         rows = {**_SMALL, **cls.selftest_variants[variant]}["rows"]
-        extra: dict[str, Sequence[str]] = {"output": BURSTS, "table": BURSTS, "fetch": ("wrong_rows",)}
+        extra: dict[str, Sequence[str]] = {
+            "output": BURSTS,
+            "table": (*BURSTS, *TABLE_RUNS),
+            "fetch": ("wrong_rows",),
+        }
         width = {"output": 32, "table": 8, "indices": 64, "fetch": rows.bit_length() - 1}[site]
         return [*range(width), *extra.get(site, ())]

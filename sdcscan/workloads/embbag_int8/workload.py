@@ -74,6 +74,10 @@ class EmbbagInt8(SelftestMixin):
             raise ValueError(f"embbag_int8: repeats must be an integer >= 1 (got {p['repeats']!r})")
         self.tables: dict[int, torch.Tensor] = {}  # bits -> packed table, built by prepare
         self.row_sums: dict[int, torch.Tensor] = {}  # exact mode
+        # Exact mode's second checksum: odd column weights, each row's weighted sum, the pool's prefix.
+        self.column_weights = torch.empty(0, dtype=torch.int32)
+        self.weighted_sums: dict[int, torch.Tensor] = {}
+        self.weighted_prefix: dict[int, torch.Tensor] = {}
         self.stats: dict[int, realistic.RowStats] = {}  # realistic mode
         self.ids = torch.empty(0, dtype=torch.int32)  # the pool of row ids, built by prepare
         self.weights: torch.Tensor | None = None  # the pool of per-sample weights, when weighted
@@ -103,6 +107,10 @@ class EmbbagInt8(SelftestMixin):
                 b: exact_table(ctx.run_seed ^ 0xE3BA6 ^ b, rows, p["dim"], b, ctx.device) for b in widths
             }
             self.row_sums = {b: exact.exact_row_sums(t, b) for b, t in tables.items()}
+            self.column_weights = exact.column_weights(p["dim"], ctx.run_seed ^ 0xC01, ctx.device)
+            self.weighted_sums = {
+                b: exact.weighted_row_sums(t, b, self.column_weights) for b, t in tables.items()
+            }
         else:  # shaped like trained embeddings: float draws on the host (the same bits on every device)
             g = ctx.generator(ctx.run_seed ^ 0xE3BA6)
             tables = table_families.mixed_tables(g, rows, p["dim"], widths, chunk_rows=BUILD_CHUNK_ROWS)
@@ -120,6 +128,7 @@ class EmbbagInt8(SelftestMixin):
             self.weights = weights.to(ctx.device, torch.float32)
         for bits, row_sums in self.row_sums.items():  # exact mode
             self.prefix[bits] = id_pool.pool_prefix(row_sums, self.ids, self.weights)
+            self.weighted_prefix[bits] = id_pool.pool_prefix(self.weighted_sums[bits], self.ids, self.weights)
         lo, hi = p["pooling"]
         seed = ctx.run_seed ^ 0x1E9
         lengths = counter_rng.below(seed, p["bags"] + LENGTHS_ROOM, hi - lo + 1, "cpu") + lo
@@ -240,9 +249,12 @@ class EmbbagInt8(SelftestMixin):
         if self.p["mode"] == "exact":
             if start is not None:
                 expected = id_pool.expected_at(self.prefix[bits], start, bounds)
+                weighted = id_pool.expected_at(self.weighted_prefix[bits], start, bounds)
             else:
                 expected = exact.exact_expected(self.row_sums[bits], idx.long(), lengths, weights)
-            return exact.exact_bad_bags(out, expected, self.scratch), expected * packing.UNIT, {}
+                weighted = exact.exact_expected(self.weighted_sums[bits], idx.long(), lengths, weights)
+            bad = exact.exact_bad_bags(out, expected, self.scratch, (self.column_weights, weighted))
+            return bad, expected * packing.UNIT, {}
         verdict = realistic.realistic_check(
             out, self.tables[bits], self.stats[bits], idx.long(), lengths, weights
         )
