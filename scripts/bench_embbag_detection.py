@@ -58,15 +58,20 @@ class Batch:
     weights: torch.Tensor | None
     member: torch.Tensor  # (B,) the position, in idx, of the member each bag's fault strikes
     bound: torch.Tensor  # (B, D) rigorous rounding bound of the clean output
-    sums: torch.Tensor | None = None  # exact mode
+    sums: torch.Tensor | None = None  # exact mode: plain row sums, column weights, weighted row sums
+    column_weights: torch.Tensor | None = None
+    weighted_sums: torch.Tensor | None = None
     stats: realistic.RowStats | None = None  # realistic mode
 
     def check(self, out: torch.Tensor) -> tuple[torch.Tensor, int]:
         """(B,) confirmed bags and the number the trigger flagged, as the workload runs the check."""
         if self.mode == "exact":
-            assert self.sums is not None
+            assert (
+                self.sums is not None and self.column_weights is not None and self.weighted_sums is not None
+            )
             expected = exact.exact_expected(self.sums, self.idx, self.lengths, self.weights)
-            return exact.exact_bad_bags(out, expected), 0
+            weighted = exact.exact_expected(self.weighted_sums, self.idx, self.lengths, self.weights)
+            return exact.exact_bad_bags(out, expected, weighted=(self.column_weights, weighted)), 0
         assert self.stats is not None
         verdict = realistic.realistic_check(
             out, self.packed, self.stats, self.idx, self.lengths, self.weights
@@ -161,6 +166,8 @@ def make_batch(
     batch = Batch(g, bits, mode, packed, idx, lengths, offsets, weights, member, bound)
     if mode == "exact":
         batch.sums = exact.exact_row_sums(packed, bits)
+        batch.column_weights = exact.column_weights(dim, 0xC01, packed.device)
+        batch.weighted_sums = exact.weighted_row_sums(packed, bits, batch.column_weights)
     else:
         batch.stats = realistic.row_stats(packed, bits, weighted=weighted)
     return batch
