@@ -250,3 +250,53 @@ def test_every_fault_model_of_the_selftest_fails_the_golden(dtype: str) -> None:
             outcome = workload.run(ctx, case)
             assert ctx.injected is not None
             assert outcome.status == ("mismatch" if ctx.injected["value_changed"] else "ok"), (label, seed)
+
+
+# --- fp8 slots (issue 44: the datapath H100/H200 inference and training run) ---------------------
+
+FP8_SHAPE = {"m": 32, "k": 128, "n": 48, "max_abs": 8}
+
+
+@pytest.mark.parametrize("slot", ["float8_e4m3fn", "float8_e5m2"])
+def test_an_fp8_slot_is_exact_on_clean_cases_and_fails_a_struck_one(slot: str) -> None:
+    """fp8 operands holding small integers multiply into fp32 exactly (the int64 golden, bit for bit), so a
+    clean case passes with no tolerance; one flipped low mantissa bit of one output element fails it."""
+    params = {**FP8_SHAPE, "dtypes": [slot], "repeats": [2]}
+    clean = _run(params, None)
+    assert clean.status == "ok" and clean.detail == {"dtype": slot, "bad_elements": 0}
+    hit = _run(params, FaultSpec("bitflip", "output", seed=3, element=5 * 48 + 7, bit=0, repeat=1))
+    assert hit.status == "mismatch" and hit.detail["bad_elements"] == 1
+    assert hit.mismatches[0].where == f"{slot} out[5, 7] (repeat 1)"
+
+
+def test_fp8_operands_hold_every_integer_the_rule_allows() -> None:
+    from sdcscan.checks import fp8
+
+    values = torch.arange(-8, 9, dtype=torch.float32).view(1, -1)
+    for slot in fp8.OPERANDS:
+        a8, b8 = fp8.operands(values, values.t(), slot)
+        assert torch.equal(a8.float(), values) and torch.equal(b8.float(), values.t()), slot
+        assert b8.stride() == (1, 1) or b8.t().is_contiguous()  # B column-major, as cuBLASLt wants
+    assert not torch.equal(torch.tensor([9.0, 17.0]).to(torch.float8_e5m2).float(), torch.tensor([9.0, 17.0]))
+
+
+def test_the_fp8_slots_rules_refuse_values_or_shapes_they_cannot_hold() -> None:
+    spec = SPECS["matmul_golden"]
+    good = {**spec.defaults, **FP8_SHAPE, "dtypes": ["float32", "float8_e5m2"], "repeats": [1, 1]}
+    assert spec.rules_problem(good) is None
+    problem = spec.rules_problem({**good, "max_abs": 9})
+    assert problem is not None and problem[0] == "max_abs" and "up to 8" in problem[1]
+    problem = spec.rules_problem({**good, "n": 40})
+    assert problem is not None and "multiples of 16" in problem[1]
+    assert spec.rules_problem({**good, "dtypes": ["float32", "float16"], "n": 40}) is None  # fp8 only
+
+
+def test_the_fp8_plain_op_is_the_scaled_product() -> None:
+    """Efficiency divides by the rate of the op the slot runs: the peak times `_scaled_mm` on fp8."""
+    from sdcscan.peaks.plain_ops import PlainOp
+    from sdcscan.peaks.rates import _matmul_call
+
+    call, flops = _matmul_call(PlainOp("matmul", "float8_e4m3fn", (32, 64, 32), 1.0), torch.device("cpu"))
+    out = call()
+    assert isinstance(out, torch.Tensor) and out.dtype == torch.float32 and out.shape == (32, 32)
+    assert flops == 2.0 * 32 * 64 * 32

@@ -106,3 +106,10 @@ def e_max_ceiling(*, k: int, width: int, u_acc: float, u_chk: float, u_out: floa
 def gamma(n: int, u: float) -> float:
     """γ_n = n·u / (1 − n·u), Higham's bound for n roundings (inf when n·u ≥ 1)."""
     return n * u / (1.0 - n * u) if n * u < 1.0 else math.inf
+
+
+# --- fp8 (sdcscan.checks.fp8) ----------------------------------------------------------------------
+
+FP8_SLOTS = ("float8_e4m3fn", "float8_e5m2")  # matmul_golden dtypes: A and B in fp8, the output in fp32
+FP8_EXACT_INT = 8  # every integer |x| <= 8 is exact in e5m2 (two mantissa bits), and in e4m3
+FP8_DIMENSION_MULTIPLE = 16  # cuBLASLt's fp8 kernels want m, k and n multiples of 16

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from sdcscan.checks import fp8
 from sdcscan.errors import ReportError
 from sdcscan.files import default_state_dir, make_state_dir, read_json, write_json_atomic
 from sdcscan.peaks.plain_ops import PeakOp, PlainOp, WorkloadPeak, combined_rate, plain_ops
@@ -56,9 +57,14 @@ def _generator(device: torch.device) -> torch.Generator:
 
 def _matmul_call(op: PlainOp, device: torch.device) -> tuple[Callable[[], object], float]:
     m, k, n = op.shape
-    g, dt = _generator(device), _DTYPES[op.dtype]
-    a = torch.rand((m, k), generator=g, device=device).to(dt)
-    b = torch.rand((k, n), generator=g, device=device).to(dt)
+    g = _generator(device)
+    a = torch.rand((m, k), generator=g, device=device)
+    b = torch.rand((k, n), generator=g, device=device)
+    if op.dtype in fp8.OPERANDS:  # matmul_golden's fp8 slots: the scaled product into fp32
+        a8, b8 = fp8.operands(a, b, op.dtype)
+        return (lambda: fp8.scaled_mm(a8, b8)), 2.0 * m * k * n
+    dt = _DTYPES[op.dtype]
+    a, b = a.to(dt), b.to(dt)
     return (lambda: a @ b), 2.0 * m * k * n
 
 

@@ -11,10 +11,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-_BITS = {"float32": 32, "float64": 64, "bfloat16": 16, "float16": 16}
+# Bits of the output word compared: an fp8 slot's product comes out in fp32.
+_BITS = {"float32": 32, "float64": 64, "bfloat16": 16, "float16": 16, "float8_e4m3fn": 32, "float8_e5m2": 32}
 # 64 x 256 x 64: room for warp-aligned runs and strides of 32 and 16 x 16 tiles; k·max_abs² = 16,384 keeps
 # the products exact (< 2^24) with the default max_abs of 8.
 _SHAPE = {"m": 64, "k": 256, "n": 64, "repeats": [1], "reference": "direct"}
+# The fp8 slots run on a reference kernel on a CPU (about 0.14 GFLOP/s): a smaller product, still with
+# room for a warp's run and a 16 x 16 tile, and every dimension a multiple of 16.
+_FP8_SHAPE = {**_SHAPE, "m": 32, "k": 64, "n": 32}
 HARDWARE_MODELS = (
     "burst:2", "burst:4", "burst:8", "run32", "stride32", "tile8", "tile16", "stuck0", "stuck1", "wrong_rows",
 )  # fmt: skip
@@ -32,7 +36,8 @@ class SelftestMixin:
         "non-finite inputs is never exercised (gemm_fp covers those)",
     )
     selftest_variants: ClassVar[Mapping[str, Mapping[str, Any]]] = {
-        dtype: {**_SHAPE, "dtypes": [dtype]} for dtype in _BITS
+        dtype: {**(_FP8_SHAPE if dtype.startswith("float8") else _SHAPE), "dtypes": [dtype]}
+        for dtype in _BITS
     }
 
     @classmethod

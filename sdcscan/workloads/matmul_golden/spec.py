@@ -7,11 +7,13 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from sdcscan.checks.limits import FP8_DIMENSION_MULTIPLE, FP8_EXACT_INT, FP8_SLOTS
 from sdcscan.outcomes import CONSENSUS, INVARIANT, REPEAT
 from sdcscan.workloads.params import Choice, Int, ListOf, one_per_dtype
 from sdcscan.workloads.workload_spec import Quality, WorkloadSpec
 
-DTYPES = ("float32", "float64", "bfloat16", "float16")
+# The fp8 slots (opt-in: no profile lists them yet) multiply fp8 operands into fp32 (sdcscan.checks.fp8).
+DTYPES = ("float32", "float64", "bfloat16", "float16", *FP8_SLOTS)
 REFERENCES = ("direct", "kronecker")
 EXACT_LIMIT = 2**24  # k * max_abs^2 below it keeps every fp32 partial sum exact
 # The `kronecker` pool: the larger of its two small int64 products may cost this many
@@ -50,6 +52,17 @@ def _rules(p: Mapping[str, Any]) -> tuple[str, str] | None:
     if p["k"] * p["max_abs"] ** 2 >= EXACT_LIMIT:
         k, top = p["k"], p["max_abs"]
         return "k", f"k * max_abs^2 must be below 2^24 for exact fp32 partial sums (got {k} * {top}^2)"
+    if any(d in FP8_SLOTS for d in p["dtypes"]):
+        if p["max_abs"] > FP8_EXACT_INT:
+            return (
+                "max_abs",
+                f"the fp8 dtypes hold integers up to {FP8_EXACT_INT} exactly (got max_abs {p['max_abs']})",
+            )
+        if any(p[d] % FP8_DIMENSION_MULTIPLE for d in ("m", "k", "n")):
+            return (
+                "m",
+                f"the fp8 dtypes need m, k and n multiples of {FP8_DIMENSION_MULTIPLE} (cuBLASLt's fp8 kernels)",
+            )
     if p["reference"] == "kronecker":
         try:
             golden_kronecker_split(p["m"], p["k"], p["n"])

@@ -1,4 +1,5 @@
-"""`matmul_golden`: matmuls in fp32, fp64, bf16 and fp16 compared bit for bit with an exact int64 reference.
+"""`matmul_golden`: matmuls in fp32, fp64, bf16 and fp16 (and, opted into, fp8 operands with an fp32
+output: sdcscan.checks.fp8) compared bit for bit with an exact int64 reference.
 
 Operands are small integers (|x| <= max_abs) with k * max_abs^2 < 2^24, so every partial sum is exact in
 fp32 and the product is the same in any summation order, blocking or thread count; bf16/fp16 outputs
@@ -26,7 +27,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from sdcscan.checks import counter_rng
+from sdcscan.checks import counter_rng, fp8
 from sdcscan.checks.digest import Fingerprint
 from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
 from sdcscan.workloads.base import Context, check_block, register
@@ -36,7 +37,10 @@ from sdcscan.workloads.matmul_golden.spec import REFERENCES, SPEC, golden_kronec
 from sdcscan.workloads.readout import read_once
 from sdcscan.workloads.workload_spec import WorkloadSpec
 
-DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in DTYPE_NAMES}
+# The dtype each slot's output is compared in: an fp8 slot's product comes out in fp32.
+DTYPES: dict[str, torch.dtype] = {
+    name: torch.float32 if name in fp8.OPERANDS else getattr(torch, name) for name in DTYPE_NAMES
+}
 _WORDS = {2: torch.int16, 4: torch.int32, 8: torch.int64}
 MAX_RECORDED = 8  # mismatching elements recorded per case; the count is always complete
 Split = tuple[tuple[int, int], ...]  # ((m1, m2), (k1, k2), (n1, n2)) of a Kronecker pool
@@ -87,9 +91,10 @@ class MatmulGolden(SelftestMixin):
         p = self.p
         slot = case.occurrence % len(p["dtypes"])
         dtype, repeats = DTYPES[p["dtypes"][slot]], p["repeats"][slot]
+        name = p["dtypes"][slot]
         with ctx.phase("setup"):
             a, b, ref = self._case_operands(ctx, case)
-            a, b = a.to(dtype), b.to(dtype)
+            a, b = fp8.operands(a, b, name) if name in fp8.OPERANDS else (a.to(dtype), b.to(dtype))
             expected = ref.to(dtype)  # exact in fp32; one RNE rounding to dtype
             tally = BadElements(expected, repeats)
         # Repeats write into a block of outputs, compared together (issue 10: a comparison and a
@@ -102,21 +107,24 @@ class MatmulGolden(SelftestMixin):
             count = min(block, repeats - first)
             for r in range(first, first + count):
                 with ctx.phase("compute"):
-                    torch.matmul(a, b, out=outputs[r - first])
+                    if name in fp8.OPERANDS:
+                        fp8.scaled_mm(a, b, out=outputs[r - first])
+                    else:
+                        torch.matmul(a, b, out=outputs[r - first])
                 ctx.fault("output", outputs[r - first], repeat=r, repeats=repeats)
             with ctx.phase("check"):
                 tally.add_block(outputs[:count], first)
         with ctx.phase("check"):
             digest = tally.digest()
             counts, sums = read_once([tally.counts(), digest.sums()])  # the case's one wait
-            mismatches, bad_total = tally.findings(p["dtypes"][slot], counts)
+            mismatches, bad_total = tally.findings(name, counts)
         return Outcome(
             status=STATUS_MISMATCH if bad_total else STATUS_OK,
             digest=digest.hexdigest_of(sums),
             mismatches=mismatches,
             ops=2.0 * p["m"] * p["n"] * p["k"] * repeats,
             ops_unit="flop",
-            detail={"dtype": p["dtypes"][slot], "bad_elements": bad_total},
+            detail={"dtype": name, "bad_elements": bad_total},
         )
 
     def _case_operands(self, ctx: Context, case: Case) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
