@@ -109,8 +109,8 @@ def test_row_and_column_checks_locate_one_corrupted_element():
     a, b = torch.rand(6, 32, generator=g) + 0.5, torch.rand(32, 5, generator=g) + 0.5
     c = a @ b
     c[2, 1] = -c[2, 1]
-    rows = vabft.row_check(a, c, vabft.encode(b, torch.float64), 1e-6)
-    cols = vabft.column_check(a, b, c, torch.float64, 1e-6)
+    expect = vabft.expected(a, b, vabft.encode(b, torch.float64), torch.float64, 1e-6)
+    rows, cols = vabft.verify(c, expect)  # the checks gemm_fp runs
     assert rows.failing_lines().nonzero().flatten().tolist() == [2]
     assert cols.failing_lines().nonzero().flatten().tolist() == [1]
 
@@ -135,8 +135,10 @@ def test_clean_random_gemm_stays_below_a_calibrated_threshold():
     """fp32 with an fp64 checker: a clean 64×512×64 product is well inside T at e_max = 4e-7 (docs/abft.md §3.2)."""
     g = torch.Generator().manual_seed(1)
     a, b = torch.randn(64, 512, generator=g), torch.randn(512, 64, generator=g)
-    r = vabft.row_check(a, a @ b, vabft.encode(b, torch.float64), 4e-7)
-    assert not r.bad.any() and r.ratio() < 1.0
+    rows, cols = vabft.verify(
+        a @ b, vabft.expected(a, b, vabft.encode(b, torch.float64), torch.float64, 4e-7)
+    )
+    assert not rows.bad.any() and rows.ratio() < 1.0 and not cols.bad.any() and cols.ratio() < 1.0
 
 
 @pytest.mark.parametrize(

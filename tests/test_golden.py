@@ -10,9 +10,10 @@ import jsonschema
 import pytest
 
 from sdcscan.fleet.compare import Options, summarize
-from sdcscan.fleet.golden import GoldenError, check_report, index_golden, load_golden
+from sdcscan.fleet.golden import GoldenError, index_golden, load_golden
 from sdcscan.fleet.golden_record import record
 from sdcscan.judgement.assemble import judge_and_build
+from sdcscan.judgement.evidence import check_golden
 from sdcscan.report import SCHEMA_PATH, case_records
 from tests.helpers.fleet import PLAN_SHA, extract, good, report, unit
 
@@ -72,7 +73,16 @@ def test_judge_pass_fail_and_unjudged():
     g = record(fleet())
     bad = unit("cpu:1", digests={3: "f" * 16, 1: "e" * 16})
     other = unit("cpu:2", cohort="c9")
-    j = {x.unit: x for x in check_report(report("q", [unit("cpu:0"), bad, other]), g)}
+    rep = report("q", [unit("cpu:0"), bad, other])
+    index, plan = index_golden(g), (rep["run"]["profile"]["sha256"], rep["run"]["seed"])
+    cases: dict[str, list[tuple[int, str | None, str]]] = {}
+    for row in case_records(rep):
+        cases.setdefault(row["unit"], []).append((row["index"], row["digest"], row["workload"]))
+    # As `sdcscan run --golden` judges each unit (judgement.assemble): the golden of its plan and cohort.
+    j = {
+        u["id"]: check_golden(u["id"], u["cohort"], index.get((plan, u["cohort"])), cases[u["id"]])
+        for u in rep["units"]
+    }
     assert j["cpu:0"].verdict == "pass" and j["cpu:0"].cases_judged == 4
     assert j["cpu:1"].verdict == "fail" and [d.index for d in j["cpu:1"].disagreements] == [1, 3]
     assert (

@@ -206,47 +206,6 @@ def failing(d: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
     return ~(d.abs() <= t)
 
 
-def row_check(
-    a: torch.Tensor,
-    c_out: torch.Tensor,
-    enc: Encoding,
-    e_max: float,
-    c: float = SIGMA_C,
-    *,
-    e_mean: float | None = None,
-) -> CheckResult:
-    """The V-ABFT row check of `c_out = a @ b` against B's encoding, per tile of each row.
-
-    Args:
-        a: (M, K) left operand.  c_out: (M, N) result under test.  enc: `encode(b, checker)`.
-        e_max: calibrated error unit.  c: standard deviations allowed.
-    """
-    d = row_residual(a, c_out, enc.rowsum)
-    t = vabft_threshold(a, enc.summary, e_max, c, e_mean=e_mean)
-    return CheckResult(d=d, t=t, bad=failing(d, t))
-
-
-def column_check(
-    a: torch.Tensor,
-    b: torch.Tensor,
-    c_out: torch.Tensor,
-    checker: torch.dtype,
-    e_max: float,
-    c: float = SIGMA_C,
-    *,
-    e_mean: float | None = None,
-) -> CheckResult:
-    """The column check `Σ_{i in tile} C_ij − (1_tileᵀA)·B_j`: the row check of Cᵀ = Bᵀ Aᵀ (roles
-    swapped, N → M), per tile of each column's rows.
-
-    Args:
-        a: (M, K).  b: (K, N).  c_out: (M, N).  checker: dtype of the checksums.
-    Returns:
-        A CheckResult over the N columns, (N, tiles of M).
-    """
-    return row_check(b.t(), c_out.t(), encode(a.t(), checker), e_max, c, e_mean=e_mean)
-
-
 def tiled_permutation(size: int, seed: int, device: torch.device | str = "cpu") -> torch.Tensor:
     """A random permutation of range(size) that keeps each tile's members together (tiles in a random
     order, members in a random order within each): a tile's sum and statistics are the same before and
@@ -284,8 +243,8 @@ def expected(
     """Row and column expectations of `a @ b`, with the row side from B's encoding `enc` (taken before
     any fault could touch B) and the column side from A and B as given.
 
-    The arithmetic is that of `row_check` and `column_check`, expression for expression, so the values
-    e_max was calibrated with are the values checked.
+    The column side is the row side of Cᵀ = Bᵀ Aᵀ (roles swapped, N → M), computed as `row_residual`
+    does, so the values e_max was calibrated with are the values checked.
     """
     row_t = vabft_threshold(a, enc.summary, e_max, c, e_mean=e_mean)
     bt, enc_a = b.t(), encode(a.t(), checker)

@@ -1,8 +1,9 @@
 """Goldens: the fleet's consensus digest per (plan, cohort, case), so one host can be judged with no peers.
 
 `fleet.golden_record` writes one, keeping only cases the fleet settles as `compare` would (one vote per
-host); `check_report` compares a report's units with the golden of the same plan and cohort (`sdcscan.judgement.verdict.check_golden`,
-the comparison `sdcscan run --golden` weighs as evidence). No I/O except `load_golden`.
+host); `index_golden` is what `sdcscan run --golden` looks each unit's plan and cohort up in, and
+`sdcscan.judgement.evidence.check_golden` (the one comparison, weighed by the judge as evidence) compares
+the unit with it. No I/O except `load_golden`.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from typing_extensions import NotRequired, TypedDict
 
 from sdcscan.errors import ReportError, UsageError
 from sdcscan.files import read_json
-from sdcscan.fleet.model import Extractor, PlanKey, UnitRecord
-from sdcscan.judgement.evidence import GoldenCheck, GoldenEntry, check_golden
+from sdcscan.fleet.model import PlanKey
+from sdcscan.judgement.evidence import GoldenEntry
 
 GOLDEN_VERSION = 1
 MAX_GOLDEN_BYTES = 256 << 20
@@ -145,27 +146,3 @@ def index_golden(golden: Golden) -> GoldenIndex:
             i: (d, w) for i, d, w in zip(c["index"], c["digest"], c["workload"], strict=True)
         }
     return out
-
-
-def check_report(report: object, golden: Golden) -> list[GoldenCheck]:
-    """Compare every unit of a report with the golden of the same plan and cohort.
-
-    Args:
-        report: a parsed report (schema version 1).
-        golden: a golden document (`record` or `load_golden`).
-
-    Returns:
-        One judgement per unit, sorted by unit id.
-
-    Raises:
-        ReportError: the report is not usable. GoldenError: the golden is malformed.
-    """
-    slim = Extractor().extract(report, source="report")
-    index = index_golden(golden)
-    return [check_unit(u, index.get((slim.plan, u.cohort))) for u in slim.units]
-
-
-def check_unit(unit: UnitRecord, entry: GoldenEntry | None) -> GoldenCheck:
-    """One unit of a report against the golden entry of its plan and cohort (None: the golden has none)."""
-    cases = zip(unit.indices, unit.digests, unit.workloads, strict=True)
-    return check_golden(unit.unit, unit.cohort, entry, cases)
