@@ -1,4 +1,5 @@
-"""Checked collectives on a real gloo world of four CPU processes: silent when clean, firing on a fault.
+"""The collective workload's check (`collectives.checked`, what every case runs) on a real gloo world of four
+CPU processes: silent when clean, and naming the hop or the rank when an injected bad hop strikes.
 
 Starting a process that imports torch costs seconds, so one spawned world runs every scenario and
 sends its results back; the tests read them. The parent always stops its children, even when a
@@ -7,14 +8,16 @@ scenario fails.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import torch
 import torch.distributed as dist
 
-from sdcscan.collectives.attribution import HopBlame, blame_all_gather, blame_send_recv_ring
+from sdcscan.collectives import checked
+from sdcscan.collectives.attribution import Clean, HopBlame, RankBlame, Unattributed
+from sdcscan.collectives.checked import Group, Pick
 from sdcscan.collectives.ops import (
     ALL_GATHER,
     ALL_REDUCE,
@@ -23,13 +26,8 @@ from sdcscan.collectives.ops import (
     SEND_RECV,
     algorithm_bytes,
     bus_bandwidth,
-    checked_all_gather,
-    checked_all_reduce,
-    checked_broadcast,
-    checked_reduce_scatter,
-    gather_to_rank0,
-    ring_send_recv,
 )
+from sdcscan.collectives.triage import STOP_ISOLATED, Node, Triage
 from sdcscan.errors import UsageError
 from tests.helpers.gloo_world import spawn_world
 
@@ -37,114 +35,54 @@ WORLD = 4
 NUMEL = 257  # odd, so no element count lines up with a power of two by accident
 SEED = 13
 DTYPES = ("bfloat16", "float16", "float32", "int32")
-RING = [0, 1, 2, 3]
-ODD_RING = [3, 1, 0, 2]  # 3→1→0→2→3: successors are not rank + 1
 CHECKED = ("send_recv", "all_gather", "broadcast", "all_reduce", "reduce_scatter")
 
 
-def _clean(rank: int, dtype: torch.dtype) -> dict[str, object]:
-    """Every checked collective once, without faults."""
-    args = (rank, WORLD, NUMEL, dtype, SEED)
-    return {
-        "send_recv": ring_send_recv(rank, WORLD, RING, NUMEL, dtype, SEED, device="cpu"),
-        "all_gather": checked_all_gather(*args, device="cpu"),
-        "broadcast": checked_broadcast(*args, device="cpu", root=1),
-        "all_reduce": checked_all_reduce(*args, device="cpu"),
-        "reduce_scatter": checked_reduce_scatter(*args, device="cpu"),
-    }
+def _seen(pick: Pick, group: Group, bad: checked.BadHop) -> tuple[Any, list[Any]]:
+    """Run one pick on `group` as a case does: this rank's check, and every member's (gathered)."""
+    data = checked.build(pick, group, SEED, torch.device("cpu"))
+    held = checked.buffers(pick, group, data)
+    checked.call(pick, group, data, held)
+    mine = checked.check(pick, group, data, held, bad)
+    everyone: list[Any] = [None] * group.size
+    dist.all_gather_object(everyone, mine, group=group.handle)
+    return mine, everyone
+
+
+def _clean(rank: int, dtype: str) -> dict[str, object]:
+    """Every collective once, without a bad hop: what this rank's check found."""
+    group = Group(tuple(range(WORLD)), None, rank)
+    return {c: _seen(Pick(c, dtype, NUMEL, root=1), group, lambda s, r: False)[0] for c in CHECKED}
 
 
 def _faults(rank: int) -> dict[str, object]:
-    """Each collective with one injected corruption; pairs are gathered at rank 0."""
-    f32 = torch.float32
-    hop = ring_send_recv(
-        rank, WORLD, RING, NUMEL, f32, SEED, device="cpu", corrupt=lambda s, r: (s, r) == (1, 2)
-    )
-    odd = ring_send_recv(
-        rank,
-        WORLD,
-        ODD_RING,
-        NUMEL,
-        torch.bfloat16,
-        SEED,
-        device="cpu",
-        corrupt=lambda s, r: (s, r) == (1, 0),
-    )
-    # What a ring all_gather delivers when hop 1→2 corrupts source 1's block: it is stored wrong at
-    # every rank it reaches after the hop, 2, 3 and then 0 (its last stop before returning to 1).
-    arc = checked_all_gather(
-        rank, WORLD, NUMEL, torch.int32, SEED, device="cpu", corrupt=lambda s, r: s == 1 and r in (2, 3, 0)
-    )
-    cast = checked_broadcast(
-        rank, WORLD, NUMEL, torch.float16, SEED, device="cpu", root=2, corrupt=lambda s, r: r == 3
-    )
-    return {
-        "hop": gather_to_rank0(hop, WORLD),
-        "odd_ring": gather_to_rank0(odd, WORLD),
-        "arc": gather_to_rank0(arc, WORLD),
-        "broadcast": gather_to_rank0(cast, WORLD),
-        "all_reduce": checked_all_reduce(
-            rank, WORLD, NUMEL, f32, SEED, device="cpu", corrupt=lambda r: r == 2
-        ),
-        "reduce_scatter": checked_reduce_scatter(
-            rank, WORLD, NUMEL, torch.bfloat16, SEED, device="cpu", corrupt=lambda r: r == 1
-        ),
-    }
+    """Each collective with the hop 1→2 bad (global ranks): what every rank saw, and what all concluded."""
+    group = Group(tuple(range(WORLD)), None, rank)
+    out: dict[str, object] = {}
+    for collective, dtype in ((SEND_RECV, "float32"), (ALL_GATHER, "int32"), (BROADCAST, "float16"),
+                              (ALL_REDUCE, "float32"), (REDUCE_SCATTER, "bfloat16")):  # fmt: skip
+        pick = Pick(collective, dtype, NUMEL, root=2 if collective == BROADCAST else 0)
+        _, seen = _seen(pick, group, lambda s, r: (s, r) == (1, 2))
+        out[collective] = (seen, checked.attribute(collective, group.members, seen))
+    return out
 
 
 def _subgroup(rank: int) -> dict[str, object]:
-    """Ranks 1, 2, 3 as a group of three (group ranks 0, 1, 2): ring hop 0→1 corrupted, broadcast from 2."""
-    group = dist.new_group([1, 2, 3])
+    """Ranks 1, 2, 3 as a group of three (group ranks 0, 1, 2), hop 2→3 (global) bad: pairs and roots are
+    group ranks."""
+    handle = dist.new_group([1, 2, 3])
     if rank == 0:
         return {}
-    me = dist.get_rank(group)
-    hop = ring_send_recv(
-        me,
-        3,
-        [0, 1, 2],
-        NUMEL,
-        torch.float32,
-        SEED,
-        device="cpu",
-        corrupt=lambda s, r: (s, r) == (0, 1),
-        group=group,
-    )
-    cast = checked_broadcast(me, 3, NUMEL, torch.int32, SEED, device="cpu", root=2, group=group)
-    return {
-        "hop": gather_to_rank0(hop, 3, group=group),
-        "broadcast": gather_to_rank0(cast, 3, group=group),
-        "all_gather": checked_all_gather(me, 3, NUMEL, torch.float16, SEED, device="cpu", group=group),
-    }
-
-
-def _usage_errors(rank: int) -> dict[str, bool]:
-    """Whether a rank or world that is not the process group's is refused before any collective."""
-
-    def refused(call: Callable[[], object]) -> bool:
-        try:
-            call()
-        except UsageError:
-            return True
-        return False
-
-    other = (rank + 1) % WORLD
-    return {
-        "wrong_rank": refused(
-            lambda: checked_all_reduce(other, WORLD, NUMEL, torch.float32, SEED, device="cpu")
-        ),
-        "wrong_world": refused(lambda: checked_all_gather(rank, 8, NUMEL, torch.float32, SEED, device="cpu")),
-        "wrong_gather_world": refused(lambda: gather_to_rank0([], 2)),
-        "unsupported_dtype": refused(
-            lambda: checked_broadcast(rank, WORLD, NUMEL, torch.float64, SEED, device="cpu")
-        ),
-    }
+    group = Group((1, 2, 3), handle, rank - 1)
+    bad = lambda s, r: (s, r) == (2, 3)  # noqa: E731
+    ring = _seen(Pick(SEND_RECV, "float32", NUMEL, root=0), group, bad)[1]
+    cast = _seen(Pick(BROADCAST, "int32", NUMEL, root=3), group, bad)[1]  # root 3: group rank 2
+    return {"ring": ring, "broadcast": cast}
 
 
 def _every_scenario(rank: int, size: int, control: Any) -> dict[str, Any]:
     """One rank's results of every scenario, run in this order on every rank (the control group is unused)."""
-    out: dict[str, Any] = {"usage": _usage_errors(rank)}
-    for name in DTYPES:
-        out[f"clean/{name}"] = _clean(rank, getattr(torch, name))
+    out: dict[str, Any] = {f"clean/{name}": _clean(rank, name) for name in DTYPES}
     out["faults"] = _faults(rank)
     out["subgroup"] = _subgroup(rank)
     return out
@@ -159,56 +97,62 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[int, dict[s
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("collective", CHECKED)
 def test_a_clean_collective_reports_nothing_wrong_on_any_rank(world, collective, dtype):
-    """Every checked collective in every dtype: no wrong pair and no wrong element anywhere."""
+    """Every collective in every dtype: no wrong pair and no wrong element anywhere."""
     empty: int | list[object] = 0 if collective in ("all_reduce", "reduce_scatter") else []
     assert [world[r][f"clean/{dtype}"][collective] for r in range(WORLD)] == [empty] * WORLD
 
 
-def test_a_corrupted_ring_hop_is_gathered_at_rank0_and_blamed(world):
-    """Hop 1→2 corrupted: rank 0 gathers exactly (1, 2); the others get nothing; the blame names the hop."""
-    assert [world[r]["faults"]["hop"] for r in range(WORLD)] == [[(1, 2)], [], [], []]
-    blame = blame_send_recv_ring(RING, world[0]["faults"]["hop"])
+def test_a_bad_hop_on_the_ring_is_seen_by_its_receiver_and_named(world):
+    """Hop 1→2 bad: rank 2 alone holds its predecessor's block wrong, and every rank names the hop."""
+    seen, blame = world[0]["faults"][SEND_RECV]
+    assert seen == [[], [], [(1, 2)], []]
     assert [b.hop for b in blame] == [(1, 2)]
-
-
-def test_the_ring_follows_the_given_order_not_the_rank_numbers(world):
-    """On the ring 3→1→0→2→3 rank 0 receives from 1: the hop 1→0 is the one reported."""
-    assert world[0]["faults"]["odd_ring"] == [(1, 0)]
-    assert [b.hop for b in blame_send_recv_ring(ODD_RING, world[0]["faults"]["odd_ring"])] == [(1, 0)]
+    assert all(world[r]["faults"][SEND_RECV] == (seen, blame) for r in range(WORLD))  # the same everywhere
 
 
 def test_all_gather_blocks_wrong_on_the_arc_after_a_hop_name_that_hop(world):
-    """Source 1's block wrong at 2, 3 and 0 (what hop 1→2 of a ring leaves): blame names hop 1→2."""
-    pairs = world[0]["faults"]["arc"]
-    assert pairs == [(1, 0), (1, 2), (1, 3)]
-    blame = blame_all_gather(RING, pairs)
-    assert isinstance(blame, HopBlame)
-    assert (blame.hop, blame.sources, blame.receivers) == ((1, 2), (1,), (2, 3, 0))
+    """A block travels the ring from its source: every block that crosses hop 1→2 on its way arrives
+    wrong (source 1's at 2, 3 and 0; 0's at 2 and 3; 3's at 2), and the blame names 1→2 from them."""
+    seen, (blame,) = world[0]["faults"][ALL_GATHER]
+    assert seen == [[(1, 0)], [], [(0, 2), (1, 2), (3, 2)], [(0, 3), (1, 3)]]
+    assert isinstance(blame, HopBlame) and blame.consistent
+    assert (blame.hop, blame.sources, blame.receivers) == ((1, 2), (3, 0, 1), (2, 3, 0))
 
 
-@pytest.mark.parametrize("collective, corrupted_rank", [("all_reduce", 2), ("reduce_scatter", 1)])
-def test_a_bit_flipped_in_one_ranks_sum_is_reported_by_that_rank_alone(world, collective, corrupted_rank):
-    """One bit flipped in one rank's result: exactly one wrong element there, none elsewhere."""
-    counts = [world[r]["faults"][collective] for r in range(WORLD)]
-    assert counts == [1 if r == corrupted_rank else 0 for r in range(WORLD)]
+def test_a_broadcast_from_the_hops_sender_is_wrong_past_it(world):
+    """Broadcast from 2: its block reaches 3, 0 and 1 through hop 2→3 only, so a bad hop 1→2 touches none."""
+    seen, blame = world[0]["faults"][BROADCAST]
+    assert seen == [[], [], [], []] and blame == (Clean(),)
 
 
-def test_a_corrupted_broadcast_copy_names_root_and_receiver(world):
-    """Broadcast from 2 with rank 3's copy corrupted: rank 0 gathers exactly (2, 3)."""
-    assert [world[r]["faults"]["broadcast"] for r in range(WORLD)] == [[(2, 3)], [], [], []]
+@pytest.mark.parametrize("collective", [ALL_REDUCE, REDUCE_SCATTER])
+def test_a_bad_hop_spoils_every_ranks_sum_and_names_no_rank(world, collective):
+    """A sum mixes every rank's data on every hop: each rank holds one wrong element, and the attribution
+    is left to triage (no hop or rank can be named from one case)."""
+    seen, (finding,) = world[0]["faults"][collective]
+    assert seen == [1, 1, 1, 1] and isinstance(finding, Unattributed)
 
 
-def test_on_a_subgroup_ranks_roots_and_pairs_are_group_ranks(world):
-    """Group {1, 2, 3}: its rank 0 (global 1) gathers the hop 0→1; a broadcast from its rank 2 is clean."""
+def test_on_a_subgroup_pairs_and_roots_are_group_ranks(world):
+    """Group {1, 2, 3} with hop 2→3 bad: group rank 2 (global 3) holds group rank 1's block wrong; a
+    broadcast from global 3 (group rank 2) reaches 1 and 2 over hops 3→1 and 1→2: clean."""
     sub = {r: world[r]["subgroup"] for r in range(1, WORLD)}
-    assert [sub[r]["hop"] for r in (1, 2, 3)] == [[(0, 1)], [], []]
-    assert [(sub[r]["broadcast"], sub[r]["all_gather"]) for r in (1, 2, 3)] == [([], [])] * 3
+    assert all(sub[r]["ring"] == [[], [], [(1, 2)]] for r in (1, 2, 3))
+    assert all(sub[r]["broadcast"] == [[], [], []] for r in (1, 2, 3))
 
 
-def test_a_rank_or_world_that_is_not_the_process_groups_is_refused(world):
-    """A wrong rank or world (collective or gather), or a dtype without exact data: UsageError, on every rank."""
-    refused = dict.fromkeys(["wrong_rank", "wrong_world", "wrong_gather_world", "unsupported_dtype"], True)
-    assert [world[r]["usage"] for r in range(WORLD)] == [refused] * WORLD
+def test_one_rank_alone_with_a_wrong_sum_is_blamed_and_a_hop_blames_its_receiver():
+    """The attribution every rank computes from what all saw, and who reports the mismatch: a wrong sum on
+    rank 2 alone blames rank 2; a hop blames its receiver (never its sender); triage blames its suspects."""
+    (alone,) = checked.attribute(ALL_REDUCE, (0, 1, 2, 3), [0, 0, 3, 0])
+    assert isinstance(alone, RankBlame) and alone.rank == 2
+    assert checked.attribute(ALL_REDUCE, (0, 1, 2, 3), [0, 0, 0, 0]) == (Clean(),)
+    nodes = [Node(f"n{r}", (r,)) for r in range(4)]
+    assert checked.blamed([alone], None, nodes) == {2}
+    hops = checked.attribute(SEND_RECV, (0, 1, 2, 3), [[], [], [(1, 2)], []])
+    assert checked.blamed(hops, None, nodes) == {2}
+    triage = Triage(suspects=("n1", "n3"), stop=STOP_ISOLATED, trials=())
+    assert checked.blamed([Clean()], triage, nodes) == {1, 3}
 
 
 @pytest.mark.parametrize(
@@ -251,11 +195,6 @@ def test_algorithm_bytes_is_the_size_nccl_tests_divides_by_time(collective, dtyp
         lambda: bus_bandwidth(ALL_REDUCE, 1, float("inf"), 2),
         lambda: bus_bandwidth(ALL_REDUCE, 1, 1.0, 0),
         lambda: algorithm_bytes("gather", 1, torch.float32, 2),
-        lambda: ring_send_recv(0, 4, [0, 1, 1, 3], 8, torch.float32, 0, device="cpu"),
-        lambda: ring_send_recv(0, 4, [0, 1, 2], 8, torch.float32, 0, device="cpu"),
-        lambda: ring_send_recv(0, 2, [0, True], 8, torch.float32, 0, device="cpu"),
-        lambda: checked_all_reduce(0, 4, 8, torch.float32, 0, device="cpu"),  # no process group here
-        lambda: checked_broadcast(4, 4, 8, torch.float32, 0, device="cpu"),
     ],
     ids=[
         "unknown-collective",
@@ -264,14 +203,9 @@ def test_algorithm_bytes_is_the_size_nccl_tests_divides_by_time(collective, dtyp
         "infinite-seconds",
         "empty-world",
         "algorithm-bytes-unknown",
-        "ring-repeats-a-rank",
-        "ring-misses-a-rank",
-        "ring-holds-a-bool",
-        "no-process-group",
-        "rank-outside-world",
     ],
 )
 def test_bad_arguments_raise_usage_error(call):
-    """Bad arguments, or no process group, are a UsageError before any communication."""
+    """Bad arguments are a UsageError."""
     with pytest.raises(UsageError):
         call()

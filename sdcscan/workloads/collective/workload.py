@@ -23,40 +23,17 @@ import json
 import os
 import random
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
 from typing import Any, ClassVar, TypeAlias
 
 import torch
 import torch.distributed as dist
 
-from sdcscan.collectives.attribution import (
-    CAUSE_COPY,
-    Attribution,
-    Clean,
-    HopBlame,
-    RankBlame,
-    Unattributed,
-    blame_all_gather,
-    blame_send_recv_ring,
-)
-from sdcscan.collectives.exact_data import bitwise_equal, block, contribution, expected_sum, wrong_elements
-from sdcscan.collectives.ops import (
-    ALL_GATHER,
-    ALL_REDUCE,
-    BROADCAST,
-    COLLECTIVES,
-    REDUCE_SCATTER,
-    SEND_RECV,
-    algorithm_bytes,
-    all_gather_into,
-    bus_bandwidth,
-    flip_one_bit,
-    global_rank,
-    reduce_scatter,
-    send_to_receive_from,
-)
+from sdcscan.collectives import checked
+from sdcscan.collectives.attribution import Attribution, HopBlame, RankBlame, Unattributed
+from sdcscan.collectives.checked import COPIES, BadHop, Data, Group, Pair, Pick
+from sdcscan.collectives.ops import BROADCAST, COLLECTIVES, algorithm_bytes, bus_bandwidth
 from sdcscan.collectives.triage import Node, Triage, reductive_triage
 from sdcscan.collectives.world import World, gather_from_all
 from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
@@ -67,67 +44,10 @@ from sdcscan.workloads.workload_spec import WorkloadSpec
 
 DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in DTYPE_NAMES}
 CACHE_BYTES = 2**31  # built inputs and expected results kept per rank, least recently used dropped first
-COPIES = (ALL_GATHER, BROADCAST, SEND_RECV)  # the collectives whose blocks have a source to blame
-
-Pair: TypeAlias = tuple[int, int]  # (source, receiver), group ranks: receiver holds source's block wrong
-BadHop: TypeAlias = Callable[[int, int], bool]  # (sender, receiver), global ranks -> corrupts what crosses
-
-
-@dataclass(frozen=True, slots=True)
-class _Pick:
-    """What one case runs; the same on every rank."""
-
-    collective: str
-    dtype: str
-    numel: int
-    root: int  # broadcast's root (a global rank); it moves one rank each lap through the product
-
-    @property
-    def label(self) -> str:
-        return f"{self.collective} {self.dtype} {self.numel}"
-
-
-@dataclass(frozen=True, slots=True)
-class _Group:
-    """The ranks a collective runs on: the whole world or a triage subgroup."""
-
-    members: tuple[int, ...]  # global ranks, sorted: the group's ring is this order
-    handle: dist.ProcessGroup | None  # the process group (None: the default group)
-    me: int  # this process's rank in the group
-
-    @property
-    def size(self) -> int:
-        return len(self.members)
-
-    def root(self, pick: _Pick) -> int:
-        """Broadcast's root in this group: the case's root if a member, else the group's rank 0."""
-        return self.members.index(pick.root) if pick.root in self.members else 0
-
-    def path_crosses(self, source: int, receiver: int, bad: BadHop) -> bool:
-        """Whether `source`'s block, travelling the group's ring to `receiver`, crosses a bad hop."""
-        n, at = self.size, source
-        while at != receiver:
-            if bad(self.members[at], self.members[(at + 1) % n]):
-                return True
-            at = (at + 1) % n
-        return False
-
-    def ring_crosses(self, bad: BadHop) -> bool:
-        """Whether any hop of the group's ring is bad (a ring of one has none)."""
-        n = self.size
-        return n > 1 and any(bad(self.members[i], self.members[(i + 1) % n]) for i in range(n))
 
 
 # A cache entry's key: collective, dtype, numel, group size, my rank in it, broadcast root, seed, device.
 _CacheKey: TypeAlias = tuple[str, str, int, int, int, int | None, int, str]
-
-
-@dataclass(frozen=True, slots=True)
-class _Data:
-    """One rank's input and the result it must hold afterwards, for one pick on one group."""
-
-    send: torch.Tensor  # the input (cloned before a collective that writes into it)
-    expected: torch.Tensor  # all_gather: every source's block, flat; the others: this rank's result
 
 
 @register
@@ -157,7 +77,7 @@ class Collective:
             for dtype in self.p["dtypes"]
             for collective in self.p["collectives"]
         ]
-        self._cache: OrderedDict[_CacheKey, _Data] = OrderedDict()
+        self._cache: OrderedDict[_CacheKey, Data] = OrderedDict()
         self._cached_bytes = 0
 
     def prepare(self, ctx: Context) -> None:
@@ -179,7 +99,7 @@ class Collective:
             return active and bool(world.link_corrupts(sender, receiver))
 
         members = tuple(range(world.size))
-        group = _Group(members, world.data, world.rank)
+        group = Group(members, world.data, world.rank)
         # The data seed is the run's, not the case's: every case of one (collective, dtype, size) uses
         # the same data, so after the first the cache holds them and a case costs the collective and
         # the comparison only. Exact data make any corruption visible whatever the values; the run
@@ -188,12 +108,12 @@ class Collective:
         result = self._execute(ctx, world, pick, group, seed, bad, timed=True)
         with ctx.phase("check"):
             seen = gather_from_all(world, result)
-            findings = _attribute(pick.collective, members, seen)
+            findings = checked.attribute(pick.collective, members, seen)
         triage = None
         if any(isinstance(f, Unattributed) for f in findings):
             with ctx.phase("triage"):
                 triage = self._triage(ctx, pick, seed, bad, world)
-        blamed = _blamed(findings, triage, world.nodes())
+        blamed = checked.blamed(findings, triage, world.nodes())
         seconds = ctx.phases.get("compute", 0.0)
         nbytes = algorithm_bytes(pick.collective, pick.numel, DTYPES[pick.dtype], world.size)
         attribution = [f.to_dict() for f in findings]
@@ -225,13 +145,13 @@ class Collective:
             },
         )
 
-    def _pick(self, occurrence: int, world_size: int) -> _Pick:
+    def _pick(self, occurrence: int, world_size: int) -> Pick:
         """The (collective, dtype, size) of this occurrence, cycling the product; the root moves per lap."""
         collective, dtype, numel = self.combos[occurrence % len(self.combos)]
-        return _Pick(collective, dtype, numel, root=(occurrence // len(self.combos)) % world_size)
+        return Pick(collective, dtype, numel, root=(occurrence // len(self.combos)) % world_size)
 
     def _execute(
-        self, ctx: Context, world: World, pick: _Pick, group: _Group, seed: int, bad: BadHop, *, timed: bool
+        self, ctx: Context, world: World, pick: Pick, group: Group, seed: int, bad: BadHop, *, timed: bool
     ) -> list[Pair] | int:
         """Run `pick` on `group` and check it: this rank's wrong pairs (copies) or wrong elements (sums).
 
@@ -244,13 +164,13 @@ class Collective:
 
         with phase("setup"):
             data = self._data(pick, group, seed, world.device)
-            buffers = _buffers(pick, group, data)
+            buffers = checked.buffers(pick, group, data)
         with phase("compute"):
-            _call(pick, group, data, buffers)
+            checked.call(pick, group, data, buffers)
         with phase("check"):
-            return _check(pick, group, data, buffers, bad)
+            return checked.check(pick, group, data, buffers, bad)
 
-    def _data(self, pick: _Pick, group: _Group, seed: int, device: torch.device) -> _Data:
+    def _data(self, pick: Pick, group: Group, seed: int, device: torch.device) -> Data:
         """This rank's input and expected result, built once and kept while the cache has room."""
         root = group.root(pick) if pick.collective == BROADCAST else None  # the others do not use it
         key = (pick.collective, pick.dtype, pick.numel, group.size, group.me, root, seed, str(device))
@@ -258,7 +178,7 @@ class Collective:
         if found is not None:
             self._cache.move_to_end(key)
             return found
-        data = _build(pick, group, seed, device)
+        data = checked.build(pick, group, seed, device)
         size = _nbytes(data)
         if size <= CACHE_BYTES:
             while self._cached_bytes + size > CACHE_BYTES:
@@ -268,7 +188,7 @@ class Collective:
             self._cached_bytes += size
         return data
 
-    def _triage(self, ctx: Context, pick: _Pick, seed: int, bad: BadHop, world: World) -> Triage:
+    def _triage(self, ctx: Context, pick: Pick, seed: int, bad: BadHop, world: World) -> Triage:
         """Reductive triage on subgroups; every rank plans the same trials and sees the same answers."""
 
         def reproduces(nodes: tuple[Node, ...]) -> bool | None:
@@ -276,7 +196,7 @@ class Collective:
             handle = world.subgroup(ranks)  # every rank, member or not, in the same order
             outcome = 0  # 0: clean, 1: reproduced, 2: could not run
             if world.rank in ranks:
-                sub = _Group(ranks, handle, ranks.index(world.rank))
+                sub = Group(ranks, handle, ranks.index(world.rank))
                 try:
                     result = self._execute(ctx, world, pick, sub, seed, bad, timed=False)
                     outcome = 1 if result else 0
@@ -292,29 +212,7 @@ class Collective:
         )
 
 
-def _build(pick: _Pick, group: _Group, seed: int, device: torch.device) -> _Data:
-    """Inputs from `exact_data` (seeded by group ranks) and the result this rank must end with."""
-    dtype, n, me, numel = DTYPES[pick.dtype], group.size, group.me, pick.numel
-    if pick.collective == ALL_GATHER:
-        expected = torch.cat([block(s, numel, dtype, seed, device=device) for s in range(n)])
-        return _Data(send=expected[me * numel : (me + 1) * numel], expected=expected)
-    if pick.collective == BROADCAST:
-        mine = block(group.root(pick), numel, dtype, seed, device=device)
-        return _Data(send=mine, expected=mine)
-    if pick.collective == SEND_RECV:
-        return _Data(
-            send=block(me, numel, dtype, seed, device=device),
-            expected=block((me - 1) % n, numel, dtype, seed, device=device),
-        )
-    total = numel * (n if pick.collective == REDUCE_SCATTER else 1)
-    send = contribution(me, n, total, dtype, seed, device=device)
-    expected = expected_sum(n, total, dtype, seed, device=device)
-    if pick.collective == REDUCE_SCATTER:
-        expected = expected[me * numel : (me + 1) * numel].clone()
-    return _Data(send=send, expected=expected)
-
-
-def _nbytes(data: _Data) -> int:
+def _nbytes(data: Data) -> int:
     """Memory `data` holds (all_gather's and broadcast's input shares the expected result's storage)."""
     storages = {
         t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in (data.send, data.expected)
@@ -322,94 +220,8 @@ def _nbytes(data: _Data) -> int:
     return sum(storages.values())
 
 
-def _buffers(pick: _Pick, group: _Group, data: _Data) -> tuple[torch.Tensor, torch.Tensor]:
-    """(what is sent, where the result lands), fresh for each call so no run sees another's result."""
-    if pick.collective == ALL_REDUCE:  # in place
-        result = data.send.clone()
-        return result, result
-    if pick.collective == BROADCAST:  # in place: the root sends its buffer, the others receive into theirs
-        result = data.send.clone() if group.me == group.root(pick) else torch.empty_like(data.send)
-        return result, result
-    return data.send, torch.empty_like(data.expected)
-
-
-def _call(pick: _Pick, group: _Group, data: _Data, buffers: tuple[torch.Tensor, torch.Tensor]) -> None:
-    """The collective itself, and nothing else: this is what the case times."""
-    send, result = buffers
-    handle, collective = group.handle, pick.collective
-    if collective == ALL_GATHER:
-        all_gather_into(result, send, handle)
-    elif collective == ALL_REDUCE:
-        dist.all_reduce(result, op=dist.ReduceOp.SUM, group=handle)
-    elif collective == REDUCE_SCATTER:
-        reduce_scatter(result, send, handle)
-    elif collective == BROADCAST:
-        dist.broadcast(result, src=global_rank(handle, group.root(pick)), group=handle)
-    elif group.size > 1:  # SEND_RECV
-        send_to_receive_from(send, result, (group.me + 1) % group.size, (group.me - 1) % group.size, handle)
-    else:
-        result.copy_(send)
-
-
-def _check(
-    pick: _Pick, group: _Group, data: _Data, buffers: tuple[torch.Tensor, torch.Tensor], bad: BadHop
-) -> list[Pair] | int:
-    """Corrupt what an injected bad hop would have, then compare bit for bit with the expected result."""
-    result, me, n, numel = buffers[1], group.me, group.size, pick.numel
-    if pick.collective not in COPIES:
-        if group.ring_crosses(bad):
-            flip_one_bit(result)
-        return wrong_elements(result, data.expected)
-    if pick.collective == ALL_GATHER:
-        received = [(s, s * numel) for s in range(n)]
-    else:  # one block: from the root, or from the ring predecessor
-        received = [(group.root(pick) if pick.collective == BROADCAST else (me - 1) % n, 0)]
-    wrong = []
-    for source, start in received:
-        got = result[start : start + numel]
-        if group.path_crosses(source, me, bad):
-            flip_one_bit(got)
-        if not bitwise_equal(got, data.expected[start : start + numel]):
-            wrong.append((source, me))
-    return wrong
-
-
-def _attribute(collective: str, ring: Sequence[int], seen: list[Any]) -> tuple[Attribution, ...]:
-    """What every rank's results show: the same on every rank, since every rank sees them all."""
-    if collective in COPIES:
-        pairs = sorted({(int(s), int(r)) for part in seen for s, r in part})
-        if collective == SEND_RECV:
-            return blame_send_recv_ring(ring, pairs) or (Clean(),)
-        return (blame_all_gather(ring, pairs),)
-    wrong = [r for r, count in enumerate(seen) if count]
-    if not wrong:
-        return (Clean(),)
-    if len(wrong) == 1:
-        return (RankBlame(wrong[0], CAUSE_COPY, sources=(wrong[0],)),)
-    return (
-        Unattributed(
-            f"ranks {', '.join(map(str, wrong))} hold wrong sums: every rank's data is in every element,"
-            " so no single hop or rank can be named"
-        ),
-    )
-
-
-def _blamed(findings: Sequence[Attribution], triage: Triage | None, nodes: Sequence[Node]) -> set[int]:
-    """The ranks that report a mismatch: a hop's receiver, a blamed rank, or every triage suspect."""
-    blamed: set[int] = set()
-    for f in findings:
-        if isinstance(f, HopBlame):
-            blamed.add(f.hop[1])
-        elif isinstance(f, RankBlame):
-            blamed.add(f.rank)
-    if triage is not None:
-        ranks_of = {node.name: node.ranks for node in nodes}
-        blamed.update(r for name in triage.suspects for r in ranks_of[name])
-    return blamed
-
-
 def _mismatch(
-    pick: _Pick, findings: Sequence[Attribution], seen: list[Any], triage: Triage | None, blamed: list[int]
+    pick: Pick, findings: Sequence[Attribution], seen: list[Any], triage: Triage | None, blamed: list[int]
 ) -> Mismatch:
     """The mismatch a blamed rank reports: what went wrong and who is blamed, in one line."""
     parts = []
@@ -440,7 +252,7 @@ def _mismatch(
 
 
 def _digest(
-    pick: _Pick, world_size: int, attribution: list[dict[str, object]], triage: dict[str, object] | None
+    pick: Pick, world_size: int, attribution: list[dict[str, object]], triage: dict[str, object] | None
 ) -> str:
     """The same on every rank, clean or not: what ran and what every rank concluded."""
     root = pick.root if pick.collective == BROADCAST else None
