@@ -15,7 +15,7 @@ from rich.console import Console
 
 from sdcscan.cli import cli
 from sdcscan.judgement.assemble import judge_and_build
-from sdcscan.launch.cluster_report import RankInfo, build_cluster_report, rank_unit_id
+from sdcscan.launch.cluster_report import RankInfo, merge_rank_reports, rank_unit_id
 from sdcscan.outcomes import unit_order
 from sdcscan.render.run import render_summary
 from sdcscan.report import SCHEMA_PATH, validate_report
@@ -98,7 +98,7 @@ def cluster(
         for info in ranks
         if info.rank not in missing
     }
-    doc = build_cluster_report(reports, ranks, missing=missing, run=dict(RUN), backend="gloo")
+    doc = merge_rank_reports(reports, ranks, missing=missing, run=dict(RUN), backend="gloo")
     jsonschema.validate(doc, SCHEMA)
     return validate_report(doc, label="cluster")
 
@@ -154,7 +154,7 @@ def test_a_rank_without_a_report_is_an_invalid_unit_and_a_finding_naming_it():
 def test_a_rank_neither_reporting_nor_explained_is_missing_too():
     ranks = world()
     reports = {r.rank: rank_report(r.unit, r.host) for r in ranks[:3]}
-    doc = build_cluster_report(reports, ranks, missing={}, run=dict(RUN))
+    doc = merge_rank_reports(reports, ranks, missing={}, run=dict(RUN))
     assert doc["verdict"] == "invalid" and "rank 3 wrote no report" in doc["units"][3]["reason"]
 
 
@@ -276,7 +276,7 @@ def test_host_findings_of_ranks_on_one_host_are_said_once_of_their_host():
         r["findings"].append(
             {"kind": "corrected_errors", "unit": None, "message": "this host: 2 CEs", "next": None}
         )
-    doc = build_cluster_report(reports, ranks, missing={}, run=dict(RUN))
+    doc = merge_rank_reports(reports, ranks, missing={}, run=dict(RUN))
     said = [f["message"] for f in doc["findings"] if f["kind"] == "corrected_errors"]
     assert said == ["node-a: this host: 2 CEs", "node-b: this host: 2 CEs"]
 
@@ -287,7 +287,7 @@ def test_renaming_touches_whole_unit_ids_only():
     report["findings"].append(
         {"kind": "note", "unit": "cpu:1", "message": "cpu:1 is next to cpu:10", "next": None}
     )
-    doc = build_cluster_report({0: report}, ranks, missing={}, run=dict(RUN))
+    doc = merge_rank_reports({0: report}, ranks, missing={}, run=dict(RUN))
     assert doc["findings"][-1]["message"] == "rank0/cpu:1 is next to cpu:10"
 
 
@@ -314,7 +314,7 @@ def test_the_schema_refuses_a_unit_id_that_is_neither_form():
 )
 def test_an_inconsistent_world_is_refused(ranks: list[RankInfo], reports: dict[int, Any]):
     with pytest.raises(ValueError):
-        build_cluster_report(reports, ranks, missing={}, run=dict(RUN))
+        merge_rank_reports(reports, ranks, missing={}, run=dict(RUN))
 
 
 def test_a_rank_unit_must_be_cpu_or_cuda():
@@ -326,7 +326,7 @@ def test_a_damaged_rank_report_leaves_its_rank_unjudged_not_the_cluster_unreport
     ranks = world()
     reports = {r.rank: rank_report(r.unit, r.host) for r in ranks}
     reports[1]["units"][0]["cases"]["seconds"][0] = "soon"
-    doc = build_cluster_report(reports, ranks, missing={}, run=dict(RUN))
+    doc = merge_rank_reports(reports, ranks, missing={}, run=dict(RUN))
     assert verdicts(doc)["rank1/cpu:1"] == "invalid" and doc["exit_code"] == 3
     assert "rank 1's report: units[0].cases.seconds[0]: not a number" in doc["units"][1]["reason"]
 
@@ -338,6 +338,6 @@ def test_the_backend_comes_from_the_rank_reports_when_not_given():
     for r in ranks:
         reports[r.rank]["run"]["distributed"] = {"rank": r.rank, "world_size": 4, "backend": "nccl"}
         jsonschema.validate(reports[r.rank], SCHEMA)
-    doc = build_cluster_report(reports, ranks, missing={}, run=dict(RUN))
+    doc = merge_rank_reports(reports, ranks, missing={}, run=dict(RUN))
     jsonschema.validate(doc, SCHEMA)
     assert doc["run"]["distributed"]["backend"] == "nccl" and "rank" not in doc["run"]["distributed"]

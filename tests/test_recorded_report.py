@@ -68,9 +68,9 @@ def test_recorded_report_exports_to_junit(recorded: dict[str, Any]):
     """One JUnit suite per unit, one testcase per workload it ran, none failed."""
     xml = JUnitXml.fromstring(junit_xml(recorded))
     suites = {s.name: s for s in xml}
-    assert set(suites) == {"cpu:0", "cpu:1"}
+    assert set(suites) == {"recorded-host/cpu:0", "recorded-host/cpu:1"}  # HOST/UNIT: hosts never merge
     for unit in recorded["units"]:
-        cases = list(suites[unit["id"]])
+        cases = list(suites[f"recorded-host/{unit['id']}"])
         assert {c.name for c in cases} == set(unit["workloads"])
         assert all(c.is_passed for c in cases)
 

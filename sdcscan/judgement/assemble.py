@@ -23,7 +23,6 @@ from sdcscan.judgement.wording import finding, findings, reason
 from sdcscan.outcomes import STATUS_ERROR, STATUS_MISMATCH, STATUS_OK, CaseOutcome
 from sdcscan.parts import describe
 from sdcscan.report.document import (
-    SCHEMA_VERSION,
     Calibration,
     CaseError,
     Checked,
@@ -40,6 +39,7 @@ from sdcscan.report.document import (
     Unit,
     UnitKind,
     UnitPacing,
+    build_report,
 )
 from sdcscan.report.document import (
     Retest as RetestDoc,
@@ -111,7 +111,7 @@ def judge_and_build(
     judgement = judge(
         cohort_of, main, retests=reruns, problems=problems, interrupted=interrupted is not None, golden=checks
     )
-    report = build_report(
+    report = host_report(
         run=run,
         host=host,
         software=software,
@@ -127,9 +127,9 @@ def judge_and_build(
         outcomes=outcomes,
         judgement=judgement,
         exit_code=EXIT_TERMINATED if interrupted == "SIGTERM" else None,
+        telemetry=telemetry or {},
+        extra_findings=telemetry_findings or [],
     )
-    report["telemetry"] = telemetry or {}
-    report["findings"] += telemetry_findings or []
     return report
 
 
@@ -155,7 +155,7 @@ def _case_result(o: Outcome) -> CaseResult:
     )
 
 
-def build_report(
+def host_report(
     *,
     run: Run,
     host: Host,
@@ -165,8 +165,10 @@ def build_report(
     outcomes: list[Outcome],
     judgement: Judgement,
     exit_code: int | None = None,
+    telemetry: Telemetry | None = None,
+    extra_findings: list[Finding] | None = None,
 ) -> Report:
-    """Assemble the report.
+    """Assemble a host's report from the judgement (through the one constructor, `build_report`).
 
     Args:
         run: the `run` object (id, profile, seed, …); started_at/ended_at already set.
@@ -192,25 +194,22 @@ def build_report(
         unit_docs.append(_unit_doc(u, cases, judgement))
     mismatches += _golden_mismatches(judgement)
     notes = [finding("note", u["id"], note) for u in units for note in u.get("notes", [])]
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "tool": {"name": "sdcscan", "version": __version__},
-        "verdict": judgement.verdict.value,
-        "exit_code": judgement.verdict.exit_code if exit_code is None else exit_code,
-        "run": run,
-        "host": host,
-        "software": software,
-        "cohorts": cohorts,
-        "units": unit_docs,
-        "mismatches": mismatches,
-        "disputes": [_dispute_doc(d) for d in judgement.disputes],
-        "errors": _errors(outcomes),
-        "telemetry": {},
-        "findings": findings(
-            judgement, run, {u["id"]: describe(u["kind"], u.get("part") or {}) for u in units}
-        )
-        + notes,
-    }
+    parts = {u["id"]: describe(u["kind"], u.get("part") or {}) for u in units}
+    return build_report(
+        tool={"name": "sdcscan", "version": __version__},
+        verdict=judgement.verdict.value,
+        exit_code=judgement.verdict.exit_code if exit_code is None else exit_code,
+        run=run,
+        host=host,
+        software=software,
+        cohorts=cohorts,
+        units=unit_docs,
+        mismatches=mismatches,
+        disputes=[_dispute_doc(d) for d in judgement.disputes],
+        errors=_errors(outcomes),
+        telemetry=telemetry or {},
+        findings=findings(judgement, run, parts) + notes + (extra_findings or []),
+    )
 
 
 def _errors(outcomes: list[Outcome]) -> list[CaseError]:

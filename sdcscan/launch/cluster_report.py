@@ -55,9 +55,10 @@ from sdcscan.report.document import (
     Telemetry,
     Unit,
     VerdictWord,
+    build_report,
 )
 
-__all__ = ["DISTRIBUTED_WORKLOADS", "RankInfo", "build_cluster_report", "rank_unit_id"]
+__all__ = ["DISTRIBUTED_WORKLOADS", "RankInfo", "merge_rank_reports", "rank_unit_id"]
 
 RANK_UNIT = re.compile(r"^(cpu|cuda):[0-9]+$")  # the unit a rank runs on
 # Workloads whose mismatches carry an attribution in `where` ("hop 1→2 corrupts blocks ...").
@@ -118,7 +119,7 @@ def rank_unit_id(rank: int, unit: str) -> str:
     return f"rank{rank}/{unit}"
 
 
-def build_cluster_report(
+def merge_rank_reports(
     rank_reports: Mapping[int, object],
     ranks: Sequence[RankInfo],
     *,
@@ -175,23 +176,22 @@ def build_cluster_report(
     first = docs[0][1] if docs else None
     run_doc = _run_doc(run, ranks, units, [d for _, d in docs], backend)
     verdict = _cluster_verdict(units, run_doc, [d for _, d in docs])
-    report: Report = {
-        "schema_version": 1,
-        "tool": first["tool"] if first else {"name": "sdcscan", "version": ""},
-        "verdict": verdict.value,
-        "exit_code": 0,  # set below from the verdict, as `sdcscan report` derives it
-        "run": run_doc,
-        "host": _host_doc(ranks, first),
-        "software": first["software"] if first else {},
-        "cohorts": {k: v for _, d in docs for k, v in d.get("cohorts", {}).items()},
-        "units": units,
-        "mismatches": mismatches,
-        "disputes": [x for _, d in docs for x in d.get("disputes", [])]
+    report = build_report(
+        tool=first["tool"] if first else {"name": "sdcscan", "version": ""},
+        verdict=verdict.value,
+        exit_code=0,  # set below from the verdict, as `sdcscan report` derives it
+        run=run_doc,
+        host=_host_doc(ranks, first),
+        software=first.get("software", {}) if first else {},
+        cohorts={k: v for _, d in docs for k, v in d.get("cohorts", {}).items()},
+        units=units,
+        mismatches=mismatches,
+        disputes=[x for _, d in docs for x in d.get("disputes", [])]
         + _cross_rank_disputes(host_reports, references),
-        "errors": [e for _, d in docs for e in d.get("errors", [])],
-        "telemetry": _telemetry(docs),
-        "findings": _unique(findings),
-    }
+        errors=[e for _, d in docs for e in d.get("errors", [])],
+        telemetry=_telemetry(docs),
+        findings=_unique(findings),
+    )
     report["exit_code"] = verdict_exit_code(report)
     return report
 

@@ -33,7 +33,7 @@ from sdcscan.collectives.env import (
     from_environment,
 )
 from sdcscan.errors import RunError, UsageError
-from sdcscan.launch.cluster_report import RankInfo, build_cluster_report
+from sdcscan.launch.cluster_report import RankInfo, merge_rank_reports
 from sdcscan.outputs import history
 from sdcscan.outputs.publish import Outputs, publish
 from sdcscan.report.document import Report, Run
@@ -160,7 +160,7 @@ def _write_cluster_report(
     else:
         latest_end = opts.started + budget + OVERRUN_S + dist_opts.timeout_s + BARRIER_S
         wait_until = max(latest_end, time.time()) + REPORT_WAIT_AFTER_S
-    reports: dict[int, dict[str, Any]] = {  # as they came: build_cluster_report validates each
+    reports: dict[int, dict[str, Any]] = {  # as they came: merge_rank_reports validates each
         0: cast(dict[str, Any], own),
         **store.gather("report", range(1, env.world_size), until=wait_until),
     }
@@ -172,7 +172,7 @@ def _write_cluster_report(
     }
     hosts = list(own["run"].get("distributed", {}).get("hosts", []))
     ranks = [_rank_info(r, infos.get(r), hosts, env.local_world_size) for r in range(env.world_size)]
-    cluster = build_cluster_report(reports, ranks, missing=missing, run=_cluster_run(own, env))
+    cluster = merge_rank_reports(reports, ranks, missing=missing, run=_cluster_run(own, env))
     bandwidth, lockstep = _world_figures(reports)
     cluster["run"]["distributed"].update({"bandwidth": bandwidth, "lockstep": lockstep})
     path = cluster_report_path(opts, env.run_id)

@@ -19,7 +19,7 @@ from typing import Any, cast
 from sdcscan import units
 from sdcscan.errors import ReportError
 from sdcscan.files import read_json
-from sdcscan.launch.cluster_report import RankInfo, build_cluster_report
+from sdcscan.launch.cluster_report import RankInfo, merge_rank_reports
 from sdcscan.launch.rank import cluster_report_path, report_path_of_rank, unit_of_rank
 from sdcscan.outputs.publish import publish
 from sdcscan.report.document import Report, Run
@@ -61,7 +61,7 @@ def write_cluster_report(
         infos.append(RankInfo(rank, hostname, rank, unit.id, unit.pci, str(path) if doc else None))
     missing = {r: why.format(rank=r) for r in range(ranks) if r not in reports}
     run = _run_doc(opts, run_id, reports, interrupted_by)
-    cluster = build_cluster_report(reports, infos, missing=missing, run=run)
+    cluster = merge_rank_reports(reports, infos, missing=missing, run=run)
     out = cluster_report_path(opts, run_id)
     out.parent.mkdir(parents=True, exist_ok=True)
     publish(cluster, replace(opts.outputs, report=out, record_history=False, lock=False))

@@ -558,3 +558,41 @@ class Report(TypedDict):
     errors: NotRequired[Annotated[list[CaseError], UNCHECKED]]
     telemetry: NotRequired[Telemetry]
     sentinel: NotRequired[Annotated[Sentinel, UNCHECKED]]
+
+
+def build_report(
+    *,
+    tool: Tool,
+    verdict: VerdictWord,
+    exit_code: int,
+    run: Run,
+    host: Host,
+    software: dict[str, object],
+    cohorts: dict[str, dict[str, object]],
+    units: list[Unit],
+    mismatches: list[Mismatch],
+    disputes: list[Dispute],
+    errors: list[CaseError],
+    telemetry: Telemetry,
+    findings: list[Finding],
+) -> Report:
+    """The one constructor of every report sdcscan writes: a host's (`judgement.assemble`) and a
+    distributed run's cluster report (`launch.cluster_report`). Every top-level key it writes is a
+    required argument here, so a builder that forgets one is a type error; `sentinel`, the kernel-log
+    evidence, is added afterwards where a log was read."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "tool": tool,
+        "verdict": verdict,
+        "exit_code": exit_code,
+        "run": run,
+        "host": host,
+        "software": software,
+        "cohorts": cohorts,
+        "units": units,
+        "mismatches": mismatches,
+        "disputes": disputes,
+        "errors": errors,
+        "telemetry": telemetry,
+        "findings": findings,
+    }
