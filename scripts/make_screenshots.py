@@ -29,7 +29,13 @@ HEIGHTS = {"report-page.png": 3150, "fleet-page.png": 2500}  # the top of each p
 sys.path.insert(0, str(ROOT))
 from tests.helpers.browser import FLAGS  # noqa: E402  (the flags this closed network needs, kept once)
 
-CHROMIUM_FLAGS = (*FLAGS, "--hide-scrollbars", "--force-device-scale-factor=1")
+# Without the DevTools pipe the browser tests drive it through: --screenshot needs no driver, and with
+# the pipe flag Chromium waits for descriptors 3 and 4 nobody opened (it exits 13).
+CHROMIUM_FLAGS = (
+    *(flag for flag in FLAGS if flag != "--remote-debugging-pipe"),
+    "--hide-scrollbars",
+    "--force-device-scale-factor=1",
+)
 
 
 def sdcscan(*args: str, ok: tuple[int, ...] = (0, 1)) -> None:

@@ -300,3 +300,28 @@ def test_the_fp8_plain_op_is_the_scaled_product() -> None:
     out = call()
     assert isinstance(out, torch.Tensor) and out.dtype == torch.float32 and out.shape == (32, 32)
     assert flops == 2.0 * 32 * 64 * 32
+
+
+def test_an_fp8_slot_the_device_cannot_run_is_reported_not_covered_never_failed(monkeypatch) -> None:
+    """Before sm_89 a GPU has no fp8 datapath: its fp8 cases check nothing, pass with no ops counted (the
+    proof counts only checked work), and the unit's notes say which slot was not covered and why."""
+    from sdcscan.checks import fp8
+
+    def refuse(*_args: object, **_kwargs: object) -> torch.Tensor:
+        raise RuntimeError(
+            "torch._scaled_mm is only supported on CUDA devices with compute capability >= 9.0"
+        )
+
+    monkeypatch.setattr(fp8, "scaled_mm", refuse)
+    params = {**FP8_SHAPE, "dtypes": ["float8_e5m2", "float32"], "repeats": [1, 1]}
+    workload, ctx = _prepared(params)
+    assert ctx.notes == [
+        "matmul_golden: float8_e5m2 is not covered on this unit (torch._scaled_mm is only supported on CUDA "
+        "devices with compute capability >= 9.0); its cases check nothing"
+    ]
+    ctx.begin_case(None)
+    skipped = workload.run(ctx, Case(index=0, workload="matmul_golden", seed=11, occurrence=0))
+    assert skipped.status == "ok" and skipped.ops == 0.0 and "uncovered" in skipped.detail
+    ctx.begin_case(None)
+    checked = workload.run(ctx, Case(index=1, workload="matmul_golden", seed=12, occurrence=1))
+    assert checked.status == "ok" and checked.ops > 0 and checked.detail["dtype"] == "float32"
