@@ -190,4 +190,4 @@ def _import_nvml() -> ModuleType | None:
         import pynvml  # type: ignore[import-untyped, unused-ignore]
     except ImportError:
         return None
-    return pynvml
+    return cast(ModuleType, pynvml)

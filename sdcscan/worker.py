@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # the parent imports this module, and must not import torch
     import torch
 
     from sdcscan.collectives.lockstep import Lockstep
-    from sdcscan.peaks.rates import WorkloadPeak
+    from sdcscan.peaks.plain_ops import WorkloadPeak
     from sdcscan.workloads.base import Context, Workload
 
 HANG_SLEEP_S = 3600.0

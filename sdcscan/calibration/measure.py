@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -44,7 +44,7 @@ from sdcscan.calibration.table import (
     check_table,
     gemm_e_max_ceiling,
 )
-from sdcscan.checks import vabft
+from sdcscan.checks import limits, vabft
 from sdcscan.checks.limits import tile_width
 from sdcscan.errors import ReportError, UsageError
 from sdcscan.files import calibration_cache_dir, make_state_dir, parse_json, read_json, write_json_atomic
@@ -364,7 +364,7 @@ def calibrate(
         measured, n_rows = calibrate_dtype(name, device=device, rows=rows, k_values=k_values, seed=seed)
         for chk, per_k in measured.items():
             entries.append(_entry(model, device, name, chk, per_k, margin, n_rows))
-    return {"schema": SCHEMA, "c": vabft.SIGMA_C, "entries": entries}
+    return {"schema": SCHEMA, "c": limits.SIGMA_C, "entries": entries}
 
 
 def _entry(
@@ -691,7 +691,7 @@ def _write_cached(path: Path, entry: dict[str, Any]) -> str:
     """Write the cache file atomically; '' on success, else why not (the run goes on with the value)."""
     try:
         make_state_dir(path.parent)
-        write_json_atomic(path, {"schema": SCHEMA, "c": vabft.SIGMA_C, "entries": [entry]}, indent=2)
+        write_json_atomic(path, {"schema": SCHEMA, "c": limits.SIGMA_C, "entries": [entry]}, indent=2)
     except (OSError, ReportError) as err:
         return f"could not cache the calibration in {path.parent} ({err}); it is measured again next run"
     return ""
@@ -721,5 +721,5 @@ def _shipped_match(fp: dict[str, Any], k: int) -> dict[str, Any] | None:
             and entry.get("method") == METHOD
             and int(entry["k_max"]) >= k
         ):
-            return entry
+            return cast(dict[str, Any], entry)
     return None

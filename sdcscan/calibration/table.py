@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from typing import Any
+from typing import Any, cast
 
 from sdcscan.checks.limits import UNIT_ROUNDOFF, e_max_ceiling
 from sdcscan.errors import UsageError
@@ -105,7 +105,7 @@ def check_table(data: Any, *, label: str) -> dict[str, Any]:
         problem = _entry_problem(entry)
         if problem:
             raise UsageError(f"{label}: entries[{i}]{problem}")
-    return data
+    return cast(dict[str, Any], data)
 
 
 def _entry_problem(entry: Any) -> str:

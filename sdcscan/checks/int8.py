@@ -197,7 +197,7 @@ def tag_places(tags: int, device: torch.device | str = "cpu") -> torch.Tensor:
 
 def signed_tag_shift(tags: int) -> int:
     """What the s8 × s8 route's words (digit − 128) take off a tag's value: 128·Σ_t 128^t."""
-    return 128 * sum(ACTIVATION_DIGIT_BASE**t for t in range(tags))
+    return int(128 * sum(ACTIVATION_DIGIT_BASE**t for t in range(tags)))
 
 
 def balanced_digits(r: torch.Tensor, count: int = N_DIGITS) -> torch.Tensor:

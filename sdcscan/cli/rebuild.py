@@ -15,7 +15,7 @@ from sdcscan.errors import ReportError
 from sdcscan.journal import read_journal
 from sdcscan.judgement.assemble import UnitFacts, judge_and_build
 from sdcscan.outcomes import CaseOutcome
-from sdcscan.report.document import Report, Run
+from sdcscan.report.document import Host, Report, Run
 from sdcscan.timefmt import iso_utc
 
 _RUN_KEYS = ("id", "profile", "seed", "budget_s", "started_at", "units", "hostname")
@@ -79,7 +79,7 @@ def _build(run: dict[str, Any], records: list[dict[str, Any]]) -> Report:
     )
     return judge_and_build(  # the run record's keys were checked above (_RUN_KEYS); its units are the run's
         run=cast(Run, run_doc),
-        host={**(run.get("host") or {}), "hostname": run["hostname"]},
+        host=cast(Host, {**(run.get("host") or {}), "hostname": run["hostname"]}),
         software=next((r["software"] for r in unit_recs.values() if isinstance(r.get("software"), dict)), {}),
         cohorts={r["cohort"]: r.get("cohort_fields") or {} for r in unit_recs.values() if r.get("cohort")},
         units=cast(list[UnitFacts], units),

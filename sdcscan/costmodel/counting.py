@@ -148,7 +148,7 @@ class CostCounter(TorchDispatchMode):
     """Counts kernels, bytes, FLOPs, host waits and host work, into the tally of the current `phase`."""
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
         self.phase = "prepare"
         self.tallies: dict[str, Tally] = {}
         # Results of `all()` by id, held so the id stays theirs: read on the host, a clean case's `all`

@@ -580,7 +580,7 @@ def _run_doc(
 
 
 def _interrupted(report: Report) -> bool:
-    return bool(report["verdict"] == Verdict.INTERRUPTED or report["run"].get("interrupted_by"))
+    return bool(report["verdict"] == Verdict.INTERRUPTED.value or report["run"].get("interrupted_by"))
 
 
 def _cluster_verdict(units: Sequence[Unit], run: Run, reports: Sequence[Report]) -> Verdict:

@@ -9,7 +9,7 @@ and control characters and ANSI escape sequences are written as visible escapes
 
 from __future__ import annotations
 
-from rich.console import Console
+from rich.console import Console as Console  # re-exported: the command line names it in its types
 from rich.text import Text
 
 from sdcscan.outcomes import printable

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from types import ModuleType
-from typing import SupportsFloat, SupportsIndex, TypeVar
+from typing import SupportsFloat, SupportsIndex, TypeVar, cast
 
 from sdcscan.telemetry.sources import Reading, Source, SourceUnavailable
 
@@ -137,7 +137,7 @@ def _import_pynvml() -> ModuleType:
         import pynvml  # provided by nvidia-ml-py
     except ImportError:
         raise SourceUnavailable("NVML bindings missing: pip install 'sdcscan[gpu]' (nvidia-ml-py)") from None
-    return pynvml
+    return cast(ModuleType, pynvml)
 
 
 def _try(fn: Callable[[], object]) -> float | None:

@@ -9,6 +9,7 @@ the low nibble, 2k + 1 in the high one), then fp16 scale and bias; an element is
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 
@@ -65,7 +66,7 @@ def embedding_bag(
 ) -> torch.Tensor:
     """The quantized EmbeddingBag op for the table's bit width (sum pooling; torch ignores `mode`)."""
     op = getattr(torch.ops.quantized, _BAG_OPS[layout(bits).bits])  # layout() rejects other widths
-    return op(packed, indices, offsets, False, 0, False, weights, None, False)
+    return cast(torch.Tensor, op(packed, indices, offsets, False, 0, False, weights, None, False))
 
 
 def unpack_q(packed: torch.Tensor, bits: int = 8) -> torch.Tensor:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import cast
 
 import torch
 
@@ -71,9 +72,9 @@ def quantize(table: torch.Tensor, bits: int) -> torch.Tensor:
         ValueError: bits other than 8 or 4.
     """
     if bits == 8:
-        return torch.ops.quantized.embedding_bag_byte_prepack(table)
+        return cast(torch.Tensor, torch.ops.quantized.embedding_bag_byte_prepack(table))
     if bits == 4:
-        return torch.ops.quantized.embedding_bag_4bit_prepack(table)
+        return cast(torch.Tensor, torch.ops.quantized.embedding_bag_4bit_prepack(table))
     raise ValueError(f"bits must be 8 or 4 (got {bits})")
 
 

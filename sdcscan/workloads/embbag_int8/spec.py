@@ -29,7 +29,7 @@ def _rules(p: Mapping[str, Any]) -> tuple[str, str] | None:
 def _memory(p: Mapping[str, Any]) -> int:
     """The int32 id pool of one batch and its float32 output (the table's rows fit themselves to
     memory in `prepare`, so `rows` is not counted)."""
-    return 4 * p["bags"] * p["pooling"][1] + 4 * p["bags"] * p["dim"]
+    return int(4 * p["bags"] * p["pooling"][1] + 4 * p["bags"] * p["dim"])
 
 
 SPEC = WorkloadSpec(

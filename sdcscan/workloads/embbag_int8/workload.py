@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from sdcscan.checks import counter_rng
+from sdcscan.checks import counter_rng, limits
 from sdcscan.checks.digest import Fingerprint
 from sdcscan.checks.embbag import exact, id_pool, packing, realistic, table_families
 from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
@@ -62,8 +62,8 @@ class EmbbagInt8(SelftestMixin):
         lo, hi = p["pooling"] if len(p["pooling"]) == 2 else (-1, -1)
         if p["mode"] not in MODES:
             raise ValueError(f"embbag_int8: mode must be one of {', '.join(MODES)}")
-        if not p["bits"] or any(b not in packing.BITS for b in p["bits"]):
-            raise ValueError(f"embbag_int8: bits must be a non-empty list of {packing.BITS}")
+        if not p["bits"] or any(b not in limits.BITS for b in p["bits"]):
+            raise ValueError(f"embbag_int8: bits must be a non-empty list of {limits.BITS}")
         if not 0 <= lo <= hi or hi > MAX_POOLING or p["dim"] % 4 or p["rows"] < 1 or p["bags"] < 1:
             raise ValueError(
                 "embbag_int8: need 0 <= pooling[0] <= pooling[1] < 21845, dim % 4 == 0, rows, bags > 0"
@@ -334,7 +334,9 @@ def _fixed_bytes(p: Mapping[str, Any], pool_ids: int) -> int:
     pool = pool_ids * (8 if p["weighted"] else 4)
     if p["mode"] != "exact":
         return pool
-    return pool + 4 * (pool_ids + 1) * len(set(p["bits"])) + 12 * p["bags"] * p["dim"]  # (buffers: at most)
+    return int(
+        pool + 4 * (pool_ids + 1) * len(set(p["bits"])) + 12 * p["bags"] * p["dim"]
+    )  # (buffers: at most)
 
 
 def fit_rows(rows: int, bytes_per_row: int, share: int | None, fixed_bytes: int = 0) -> int:

@@ -45,7 +45,7 @@ def _rules(p: Mapping[str, Any]) -> tuple[str, str] | None:
 def _memory(p: Mapping[str, Any]) -> int:
     """One dtype's pool operands and a case's product, for the largest of the dtypes."""
     return max(
-        DTYPE_BYTES[dtype] * (m * k + k * n + m * n)
+        DTYPE_BYTES[dtype] * int(m * k + k * n + m * n)
         for dtype, (m, k, n) in zip(p["dtypes"], p["shapes"], strict=False)
     )
 

@@ -42,7 +42,7 @@ def _memory(p: Mapping[str, Any]) -> int:
     shapes = p["shapes"]
     weights = sum(n * k for _, k, n in shapes)
     activations = max(m * k for m, k, _ in shapes)
-    return weights + activations + max(4 * m * n for m, _, n in shapes)
+    return int(weights + activations + max(4 * m * n for m, _, n in shapes))
 
 
 SPEC = WorkloadSpec(

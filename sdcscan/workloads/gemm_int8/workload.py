@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from sdcscan.checks import counter_rng, int8
+from sdcscan.checks import counter_rng, int8, limits
 from sdcscan.checks.digest import Fingerprint
 from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
 from sdcscan.workloads.base import Context, register
@@ -103,12 +103,14 @@ class GemmInt8(SelftestMixin):
                 raise ValueError(f"gemm_int8: each shape must be [m, k, n] of positive integers, got {shape}")
             if shape[1] < MIN_K:
                 raise ValueError(f"gemm_int8: shape {shape}: k must be at least {MIN_K}")
-            if shape[1] > int8.max_exact_k() or (p["scheme"] == "mod2_32" and shape[2] > int8.MAX_N_MOD2_32):
+            if shape[1] > int8.max_exact_k() or (
+                p["scheme"] == "mod2_32" and shape[2] > limits.MAX_N_MOD2_32
+            ):
                 raise ValueError(f"gemm_int8: shape {shape} overflows int32 or the checksum digits")
-            if shape[2] > int8.MAX_N_WEIGHTED:
-                raise ValueError(f"gemm_int8: shape {shape}: n must be at most {int8.MAX_N_WEIGHTED}")
-            if shape[0] >= int8.CHUNK_ROWS:  # one repeat's rows at least are summed together in fp64
-                raise ValueError(f"gemm_int8: shape {shape}: m must be below {int8.CHUNK_ROWS}")
+            if shape[2] > limits.MAX_N_WEIGHTED:
+                raise ValueError(f"gemm_int8: shape {shape}: n must be at most {limits.MAX_N_WEIGHTED}")
+            if shape[0] >= limits.CHUNK_ROWS:  # one repeat's rows at least are summed together in fp64
+                raise ValueError(f"gemm_int8: shape {shape}: m must be below {limits.CHUNK_ROWS}")
         self.a_max = 255
         self.signed = False
         self.weights: dict[tuple[int, int, int], list[_Weight]] = {}  # shape -> encoded weights
@@ -278,7 +280,7 @@ class GemmInt8(SelftestMixin):
         """
         repeats, m, device = len(a), a[0].shape[0], last.device
         block_bytes = CHECK_BLOCK_BYTES if device.type == "cpu" else DEVICE_BLOCK_BYTES
-        block = max(1, min(repeats, block_bytes // (4 * m * lay.n_ext), (int8.CHUNK_ROWS - 1) // m))
+        block = max(1, min(repeats, block_bytes // (4 * m * lay.n_ext), (limits.CHUNK_ROWS - 1) // m))
         coefficients = self.coefficients[lay.n]
         with ctx.phase("check"):
             outputs = torch.empty(
@@ -340,7 +342,7 @@ class GemmInt8(SelftestMixin):
 def repeats_of(params: Mapping[str, Any], shape: Sequence[int]) -> int:
     """GEMMs in a case of this shape: enough for the case's `ops_per_case`, at least one."""
     m, k, n = shape
-    return max(1, math.ceil(params["ops_per_case"] / (2.0 * m * n * k)))
+    return max(1, math.ceil(float(params["ops_per_case"]) / (2.0 * m * n * k)))
 
 
 def _pool_seed(run_seed: int, what: str) -> int:

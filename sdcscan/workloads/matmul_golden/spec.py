@@ -74,7 +74,7 @@ def _rules(p: Mapping[str, Any]) -> tuple[str, str] | None:
 def _memory(p: Mapping[str, Any]) -> int:
     """The pool operands and their exact product: int64 for `direct`, float32 for `kronecker`."""
     size = 8 if p["reference"] == "direct" else 4
-    return size * (p["m"] * p["k"] + p["k"] * p["n"] + p["m"] * p["n"])
+    return int(size * (p["m"] * p["k"] + p["k"] * p["n"] + p["m"] * p["n"]))
 
 
 SPEC = WorkloadSpec(

@@ -29,7 +29,7 @@ def _memory(p: Mapping[str, Any]) -> int:
     (drawn in float32 at the case's start)."""
     weights = p["inputs"] * p["hidden"] + p["hidden"] ** 2 + p["hidden"] * p["classes"]
     size = 4 if p["autocast"] != "none" else DTYPE_BYTES[p["dtype"]]
-    return 4 * size * weights + 4 * p["steps"] * p["batch"] * p["inputs"]
+    return int(4 * size * weights + 4 * p["steps"] * p["batch"] * p["inputs"])
 
 
 SPEC = WorkloadSpec(

@@ -15,7 +15,7 @@ DTYPES = ("float32", "bfloat16")
 def _memory(p: Mapping[str, Any]) -> int:
     """`depth` square layers with their gradients and AdamW's two moments, and every step's float32
     inputs."""
-    return (
+    return int(
         4 * DTYPE_BYTES[p["dtype"]] * p["depth"] * p["width"] ** 2 + 4 * p["steps"] * p["batch"] * p["width"]
     )
 
