@@ -45,6 +45,7 @@ from sdcscan.workloads import SPECS
 # keep the two in step.
 STOP_S = 3.0
 POLL_S = 0.1
+SETTLE_S = 0.5  # how long the watchdog waits for a last message from a worker it is about to call hung
 
 
 def end_bound_s(budget_s: float) -> float:
@@ -440,6 +441,11 @@ class Runner:
             reason = self.watchdog.check(
                 now, ready=state.ready, busy=state.busy, current=state.current, grace_s=grace
             )
+            if reason is not None and state.conn is not None and state.conn.poll(SETTLE_S):
+                # A worker that blocked on a full pipe while this process was stalled sends what it
+                # finished only once the pipe drains: read it, and judge again on the next pass.
+                self._receive(state)
+                continue
             if reason is not None:
                 # Only now, when the watchdog would act: this runs on every message of every unit.
                 starved = self._starved(state)

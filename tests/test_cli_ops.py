@@ -39,7 +39,7 @@ def test_export_writes_junit_and_prom_from_a_report(tmp_path: Path) -> None:
     junit, prom = tmp_path / "r.xml", tmp_path / "r.prom"
     result = _invoke(export_cmd, str(report), "--junit", str(junit), "--prom", str(prom))
     assert result.exit_code == 0, result.stderr
-    assert {s.name for s in JUnitXml.fromfile(str(junit))} == {"cpu:0", "cpu:1"}
+    assert {s.name for s in JUnitXml.fromfile(str(junit))} == {"node-a/cpu:0", "node-a/cpu:1"}  # HOST/UNIT
     names = {f.name for f in text_string_to_metric_families(prom.read_text())}
     assert "sdcscan_unit_verdict" in names
     assert "Wrote" in result.stderr and result.stdout == ""

@@ -29,14 +29,15 @@ def test_only_the_newest_reports_are_kept(tmp_path: Path) -> None:
     db = tmp_path / "history.sqlite3"
     ids = [f"20261129T{i:06d}Z-abcd" for i in range(KEPT_REPORTS + 3)]
     for run_id in ids:
-        publish(make_report(run_id=run_id), Outputs(history=db, record_history=False))
+        publish(make_report(run_id=run_id), Outputs(history=db))
     assert sorted(p.stem for p in (tmp_path / "reports").iterdir()) == ids[3:]
 
 
-def test_a_report_given_out_or_an_export_keeps_no_copy(tmp_path: Path) -> None:
+def test_a_report_given_out_an_export_or_a_run_without_history_keeps_no_copy(tmp_path: Path) -> None:
     db = tmp_path / "history.sqlite3"
     publish(make_report(run_id="r1"), Outputs(report=tmp_path / "r.json", history=db))
     publish(make_report(run_id="r2"), Outputs(history=db, keep_report=False))
+    publish(make_report(run_id="r3"), Outputs(history=db, record_history=False))  # --no-history
     assert not (tmp_path / "reports").exists()
 
 

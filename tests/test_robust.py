@@ -217,8 +217,10 @@ def test_budget_too_short_for_one_case_is_invalid_not_pass(run_cli, tmp_path):
         (["report", "--from-journal", "nosuch.jsonl"], 3),
     ],
 )
-def test_bad_input_is_one_clear_line_and_exit_2_or_3(args, code):
-    """Malformed specs, unknown units: exit 2; missing files: exit 3; one `Error:` line, no exception escapes."""
+def test_bad_input_is_one_clear_line_and_exit_2_or_3(args, code, tmp_path, monkeypatch):
+    """Malformed specs, unknown units: exit 2; missing files: exit 3; one `Error:` line, no exception escapes.
+    (`report` alone opens the newest kept report: in an empty state directory there is none.)"""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     r = invoke(*args)
     assert r.exit_code == code, r.stderr
     one_error_line(r.stderr)

@@ -43,7 +43,7 @@ class Outputs:
     record_history: bool = True  # False: --no-history
     lock: bool = True  # False: a distributed rank (its launcher holds the host's lock for all its ranks)
     on_note: Callable[[str], None] | None = None  # told what `publish` could not do but the run survives
-    keep_report: bool = True  # without --out, keep it in the state directory (False: a distributed rank's)
+    keep_report: bool = True  # without --out, keep it beside the history (not with record_history False)
 
 
 def history_path(path: str | os.PathLike[str] | None) -> Path:
@@ -225,7 +225,7 @@ def publish(report: Report, outputs: Outputs) -> list[str]:
         except ReportError as err:  # full disk, directory gone: say where the results still are
             where, only_printed = _kept_elsewhere(report)
             raise (ReportOnlyPrinted if only_printed else ReportError)(f"{err}; {where}") from None
-    elif outputs.keep_report:
+    elif outputs.keep_report and outputs.record_history:  # --no-history: no state kept at all
         report_path = _keep(report, kept_reports_dir(history_path(outputs.history)), note)
     if outputs.junit is not None:  # an empty path is refused by the writer, never skipped in silence
         _attempt(problems, write_junit, report, outputs.junit)
