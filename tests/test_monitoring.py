@@ -29,7 +29,9 @@ DASHBOARD = DEPLOY / "grafana" / "sdcscan-dashboard.json"
 README = DEPLOY / "README.md"
 
 # Labels Prometheus adds or uses itself: the scrape's target labels, histogram buckets, the metric name.
-PROMETHEUS_LABELS = {"instance", "job", "le", "__name__"}
+# Labels Prometheus itself attaches: its target's, and `cluster`, the external label a server of a
+# multi-cluster setup adds to every series (the dashboard's cluster variable; All matches its absence).
+PROMETHEUS_LABELS = {"instance", "job", "le", "__name__", "cluster"}
 
 _METRIC = re.compile(r"\bsdcscan_\w+")  # recorded series are named sdcscan:..., so they do not match
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
@@ -252,7 +254,10 @@ def test_dashboard_queries_a_templated_prometheus_datasource() -> None:
 
 def test_dashboard_queries_are_valid_promql(promtool: str, tmp_path: Path) -> None:
     """Each panel's query, with its variables filled in, parses (as a recording rule promtool checks)."""
-    exprs = [e.replace("$instance", "node-a:9100") for e in _dashboard_exprs()]
+    exprs = [
+        e.replace("$instance", "node-a:9100").replace("$cluster", ".*").replace("$job", ".*")
+        for e in _dashboard_exprs()
+    ]
     rules = {
         "groups": [
             {"name": "panels", "rules": [{"record": f"panel:{i}", "expr": e} for i, e in enumerate(exprs)]}
@@ -262,6 +267,35 @@ def test_dashboard_queries_are_valid_promql(promtool: str, tmp_path: Path) -> No
     path.write_text(yaml.safe_dump(rules))
     r = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_every_query_is_scoped_by_the_cluster_and_job_variables() -> None:
+    """Issue 45: a dashboard over several clusters needs `cluster` and `job` variables (multi-valued, All
+    matching series without the label too), and every selector of a per-host series honours both; the
+    fleet-wide aggregates of the rules (a model's median, the screened ratio) have no cluster of their own."""
+    variables = {v["name"]: v for v in _dashboard()["templating"]["list"]}
+    for name in ("cluster", "job"):
+        var = variables[name]
+        assert var["multi"] and var["includeAll"] and var["allValue"] == ".*", var
+        assert var["query"]["query"] == f"label_values(sdcscan_last_run_timestamp_seconds, {name})"
+    assert '{cluster=~"$cluster", job=~"$job"}' in variables["instance"]["query"]["query"]
+    selectors = [
+        m
+        for e in _dashboard_exprs()
+        for m in re.finditer(r"\b(sdcscan(?::[a-z0-9_]+|_[a-z0-9_]+)+)(\{[^}]*\})?", e)
+    ]
+    assert len(selectors) > 40
+    for m in selectors:
+        if m.group(1).endswith((":model_median", ":ratio")):
+            continue
+        assert m.group(2) and 'cluster=~"$cluster"' in m.group(2) and 'job=~"$job"' in m.group(2), m.group(0)
+
+
+def test_the_prometheus_operator_rule_holds_the_rules_files_groups() -> None:
+    """deploy/kubernetes/sdcscan-prometheusrule.yaml is the rules file as a PrometheusRule, group for group."""
+    rule = yaml.safe_load((DEPLOY / "kubernetes" / "sdcscan-prometheusrule.yaml").read_text())
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1" and rule["kind"] == "PrometheusRule"
+    assert rule["spec"]["groups"] == yaml.safe_load(RULES.read_text())["groups"]
 
 
 def test_every_alert_names_a_runbook_section_that_exists() -> None:
