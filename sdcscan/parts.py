@@ -13,6 +13,7 @@ Torch-free: the parent process reads it while the workers run.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import lru_cache
 from pathlib import Path
 from types import ModuleType
 from typing import TypeVar, cast
@@ -141,14 +142,18 @@ def cpu_list(text: str) -> list[int]:
 
 def _cpuinfo_field(cpuinfo: Path, cpu: int, key: str) -> str | None:
     """`key`'s value in /proc/cpuinfo's block of processor `cpu`."""
-    text = _read_text(cpuinfo)
-    for block in (text or "").split("\n\n"):
-        fields = dict(
-            (k.strip(), v.strip()) for k, _, v in (line.partition(":") for line in block.splitlines())
-        )
-        if fields.get("processor") == str(cpu):
-            return fields.get(key) or None
-    return None
+    return _cpuinfo_blocks(cpuinfo).get(str(cpu), {}).get(key) or None
+
+
+@lru_cache(maxsize=4)
+def _cpuinfo_blocks(cpuinfo: Path) -> dict[str, dict[str, str]]:
+    """processor number -> its fields, parsed once: a 192-CPU host's report asks 192 times."""
+    blocks: dict[str, dict[str, str]] = {}
+    for block in (_read_text(cpuinfo) or "").split("\n\n"):
+        fields = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in block.splitlines())}
+        if "processor" in fields:
+            blocks[fields["processor"]] = fields
+    return blocks
 
 
 def _read_text(path: Path) -> str | None:
