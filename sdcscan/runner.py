@@ -425,6 +425,7 @@ class Runner:
     def _watchdog(self) -> None:
         """Stop every live worker whose process died or that the watchdog policy says is stuck."""
         now = time.time()
+        suspects = []
         for state in self.states.values():
             if not state.alive:
                 continue
@@ -437,32 +438,43 @@ class Runner:
                     state, f"worker process died (exit code {code}) during case {self._case_of(state)}"
                 )
                 continue
-            grace = self._grace(state)
             reason = self.watchdog.check(
-                now, ready=state.ready, busy=state.busy, current=state.current, grace_s=grace
+                now, ready=state.ready, busy=state.busy, current=state.current, grace_s=self._grace(state)
             )
-            if reason is not None and state.conn is not None and state.conn.poll(SETTLE_S):
-                # A worker that blocked on a full pipe while this process was stalled sends what it
-                # finished only once the pipe drains: read it, and judge again on the next pass.
-                self._receive(state)
-                continue
             if reason is not None:
-                # Only now, when the watchdog would act: this runs on every message of every unit.
-                starved = self._starved(state)
-                if self.background and self._retire_if_starved(state, now, starved):
-                    continue
-                reason = self.watchdog.check(
-                    now,
-                    ready=state.ready,
-                    busy=state.busy,
-                    current=state.current,
-                    starved_s=starved,
-                    grace_s=grace,
-                )
-                if reason is not None:
-                    note = starvation_note(starved, now - state.marked_at)
-                    state.starved = bool(note)
-                    self._fail(state, reason + note)
+                suspects.append(state)
+        if not suspects:
+            return
+        # A worker that blocked on a full pipe while this process was stalled sends what it finished only
+        # once the pipe drains: one short wait for all the suspects together (bounded whatever their
+        # number), and whoever speaks is judged again on the next pass.
+        conns = [s.conn for s in suspects if s.conn is not None]
+        spoke = set(wait(conns, timeout=SETTLE_S)) if conns else set()
+        for state in suspects:
+            if state.conn is not None and state.conn in spoke:
+                self._receive(state)
+            else:
+                self._stop_if_stuck(state, time.time())
+
+    def _stop_if_stuck(self, state: UnitState, now: float) -> None:
+        """Judge a suspect with the time it waited for a CPU taken off (only now: this reads /proc), then
+        retire it (background mode, starved at the budget's end) or stop it, saying when the host was
+        busy."""
+        starved = self._starved(state)
+        if self.background and self._retire_if_starved(state, now, starved):
+            return
+        reason = self.watchdog.check(
+            now,
+            ready=state.ready,
+            busy=state.busy,
+            current=state.current,
+            starved_s=starved,
+            grace_s=self._grace(state),
+        )
+        if reason is not None:
+            note = starvation_note(starved, now - state.marked_at)
+            state.starved = bool(note)
+            self._fail(state, reason + note)
 
     def _grace(self, state: UnitState) -> float:
         """A distributed run: past the budget, a worker in a distributed case or between cases (at the
