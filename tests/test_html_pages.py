@@ -379,3 +379,20 @@ def test_the_run_page_draws_each_gauge_over_the_run_and_survives_a_hostile_serie
         units[uid]["freq_mhz"]["series"] = hostile
         page = run_page(validate_report(copy.deepcopy(doc)), source="r.json")
         assert "<html" in page and len(page) < 2_000_000
+
+
+def test_efficiency_ticks_read_apart_and_an_efficiency_over_100_percent_is_called_uncertain() -> None:
+    """Issue 45: an efficiency axis of a few tenths of a percent was labelled "0%, 0%, 1%", and the run
+    page showed 229% where the peak was measured under contention. Ticks now carry the decimals their step
+    needs; above 100% the table says the figure is uncertain instead of showing it."""
+    from sdcscan.render.html.svg import nice_ticks, pct_ticks
+
+    ticks = nice_ticks(0.0, 0.0108, 5)
+    labels = [pct_ticks(ticks)(t) for t in ticks]
+    assert len(set(labels)) == len(labels) and labels[1] == "0.5%", labels
+    doc = load_report(BURNIN)
+    doc["units"][0]["throughput"]["gemm_int8"]["efficiency"] = 2.29
+    doc["units"][1]["throughput"]["gemm_int8"]["efficiency"] = 0.0042
+    page = run_page(validate_report(doc), source="burnin.json")
+    assert "gemm_int8 uncertain (above 100%: the peak was measured under load)" in page
+    assert "229%" not in page

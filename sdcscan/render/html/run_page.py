@@ -27,7 +27,17 @@ from sdcscan.render.html.run_series import (
     outcome_strip,
     throughput_series,
 )
-from sdcscan.render.html.svg import HALF, Chart, Scale, esc, fmt_num, fmt_pct, nice_ticks
+from sdcscan.render.html.svg import (
+    HALF,
+    Chart,
+    Scale,
+    esc,
+    fmt_efficiency,
+    fmt_num,
+    fmt_pct,
+    nice_ticks,
+    pct_ticks,
+)
 from sdcscan.report.document import Report, Unit
 
 PALETTE = 8  # up to this many units get a colour each; beyond, passing units are grey
@@ -121,7 +131,7 @@ def _units_table(units: list[Unit]) -> str:
         retest = u.get("retest")
         klass = retest.get("classification") if isinstance(retest, dict) else None
         eff = [(w, t.get("efficiency")) for w, t in sorted((u.get("throughput") or {}).items())]
-        eff_s = ", ".join(f"{w} {fmt_pct(e)}" for w, e in eff if isinstance(e, int | float)) or "-"
+        eff_s = ", ".join(f"{w} {fmt_efficiency(e)}" for w, e in eff if isinstance(e, int | float)) or "-"
         rows.append(
             [
                 esc(u["id"]),
@@ -208,7 +218,8 @@ def _rate_chart(
     xs = Scale(0.0, span, chart.x0, chart.x1)
     ys = Scale(0.0, hi, chart.y1, chart.y0)
     chart.x_axis(xs, nice_ticks(0.0, span, 6), lambda t: f"{t:g}", "seconds into the run (summed case time)")
-    chart.y_axis(ys, nice_ticks(0.0, hi, 5), fmt_pct if efficiency else fmt_num, what)
+    y_ticks = nice_ticks(0.0, hi, 5)
+    chart.y_axis(ys, y_ticks, pct_ticks(y_ticks) if efficiency else fmt_num, what)
     # Grey lines first, so a failing unit's line is drawn over its passing peers.
     order = sorted(range(len(ws.units)), key=lambda k: colours.get(ws.units[k].unit) != "s-quiet")
     few = len(ws.units) <= PALETTE and len(ws.units[0].rates) <= DOTS_UP_TO

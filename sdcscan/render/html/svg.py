@@ -10,6 +10,7 @@ report files, and a report is hostile input.
 from __future__ import annotations
 
 import html
+import itertools
 import math
 from collections.abc import Callable, Iterable, Sequence
 
@@ -36,6 +37,22 @@ def fmt_num(x: float | None, digits: int = 3) -> str:
 
 def fmt_pct(x: float | None) -> str:
     return "-" if x is None or not math.isfinite(x) else f"{x:.0%}"
+
+
+def pct_ticks(ticks: Sequence[float]) -> Callable[[float], str]:
+    """A percent format with as many decimals as the ticks' step needs for no two to read alike
+    (ticks 0.2% apart were drawn "0%, 0%, 0%, 1%")."""
+    step = min((b - a for a, b in itertools.pairwise(ticks) if b > a), default=1.0)
+    decimals = max(0, -math.floor(math.log10(step * 100) + 1e-9)) if step > 0 else 0
+    return lambda x: "-" if not math.isfinite(x) else f"{x:.{decimals}%}"
+
+
+def fmt_efficiency(x: float | None) -> str:
+    """An efficiency for the page: above 100% the plain-op peak it is divided by was measured low (under
+    contention at the unit's start), so the figure is not a fact about the unit and is not shown as one."""
+    if x is None or not math.isfinite(x):
+        return "-"
+    return f"{x:.0%}" if x <= 1.0 else "uncertain (above 100%: the peak was measured under load)"
 
 
 def _c(v: float) -> str:
