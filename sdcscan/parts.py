@@ -19,6 +19,7 @@ from types import ModuleType
 from typing import TypeVar, cast
 
 from sdcscan.report.document import Part
+from sdcscan.units import read_cpuinfo
 
 CPU_SYSFS = Path("/sys/devices/system/cpu")
 CPUINFO = Path("/proc/cpuinfo")
@@ -142,18 +143,13 @@ def cpu_list(text: str) -> list[int]:
 
 def _cpuinfo_field(cpuinfo: Path, cpu: int, key: str) -> str | None:
     """`key`'s value in /proc/cpuinfo's block of processor `cpu`."""
-    return _cpuinfo_blocks(cpuinfo).get(str(cpu), {}).get(key) or None
+    return _cpuinfo(cpuinfo).get(cpu, {}).get(key) or None
 
 
 @lru_cache(maxsize=4)
-def _cpuinfo_blocks(cpuinfo: Path) -> dict[str, dict[str, str]]:
-    """processor number -> its fields, parsed once: a 192-CPU host's report asks 192 times."""
-    blocks: dict[str, dict[str, str]] = {}
-    for block in (_read_text(cpuinfo) or "").split("\n\n"):
-        fields = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in block.splitlines())}
-        if "processor" in fields:
-            blocks[fields["processor"]] = fields
-    return blocks
+def _cpuinfo(path: Path) -> dict[int, dict[str, str]]:
+    """`units.read_cpuinfo`, once per file: a 192-CPU host's report asks 192 times."""
+    return read_cpuinfo(path)
 
 
 def _read_text(path: Path) -> str | None:

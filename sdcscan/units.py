@@ -48,9 +48,14 @@ class Unit:
 @cache
 def _cpuinfo() -> dict[int, dict[str, str]]:
     """Per logical CPU, the fields of /proc/cpuinfo (empty where the file does not exist)."""
+    return read_cpuinfo(Path("/proc/cpuinfo"))
+
+
+def read_cpuinfo(path: Path) -> dict[int, dict[str, str]]:
+    """Per logical CPU, the fields of a /proc/cpuinfo file (empty where it cannot be read)."""
     cpus: dict[int, dict[str, str]] = {}
     try:
-        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+        text = path.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return cpus
     for block in text.strip().split("\n\n"):

@@ -153,13 +153,12 @@ def _exact_bad_block(
     weighted: tuple[torch.Tensor, torch.Tensor] | None,
 ) -> torch.Tensor:
     """exact_bad_bags over one block of bags."""
-    scaled, units = scratch.buffers(out)
+    scaled, units, products = scratch.buffers(out)
     torch.mul(out, UNIT_INV, out=scaled)  # exact: a power of two
     units.copy_(scaled)  # truncates; garbage for NaN/Inf, which the round trip rejects
     bad = units.sum(1, dtype=torch.int32) != expected  # wraps mod 2^32 like the expected side
     if weighted is not None:
         column_weights, expected_weighted = weighted
-        products = scratch.products(units)
         torch.mul(units, column_weights, out=products)  # each below 2^31 for a clean element
         bad |= products.sum(1, dtype=torch.int32) != expected_weighted
     # An element is on the grid where its integer, back in fp32, is itself (compared in fp32: exact for
@@ -173,7 +172,7 @@ def _exact_bad_block(
 
 
 class Scratch:
-    """exact_bad_bags's two buffers of one block of bags, kept for every block and batch.
+    """exact_bad_bags's three buffers of one block of bags, kept for every block and batch.
 
     On a CPU, fresh output-sized tensors are page-faulted in at every allocation, which cost four times
     the check's arithmetic (27.9 vs 7.5 ms a batch of 32768 × 128 on an AVX-512 core), and blocks that
@@ -185,8 +184,7 @@ class Scratch:
 
     def __init__(self, block_bytes: int | None = None) -> None:
         self.block_bytes = block_bytes
-        self._held: tuple[torch.Tensor, torch.Tensor] | None = None
-        self._products: torch.Tensor | None = None
+        self._held: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
 
     def block_bags(self, out: torch.Tensor) -> int:
         """Bags of `out` checked at a time: at least one."""
@@ -194,30 +192,20 @@ class Scratch:
             return max(1, out.shape[0])
         return max(1, self.block_bytes // (out[0].numel() * out.element_size()))
 
-    def buffers(self, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """fp32 and int32 tensors of `out`'s shape on its device: views of the held ones where
-        those have room (a batch's last, shorter block), new ones otherwise."""
+    def buffers(self, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """fp32, int32 and int32 tensors of `out`'s shape on its device (the scaled output, its counts of
+        2^-7, and the weighted checksum's products): views of the held ones where those have room (a
+        batch's last, shorter block), new ones otherwise."""
         held = self._held
         fits = held is not None and held[0].device == out.device and held[0].shape[1:] == out.shape[1:]
         if held is None or not fits or held[0].shape[0] < out.shape[0]:
             held = self._held = (
                 torch.empty(out.shape, dtype=torch.float32, device=out.device),
                 torch.empty(out.shape, dtype=torch.int32, device=out.device),
+                torch.empty(out.shape, dtype=torch.int32, device=out.device),
             )
         rows = out.shape[0]
-        return held[0][:rows], held[1][:rows]
-
-    def products(self, units: torch.Tensor) -> torch.Tensor:
-        """An int32 buffer of `units`' shape for the weighted checksum's products, held like `buffers`."""
-        held = self._products
-        if (
-            held is None
-            or held.device != units.device
-            or held.shape[1:] != units.shape[1:]
-            or held.shape[0] < units.shape[0]
-        ):
-            held = self._products = torch.empty(units.shape, dtype=torch.int32, device=units.device)
-        return held[: units.shape[0]]
+        return held[0][:rows], held[1][:rows], held[2][:rows]
 
 
 def _segment_sums(vals: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
