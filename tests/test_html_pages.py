@@ -312,7 +312,8 @@ def test_report_html_refuses_a_path_before_reading(tmp_path: Path, where: str, w
 
 
 def test_html_that_cannot_be_written_is_exit_3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A full disk while writing the page: one `Error:` line and exit 3, whatever the verdict."""
+    """A full disk while writing the page: one `Error:` line and exit 3, unless the report fails a unit:
+    then 1, which a write error must never hide."""
 
     def full(path: object, text: str) -> None:
         raise ReportError(f"cannot write {path}: No space left on device")
@@ -321,6 +322,30 @@ def test_html_that_cannot_be_written_is_exit_3(tmp_path: Path, monkeypatch: pyte
     r = CliRunner().invoke(cli, ["report", str(RECORDED), "--html", str(tmp_path / "p.html")])
     assert r.exit_code == 3
     assert re.search(r"^Error: cannot write .*p\.html: No space left on device$", r.stderr, re.M)
+    failing = tmp_path / "fail.json"
+    failing.write_text(json.dumps(make_report(fail_unit="cpu:1")))
+    r = CliRunner().invoke(cli, ["report", str(failing), "--html", str(tmp_path / "p.html")])
+    assert r.exit_code == 1 and r.stderr.rstrip().splitlines()[-1] == "exit: fail", r.stderr
+
+
+def test_compare_outputs_that_cannot_be_written_never_hide_a_failing_unit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`compare --csv` (and --html) on a full disk: exit 1 when a unit fails, 3 when none does."""
+
+    def full(path: object, text: str) -> None:
+        raise ReportError(f"cannot write {path}: No space left on device")
+
+    monkeypatch.setattr("sdcscan.files.write_text_atomic", full)
+    for fail_unit, code in (("cpu:1", 1), (None, 3)):
+        fleet = tmp_path / f"fleet-{code}"
+        fleet.mkdir()
+        for host in ("a", "b"):
+            doc = make_report(fail_unit=fail_unit if host == "a" else None, hostname=host)
+            (fleet / f"{host}.json").write_text(json.dumps(doc))
+        r = CliRunner().invoke(cli, ["compare", str(fleet), "--csv", str(tmp_path / f"f{code}.csv")])
+        assert r.exit_code == code, r.stderr
+        assert re.search(r"^Error: cannot write .*\.csv: No space left on device$", r.stderr, re.M)
 
 
 def test_compare_html_keeps_the_json_and_the_exit_code(small_fleet: Path, tmp_path: Path) -> None:

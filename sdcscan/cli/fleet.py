@@ -20,6 +20,7 @@ from sdcscan.cli.html_output import (
     html_option,
     write_findings_csv,
     write_fleet_html,
+    write_or_exit,
 )
 from sdcscan.errors import EXIT_INVALID, SdcscanError, UsageError
 from sdcscan.files import write_json_atomic
@@ -190,7 +191,8 @@ def compare(
     that screens that unit again on its host (`rerun`) and, where its report names it, the part (`part`). Exit 1 when a unit is divergent, fails an invariant or is slow; with --fail-on
     undecided, 3 when a host is undecided and nothing else fails; 0 otherwise; 2 when nothing is usable
     or an option is wrong; 3 on an internal error, when reading fails for want of resources, or when the
-    --html page cannot be written.
+    --html page or the --csv file cannot be written (1 still, when a unit fails: a write error never
+    hides it).
 
     \b
     Example:
@@ -247,8 +249,11 @@ def compare(
     if as_json:  # first: a failure while drawing the table must not cost automation its JSON
         emit_json(summary.to_dict())
         sys.stdout.flush()
-    write_fleet_html(html_path, summary, paths, from_dir)
-    write_findings_csv(csv_path, summary)
+    write_or_exit(
+        summary.exit_code,
+        lambda: write_fleet_html(html_path, summary, paths, from_dir),
+        lambda: write_findings_csv(csv_path, summary),
+    )
     render_compare(summary)
     sys.exit(summary.exit_code)
 

@@ -9,11 +9,13 @@ a file the command reads or writes besides), then `write_text_atomic` (exit 3 wh
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+import sys
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 import click
 
+from sdcscan.errors import EXIT_FAIL, EXIT_INVALID, ReportError
 from sdcscan.files import check_output_target
 from sdcscan.outcomes import printable
 from sdcscan.outputs.publish import Outputs, check_distinct, check_file_path
@@ -113,6 +115,21 @@ def write_findings_csv(path: PathLike | None, summary: FleetSummary) -> None:
 
     write_text_atomic(path, findings_csv(summary))
     _wrote(path)
+
+
+def write_or_exit(judged_exit: int, *writes: Callable[[], None]) -> None:
+    """Run each write of an already judged command (`report`, `compare`); when one fails (a full disk),
+    say so and exit 1 if the judgement was 1, else 3: a write error never hides a failing unit."""
+    try:
+        for write in writes:
+            write()
+    except ReportError as err:
+        click.echo(f"Error: {err}", err=True)
+        code = EXIT_FAIL if judged_exit == EXIT_FAIL else EXIT_INVALID
+        click.echo(
+            "exit: fail" if code == EXIT_FAIL else "exit: invalid (an output could not be written)", err=True
+        )
+        sys.exit(code)
 
 
 def _wrote(path: PathLike) -> None:

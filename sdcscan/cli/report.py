@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from sdcscan.cli.common import emit_json, report_options, reports_errors
-from sdcscan.cli.html_output import check_html_target, html_option, write_run_html
+from sdcscan.cli.html_output import check_html_target, html_option, write_or_exit, write_run_html
 from sdcscan.errors import UsageError
 
 
@@ -35,7 +35,8 @@ def report_cmd(
     --html FILE, also a self-contained page of the report (charts inline; it opens offline).
     Exits with the code of the report's verdict (0 pass, 1 fail, 3 invalid, 130 interrupted,
     143 stopped by SIGTERM), never with the exit_code the file claims (a mismatch is a warning),
-    or 3 when the file cannot be read or is not a valid report.
+    or 3 when the file cannot be read or is not a valid report, or when -o or --html cannot be written
+    (but 1 for a failing report: a write error never hides a failing unit).
 
     \b
     Example:
@@ -69,9 +70,11 @@ def report_cmd(
         doc = validate_report(report_from_journal(journal), label=label)
     else:
         raise UsageError("give either a REPORT file or --from-journal PATH")
-    if out is not None:
-        write_json_atomic(out, doc)
-    write_run_html(html_path, doc, label)
+    write_or_exit(
+        verdict_exit_code(doc),
+        lambda: write_json_atomic(out, doc) if out is not None else None,
+        lambda: write_run_html(html_path, doc, label),
+    )
     disagreement = exit_code_disagreement(doc)
     if disagreement:  # before the summary: its `exit:` line stays the last line on stderr
         click.echo(f"warning: {label}: {disagreement}", err=True)
