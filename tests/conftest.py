@@ -5,10 +5,16 @@ Plain helper functions live in tests/helpers/; this file holds only fixtures.
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+
+# The tests run Triton kernels in its interpreter (tests/test_fused_int8_check.py). Triton binds its
+# language to the interpreter when it is first imported, and torch may import it early (the cost
+# model's flop counter does), so the choice is made here, before anything imports torch.
+os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest
 

@@ -125,3 +125,34 @@ def test_a_case_launches_a_fixed_number_of_kernels_per_repeat(name: str, occurre
     if name in GEMMS:
         case = _modelled("doctor", name).cases[occurrence]
         assert len(case.phase("compute").kernels) == case.repeats
+
+
+PENDING = [(p, n) for p, n in ENTRIES if n in budgets.PENDING_KERNELS]
+
+
+@functools.cache
+def _modelled_pending(profile: str, name: str) -> WorkloadCost:
+    return model_workload(name, {**gpu_params(profile)[name], **budgets.PENDING_KERNELS[name].params})
+
+
+def test_a_workload_over_its_check_budgets_has_a_kernel_pending_or_says_why_not() -> None:
+    """gemm_int8's fused check kernel is modelled; the others' reasons are stated (budgets.OVER_BUDGET)."""
+    assert "gemm_int8" in budgets.PENDING_KERNELS
+    assert set(budgets.PENDING_KERNELS) <= {name for _, name in ENTRIES}
+
+
+@pytest.mark.parametrize(("profile", "name"), PENDING, ids=[f"{p}-{n}" for p, n in PENDING])
+@pytest.mark.parametrize("device", sorted(GPUS))
+def test_a_check_kernel_awaiting_a_gpu_meets_the_check_budgets_by_the_model(
+    profile: str, name: str, device: str
+) -> None:
+    """With the pending kernel switched on: one wait a case, about one read of the outputs, and the check
+    share it is held to (budgets.PENDING_KERNELS says why where that is above 5%)."""
+    cost = _modelled_pending(profile, name)
+    pending = budgets.PENDING_KERNELS[name]
+    for case in cost.cases:
+        figures = budgets.case_figures(cost, case, GPUS[device])
+        assert figures.host_waits <= budgets.WAITS_PER_CASE
+        assert figures.check_bytes_ratio <= budgets.CHECK_BYTES_PER_OUTPUT, figures
+        assert figures.check_share <= pending.share, figures
+    assert any(k.op == "int8_block_partials" for k in cost.cases[0].phase("check").kernels)

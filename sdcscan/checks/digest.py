@@ -116,6 +116,13 @@ class Fingerprint:
         self._parts.append(("sum", fingerprint_words(t)))
         return self
 
+    def summed(self, t: torch.Tensor, words_sum: torch.Tensor) -> Fingerprint:
+        """As `tensor(t)`, where the caller has `fingerprint_words(t)` already (a fused check kernel
+        computes it while it reads t for its own sums)."""
+        self._parts.append(("meta", _header(t)))
+        self._parts.append(("sum", words_sum))
+        return self
+
     def bytes(self, data: bytes) -> Fingerprint:
         self._parts.append(("meta", data))
         return self

@@ -45,18 +45,23 @@ from dataclasses import dataclass
 
 import torch
 
+from sdcscan.checks import int8_block
+
+# The sums of a block, and what they are made with, are int8_block's; named here too, as this module's API.
+from sdcscan.checks.int8_block import column_sums as column_sums
+from sdcscan.checks.int8_block import position_weights
+from sdcscan.checks.int8_block import row_sum_coefficients as row_sum_coefficients
+
 # The digits, schemes and size limits, torch-free in sdcscan.checks.limits (the workload catalogue
 # validates gemm_int8's parameters against them); named here too, as this module's API.
 from sdcscan.checks.limits import (
     CHUNK_ROWS,
     DIGIT_BASE,
     DIGIT_MAX,
-    FP64_EXACT,
     MAX_N_MOD2_32,
     MAX_N_WEIGHTED,
     N_DIGITS,
     SCHEMES,
-    WORD,
     digits_needed,
     weighted_magnitude,
 )
@@ -119,6 +124,7 @@ class RowsCheck:
     row: the modular row check (with the padding columns).
     weighted_bad, weighted_sum, weighted_checksum: (rows,) the exact position-weighted row check.
     column_sums: (n,) int64 exact Σ_i C[i, j] over the block's rows, for check_columns.
+    fingerprint: () int64 `digest.fingerprint_words` of the block, for the case's digest.
     tag_bad: (rows,) True where a row's tag is not its own (all False without tags).
     tags, expected_tags: (rows,) float64 the tag values the rows of C carry (`tag_places`) and the
         ones they should: integers below 2^53, exact.
@@ -132,6 +138,7 @@ class RowsCheck:
     tag_bad: torch.Tensor
     tags: torch.Tensor
     expected_tags: torch.Tensor
+    fingerprint: torch.Tensor
 
     @property
     def bad(self) -> torch.Tensor:
@@ -231,11 +238,6 @@ def weight_sums(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return sums[0], sums[1]
 
 
-def position_weights(n: int, device: torch.device | str = "cpu") -> torch.Tensor:
-    """(n,) int64 weights 1..n of the weighted row check: distinct (swaps show), non-zero (all columns do)."""
-    return torch.arange(1, n + 1, dtype=torch.int64, device=device)
-
-
 def encode_weight(w: torch.Tensor, scheme: str, tags: int = 0) -> torch.Tensor:
     """Append the row checksum rows, the weighted checksum rows, the row-tag readers and zero padding
     to a weight.
@@ -268,7 +270,12 @@ def encode_weight(w: torch.Tensor, scheme: str, tags: int = 0) -> torch.Tensor:
 
 
 def verify(
-    c_ext: torch.Tensor, n: int, scheme: str, data_sum: torch.Tensor | None = None, tags: int = 0
+    c_ext: torch.Tensor,
+    n: int,
+    scheme: str,
+    data_sum: torch.Tensor | None = None,
+    tags: int = 0,
+    pad_nonzero: torch.Tensor | None = None,
 ) -> RowCheck:
     """The modular row check: every row of C_ext = A @ W_ext.T against its row checksum columns.
 
@@ -276,15 +283,18 @@ def verify(
         c_ext: (m, n_ext) int32 product with an encoded weight of n data rows.
         n: number of data rows of the weight (data columns of C).
         scheme: the scheme the weight was encoded with.
-        data_sum: (m,) int64 exact Σ_{j<n} C[i, j], where the caller has it (check_rows takes it from its
-            one GEMM of row sums); summed here otherwise.
+        data_sum: (m,) int64 exact Σ_{j<n} C[i, j], where the caller has it (check_rows takes it from
+            the block's sums); summed here otherwise.
         tags: the row-tag readers the weight has (their columns are no padding).
+        pad_nonzero: (m,) True where a padding column is not zero, where the caller has it; found here
+            otherwise.
     Returns:
         RowCheck; exact, so any bad row is a wrong result, never rounding.
     """
     lay = layout(n, scheme, tags)
     chk = c_ext[:, n : n + lay.row_digits].to(torch.int64)  # (m, rows)
-    pad_nonzero = (c_ext[:, lay.pad_start :] != 0).any(1)  # (m,)
+    if pad_nonzero is None:
+        pad_nonzero = (c_ext[:, lay.pad_start :] != 0).any(1)  # (m,)
     if data_sum is None:
         data_sum = c_ext[:, :n].sum(1, dtype=torch.int64)
     if scheme == "mod2_32":
@@ -296,36 +306,19 @@ def verify(
     return RowCheck((data != checksum) | pad_nonzero, data, checksum, pad_nonzero)
 
 
-def row_sum_coefficients(n: int, device: torch.device | str = "cpu") -> torch.Tensor:
-    """(n, 1 + chunks) fp64: a column of ones, then the position weights j + 1 of each chunk of columns
-    (zero elsewhere), so that one GEMM of a block's data columns gives its exact row sums and the
-    partial sums of its weighted row sums (`check_rows`).
-
-    Chunks are fewer than 2^22/n columns wide, so Σ_chunk (j + 1)·|word| < 2^53: every partial sum of a
-    column of the product is an integer a double holds, in any summation order (zeros add nothing).
-    """
-    width = max(1, (FP64_EXACT - 1) // (n * WORD))  # Σ_{chunk} (j + 1)·|word| <= width·n·2^31
-    chunks = -(-n // width)
-    weights = position_weights(n, device).double()
-    coefficients = torch.zeros((n, 1 + chunks), dtype=torch.float64, device=device)
-    coefficients[:, 0] = 1.0
-    rows = torch.arange(n, device=device)
-    coefficients[rows, 1 + rows // width] = weights
-    return coefficients
-
-
 def check_rows(
     c_ext: torch.Tensor,
     lay: Layout,
     coefficients: torch.Tensor | None = None,
     expected_tags: torch.Tensor | None = None,
+    fused: bool = False,
 ) -> RowsCheck:
     """Both per-row checks of a block of output rows (any number, e.g. several repeats stacked), and
-    the block's column sums for check_columns.
+    the block's column sums for check_columns and fingerprint for its digest.
 
-    One conversion of the block's data columns to fp64 (exact: int32 words are doubles) serves one GEMM
-    for the row sums and the weighted row sums' partials (`row_sum_coefficients`) and one GEMV for the
-    column sums: a fixed handful of kernels per block, whatever its size.
+    The block's sums (`int8_block`) by torch ops, a fixed handful of kernels per block whatever its
+    size, or by the fused kernel, one read of the block; the same integers either way. The checksum
+    and tag columns, a few per row, are read here.
 
     Args:
         c_ext: (rows, n_ext) int32 product, fewer than CHUNK_ROWS rows; it must not have wrapped
@@ -335,16 +328,18 @@ def check_rows(
             checks many blocks; built here otherwise.
         expected_tags: (rows,) float64 the tag value each row's product must carry: its activation
             row's index (less `signed_tag_shift` on the s8 × s8 route); needed when the layout has tags.
+        fused: the sums by the fused kernel (`int8_block.fused_available` must allow it on c_ext's device).
     Returns:
         RowsCheck; exact, so any bad row is a wrong result, never rounding.
     Raises:
         ValueError: CHUNK_ROWS rows or more.
     """
-    if coefficients is None:
-        coefficients = row_sum_coefficients(lay.n, c_ext.device)
-    data = c_ext[:, : lay.n].double()  # (rows, n) exact
-    sums = (data @ coefficients).to(torch.int64)  # (rows, 1 + chunks), exact integers
-    weighted_sum = sums[:, 1:].sum(1)
+    if c_ext.shape[0] >= CHUNK_ROWS:  # one limit on both paths: the torch path's fp64 sums need it
+        raise ValueError(f"int8 ABFT: at most {CHUNK_ROWS - 1} rows per block for exact fp64 sums")
+    if fused:
+        sums = int8_block.fused(c_ext, lay.n, lay.pad_start)
+    else:
+        sums = int8_block.reference(c_ext, lay.n, lay.pad_start, coefficients)
     digits = c_ext[:, lay.weighted_start : lay.pad_start].to(torch.int64)
     weighted_checksum = digits[:, 0].clone()
     for t in range(1, lay.weighted_digits):  # Σ_t 255^t·digit_t, exact (see MAX_WEIGHTED_DIGITS)
@@ -359,28 +354,21 @@ def check_rows(
         tags = expected_tags = torch.zeros(c_ext.shape[0], dtype=torch.float64, device=c_ext.device)
         tag_bad = torch.zeros(c_ext.shape[0], dtype=torch.bool, device=c_ext.device)
     return RowsCheck(
-        row=verify(c_ext, lay.n, lay.scheme, sums[:, 0], lay.tags),
-        weighted_bad=weighted_sum != weighted_checksum,
-        weighted_sum=weighted_sum,
+        row=verify(c_ext, lay.n, lay.scheme, sums.rows, lay.tags, sums.pad_nonzero),
+        weighted_bad=sums.weighted != weighted_checksum,
+        weighted_sum=sums.weighted,
         weighted_checksum=weighted_checksum,
-        column_sums=column_sums(data),
+        column_sums=sums.columns,
         tag_bad=tag_bad,
         tags=tags,
         expected_tags=expected_tags,
+        fingerprint=sums.fingerprint,
     )
 
 
 def weighted_row_sums(data: torch.Tensor) -> torch.Tensor:
     """(rows,) int64 Σ_j (j + 1)·data[i, j] of int32 words held as fp64, exactly (`row_sum_coefficients`)."""
     return (data @ row_sum_coefficients(data.shape[1], data.device)[:, 1:]).to(torch.int64).sum(1)
-
-
-def column_sums(data: torch.Tensor) -> torch.Tensor:
-    """(n,) int64 Σ_i data[i, j] of fewer than CHUNK_ROWS int32 words per column held as fp64, exactly."""
-    if data.shape[0] >= CHUNK_ROWS:
-        raise ValueError(f"int8 ABFT: at most {CHUNK_ROWS - 1} rows per block for exact fp64 sums")
-    ones = torch.ones(data.shape[0], dtype=torch.float64, device=data.device)
-    return (ones @ data).to(torch.int64)  # |partial sums| < 2^22·2^31 = 2^53; GEMV: 2× faster than sum(0)
 
 
 def activation_sums(a: torch.Tensor) -> torch.Tensor:

@@ -12,7 +12,11 @@ from sdcscan.outcomes import CONSENSUS, INVARIANT
 from sdcscan.workloads.params import Choice, Int, ListOf, Number, Shape
 from sdcscan.workloads.workload_spec import Quality, WorkloadSpec
 
-PATHS = ("auto", "unsigned", "signed")  # which one "auto" takes on a device: int_mm_path.py
+PATHS = ("auto", "unsigned", "signed")
+# How a block's sums are taken (sdcscan/checks/int8_block.py): torch ops, or one fused Triton kernel that
+# reads each output word once. The same integers either way; "fused" stays opt-in until a lent GPU has
+# matched it bit for bit (scripts/check_fused_int8.py), and falls back to torch where Triton cannot run.
+CHECK_KERNELS = ("torch", "fused")  # which one "auto" takes on a device: int_mm_path.py
 # torch 2.13's CPU `_int_mm` with a uint8 A and k = 1 returns uninitialised memory (seen on an AMD EPYC
 # with AVX-512 VNNI; k >= 2 verified exact there for m 1..33, n 8..24): a one-term dot product is no
 # test of anything, so such shapes are refused rather than worked around.
@@ -66,6 +70,7 @@ SPEC = WorkloadSpec(
         ],
         "ops_per_case": 2.0e8,  # GEMMs repeat (fresh activations) until 2mnk·repeats reaches this
         "path": "auto",
+        "check_kernel": "torch",
     },
     fault_sites=("output", "encoded", "operand"),
     # 2: operands from per-worker pools (issue 10), no longer drawn whole per case; 3: one pool view
@@ -79,6 +84,7 @@ SPEC = WorkloadSpec(
         "shapes": ListOf(Shape(k=Int(MIN_K, MAX_K))),
         "ops_per_case": Number(0.0, low_open=True, high=1e16),  # a GPU case: ~5e14 (an H100's second)
         "path": Choice(PATHS),
+        "check_kernel": Choice(CHECK_KERNELS),
     },
     rules=(_rules,),
     memory=_memory,

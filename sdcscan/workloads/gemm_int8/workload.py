@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from sdcscan.checks import counter_rng, int8, limits
+from sdcscan.checks import counter_rng, int8, int8_block, limits
 from sdcscan.checks.digest import Fingerprint
 from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
 from sdcscan.workloads.base import Context, register
@@ -113,6 +113,7 @@ class GemmInt8(SelftestMixin):
                 raise ValueError(f"gemm_int8: shape {shape}: m must be below {limits.CHUNK_ROWS}")
         self.a_max = 255
         self.signed = False
+        self.fused = False  # the block sums by the fused kernel (`check_kernel: fused`, where it can run)
         self.weights: dict[tuple[int, int, int], list[_Weight]] = {}  # shape -> encoded weights
         self.activations: dict[int, _Rows] = {}  # k -> its tagged activation rows
         self.coefficients: dict[int, torch.Tensor] = {}  # n -> int8.row_sum_coefficients on the device
@@ -130,6 +131,13 @@ class GemmInt8(SelftestMixin):
                 f"gemm_int8: path unsigned needs a CPU torch._int_mm that takes uint8 activations, which "
                 f"torch {torch.__version__} lacks; use path auto or signed"
             )
+        if self.p["check_kernel"] == "fused":
+            why = int8_block.fused_available(ctx.device)
+            if why:
+                ctx.note(
+                    f"gemm_int8: the fused check kernel cannot run on {ctx.device} ({why}); torch checks"
+                )
+            self.fused = not why
         bad = _probe(self._mm, ctx.device, self.signed)
         if bad:
             self.a_max = 127
@@ -239,6 +247,7 @@ class GemmInt8(SelftestMixin):
                 "repeats": repeats,
                 "activation_max": self.a_max,
                 "path": "signed" if self.signed else "unsigned",
+                "check_kernel": "fused" if self.fused else "torch",
                 "rows_checked": repeats * m,
                 **counts,
             },
@@ -304,13 +313,13 @@ class GemmInt8(SelftestMixin):
                 ctx.fault("output", outputs[start : start + m], repeat=r, repeats=repeats, columns=lay.n)
             with ctx.phase("check"):
                 expected = (firsts[first : first + count, None] + within).flatten()
-                checked = int8.check_rows(outputs[: count * m], lay, coefficients, expected)
+                checked = int8.check_rows(outputs[: count * m], lay, coefficients, expected, self.fused)
                 found.column_sums += checked.column_sums
                 found.bad += torch.stack(
                     [checked.row.bad.sum(), checked.weighted_bad.sum(), checked.tag_bad.sum()]
                 )
                 found.blocks.append((first, checked))
-                found.digest.tensor(outputs[: count * m])
+                found.digest.summed(outputs[: count * m], checked.fingerprint)
         return found
 
     def _tag_shift(self, lay: int8.Layout) -> int:
