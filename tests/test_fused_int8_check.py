@@ -5,23 +5,18 @@ no product makes, on shapes that leave partial tiles and strips, and through the
 The kernel runs here in Triton's interpreter (TRITON_INTERPRET=1, set by tests/conftest.py before anything
 imports Triton),
 the same kernel source a GPU compiles; a lent GPU repeats the comparison compiled
-(scripts/check_fused_int8.py). Without Triton installed these tests skip; CI installs it (the test extra).
+(scripts/check_fused.py). Without Triton installed these tests skip; CI installs it (the test extra).
 """
 
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import torch
 
-from sdcscan.checks import int8, int8_block
+from sdcscan.checks import int8, int8_block, triton_kernels
 from sdcscan.faults import FaultSpec, corrupt_, from_label
 from sdcscan.outcomes import Case
 from sdcscan.workloads.base import Context
@@ -159,31 +154,12 @@ def test_the_fused_kernel_asked_for_where_triton_cannot_run_says_so_and_the_torc
 ) -> None:
     """On a CPU without the interpreter: a note, and the torch check (the verdict never depends on it)."""
     monkeypatch.delenv("TRITON_INTERPRET")
-    assert "TRITON_INTERPRET=1" in int8_block.fused_available(torch.device("cpu"))
+    assert "TRITON_INTERPRET=1" in triton_kernels.unavailable(torch.device("cpu"))
     params = {**GemmInt8.spec.defaults, **GemmInt8.spec.tiny, "check_kernel": "fused"}
     workload = GemmInt8(params)
     ctx = Context(unit="cpu:0", device=torch.device("cpu"), run_seed=11, params=params)
     workload.prepare(ctx)
     assert not workload.fused
     assert any("fused check kernel cannot run" in note for note in ctx.notes)
-    monkeypatch.setattr(int8_block.importlib.util, "find_spec", lambda name: None)
-    assert int8_block.fused_available(torch.device("cuda")) == "Triton is not installed"
-
-
-def test_the_gpu_confirmation_script_compares_blocks_and_cases_with_both_kernels() -> None:
-    """scripts/check_fused_int8.py, as scripts/gpu_check.sh runs it on a lent GPU, here on small shapes
-    in the interpreter: every block equal, and the cases' verdicts and digests the same."""
-    script = Path(__file__).resolve().parents[1] / "scripts" / "check_fused_int8.py"
-    done = subprocess.run(
-        [sys.executable, str(script), "--unit", "cpu", "--rows", "24", "--widths", "40:48", "--repeats", "1"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "TRITON_INTERPRET": "1"},
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    lines = [json.loads(line) for line in done.stdout.splitlines()]
-    assert lines[0]["equal"] and lines[0]["differ"] == [] and lines[0]["block"] == [24, 48]
-    assert [line["check_kernel"] for line in lines[1:-1]] == ["torch", "torch", "fused", "fused"]
-    assert lines[-1] == {"cases_equal": True}
+    monkeypatch.setattr(triton_kernels.importlib.util, "find_spec", lambda name: None)
+    assert triton_kernels.unavailable(torch.device("cuda")) == "Triton is not installed"

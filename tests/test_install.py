@@ -70,7 +70,7 @@ def test_run_works_without_the_fleet_packages_and_compare_says_what_to_install(t
     probe = subprocess.run([sys.executable, "-c", "import duckdb"], env=env, capture_output=True, text=True)
     assert probe.returncode == 1 and "No module named 'duckdb'" in probe.stderr  # the blocker holds
     run = subprocess.run(
-        sdcscan_cmd("run", "--units", "cpu:0", "--workloads", "matmul_golden", "--budget", "3s"),
+        sdcscan_cmd("run", "--units", "cpu:0", "--workloads", "matmul_golden", "--budget", "8s"),
         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=180,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr

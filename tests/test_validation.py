@@ -77,6 +77,8 @@ BAD_PARAMS = [
     ("gemm_int8", {"scheme": "mod127", "shapes": [[1, 8, 91779]]}, "shapes", "n <= 91778"),
     ("gemm_int8", {"ops_per_case": 0}, "ops_per_case", "number > 0"),
     ("gemm_int8", {"path": "fast"}, "path", "one of auto, unsigned, signed"),
+    ("gemm_int8", {"check_kernel": "triton"}, "check_kernel", "one of torch, fused"),
+    ("embbag_int8", {"check_kernel": 1}, "check_kernel", "one of torch, fused"),
     ("embbag_int8", {"mode": "sum"}, "mode", "one of exact, realistic"),
     ("embbag_int8", {"rows": 0}, "rows", "integer >= 1"),
     ("embbag_int8", {"dim": 10}, "dim", "multiple of 4"),

@@ -18,16 +18,14 @@ keys K_i = splitmix64(i + 1) | 1 are computed where the word is read, not read f
 
 The fused kernel is a Triton kernel, registered as the operator `sdcscan::int8_block_partials` so that
 the cost model counts it as the one kernel it is (its meta implementation gives the shapes). It runs
-only where `fused_available` says Triton can run it, and only when a workload asks for it
+only where `triton_kernels.unavailable` finds nothing in the way, and only when a workload asks for it
 (gemm_int8's `check_kernel: fused`): it stays off by default until a lent GPU has matched it bit for
-bit against `reference` (scripts/check_fused_int8.py, run by scripts/gpu_check.sh). On a CPU it runs in
+bit against `reference` (scripts/check_fused.py, run by scripts/gpu_check.sh). On a CPU it runs in
 Triton's interpreter (TRITON_INTERPRET=1), which is how the tests hold it to `reference` here.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import os
 from dataclasses import dataclass
 
 import torch
@@ -38,7 +36,7 @@ from sdcscan.checks.limits import CHUNK_ROWS, FP64_EXACT, WORD
 # Tile of the fused kernel: ROWS rows × WORDS 64-bit words (2·WORDS int32 columns), ROW_TILES tiles down
 # a column strip per program. Each program writes one partial per row per strip and one per column per
 # ROWS·ROW_TILES rows: at 8192 x 8200 that is 2.3 MB of row partials and 2.1 MB of column partials
-# beside the block's 268 MB. Chosen on paper; a lent GPU times it (scripts/check_fused_int8.py).
+# beside the block's 268 MB. Chosen on paper; a lent GPU times it (scripts/check_fused.py).
 ROWS = 16
 WORDS = 256
 ROW_TILES = 16
@@ -128,18 +126,6 @@ def fused(block: torch.Tensor, n: int, pad_start: int) -> BlockSums:
         pad_nonzero=pad.amax(0) != 0,
         fingerprint=prints.sum(),  # int64 sums wrap mod 2^64 on every device, as the keyed sum does
     )
-
-
-def fused_available(device: torch.device) -> str:
-    """'' where the fused kernel can run on `device`, else why not: Triton compiles it for CUDA
-    devices and interprets it on the CPU when TRITON_INTERPRET=1; the meta device only counts it."""
-    if device.type == "meta":
-        return ""
-    if importlib.util.find_spec("triton") is None:
-        return "Triton is not installed"
-    if device.type == "cuda" or (device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1"):
-        return ""
-    return f"Triton does not run on {device.type} (on a CPU only in its interpreter, TRITON_INTERPRET=1)"
 
 
 def partial_shapes(rows: int, n_ext: int) -> tuple[int, int]:

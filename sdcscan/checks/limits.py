@@ -113,3 +113,7 @@ def gamma(n: int, u: float) -> float:
 FP8_SLOTS = ("float8_e4m3fn", "float8_e5m2")  # matmul_golden dtypes: A and B in fp8, the output in fp32
 FP8_EXACT_INT = 8  # every integer |x| <= 8 is exact in e5m2 (two mantissa bits), and in e4m3
 FP8_DIMENSION_MULTIPLE = 16  # cuBLASLt's fp8 kernels want m, k and n multiples of 16
+
+# How a workload's check takes its sums (its `check_kernel`): torch ops, or one fused Triton kernel
+# (sdcscan/checks/triton_kernels.py) that gives the same bits in one read of the outputs.
+CHECK_KERNELS = ("torch", "fused")

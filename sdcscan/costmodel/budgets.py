@@ -44,10 +44,11 @@ STATED_SHARE: dict[str, tuple[float, str]] = {
 @dataclass(frozen=True)
 class PendingKernel:
     """A check kernel written, and held bit for bit to the torch check on the CPU (Triton's interpreter),
-    that stays off until a lent GPU has matched it compiled: the parameters that switch it on, and the
-    check share the model holds the workload to with it (and why, where that is above CHECK_SHARE)."""
+    that stays off until a lent GPU has matched it compiled: the parameters that switch it on, its operator,
+    and the check share the model holds the workload to with it (and why, where that is above CHECK_SHARE)."""
 
     params: dict[str, str]
+    op: str  # the kernel's operator, as the model counts it
     share: float
     why: str
 
@@ -55,12 +56,23 @@ class PendingKernel:
 PENDING_KERNELS: dict[str, PendingKernel] = {
     "gemm_int8": PendingKernel(
         {"check_kernel": "fused"},
+        "int8_block_partials",
         0.10,
         "the fused kernel reads each int32 output once (1.07-1.16 bytes moved per output byte), the floor of "
         "any check that reads it: that read alone is 5.3% of an 8192^3 int8 GEMM on an H200 and 7.5% on an "
         "H100 by the model; with the checksum columns' small kernels a block, 7.2-7.5% (H200) and 9.5-9.8% "
         "(H100) at 8192^3 and 16384x8192x8192, 1.9-4.7% at the other shapes (CUDA graphs would take the "
         "small kernels' launches)",
+    ),
+    "embbag_int8": PendingKernel(
+        {"check_kernel": "fused"},
+        "embbag_exact_partials",
+        0.16,
+        "the fused kernel reads each fp32 output once with its bags' S_exp (2.2 bytes moved per output byte "
+        "with the gathers of S_exp): burnin's batches of a million bags check in 2.5-4.2% of the lookups' "
+        "time; the doctor profile's batches of 200,000 bags, 1.4 ms of lookups each, carry the same few "
+        "dozen small kernels a batch (S_exp off the prefix sums, the first bad bags kept for findings), "
+        "7.5-15.1% by the model (CUDA graphs would take those launches)",
     ),
 }
 

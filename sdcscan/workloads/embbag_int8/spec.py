@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from sdcscan.checks.limits import CHECK_KERNELS
 from sdcscan.outcomes import CONSENSUS, INVARIANT
 from sdcscan.workloads.params import Choice, Flag, Int, ListOf
 from sdcscan.workloads.workload_spec import Quality, WorkloadSpec
@@ -50,6 +51,7 @@ SPEC = WorkloadSpec(
         "pooling": [20, 100],  # lookups per bag, min and max
         "weighted": False,  # per-sample weights (small integers in exact mode)
         "bits": [8, 4],  # table bit width per case, cycled by case occurrence
+        "check_kernel": "torch",
     },
     # table: the quantized bytes of one row the case pools, restored after the case (the table is
     # shared by all cases). fetch: the hashed row ids the op reads, while the check uses the intended
@@ -69,6 +71,9 @@ SPEC = WorkloadSpec(
         "pooling": ListOf(Int(0, MAX_POOLING), length=2),  # max 0: every bag empty
         "weighted": Flag(),
         "bits": ListOf(Int(4, 8, multiple_of=4)),  # 8 or 4; cases cycle through them
+        # exact mode's check by torch ops or by one fused kernel (sdcscan/checks/embbag/exact_fused.py):
+        # the same flags; "fused" stays opt-in until a lent GPU has matched it
+        "check_kernel": Choice(CHECK_KERNELS),
     },
     rules=(_rules,),
     memory=_memory,

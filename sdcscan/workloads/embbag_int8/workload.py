@@ -29,9 +29,9 @@ from typing import Any, ClassVar
 
 import torch
 
-from sdcscan.checks import counter_rng, limits
+from sdcscan.checks import counter_rng, limits, triton_kernels
 from sdcscan.checks.digest import Fingerprint
-from sdcscan.checks.embbag import exact, id_pool, packing, realistic, table_families
+from sdcscan.checks.embbag import exact, exact_fused, id_pool, packing, realistic, table_families
 from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
 from sdcscan.workloads.base import Context, register
 from sdcscan.workloads.embbag_int8.selftest_spec import SelftestMixin
@@ -83,6 +83,7 @@ class EmbbagInt8(SelftestMixin):
         self.weights: torch.Tensor | None = None  # the pool of per-sample weights, when weighted
         self.prefix: dict[int, torch.Tensor] = {}  # exact mode: the pool's S_exp prefix sums per bit width
         self.scratch = exact.Scratch()  # exact mode's buffers, reused by every batch (blocks set by prepare)
+        self.fused = False  # exact mode's check by the fused kernel (`check_kernel: fused`, where it can run)
         # The pool of bag lengths (int32, on the device) and its running sums on the host, so that a
         # case's lookup count is known without reading the device (built by prepare).
         self.lengths = torch.empty(0, dtype=torch.int32)
@@ -102,7 +103,10 @@ class EmbbagInt8(SelftestMixin):
             short = "free GPU memory" if ctx.device.type == "cuda" else "MemAvailable"
             ctx.note(f"embbag_int8: table scaled down from {p['rows']} to {rows} rows ({short} is short)")
         self.scratch = exact.Scratch(EXACT_BLOCK_BYTES.get(ctx.device.type))
-        if p["mode"] == "exact":  # drawn on the unit's device by the counter generator: no host work
+        if p["mode"] == "exact":
+            self.fused, why = triton_kernels.choose(p["check_kernel"], ctx.device, self.name)
+            if why:
+                ctx.note(why)  # drawn on the unit's device by the counter generator: no host work
             tables = {
                 b: exact_table(ctx.run_seed ^ 0xE3BA6 ^ b, rows, p["dim"], b, ctx.device) for b in widths
             }
@@ -172,9 +176,14 @@ class EmbbagInt8(SelftestMixin):
                     ctx.fault("output", out)
                 in_pool = None if batch == 0 and copied else start  # a copy's S_exp is gathered
                 with ctx.phase("check"):
-                    bad, expected, detail = self._check(bits, out, idx, lengths, bounds, in_pool, weights)
+                    bad, expected, detail, printed = self._check(
+                        bits, out, idx, lengths, bounds, in_pool, weights
+                    )
                     tally.add(batch, bad, expected, out)
-                    fingerprint.tensor(out)
+                    if printed is None:
+                        fingerprint.tensor(out)
+                    else:  # the fused check took the output's fingerprint as it read it
+                        fingerprint.summed(out, printed)
                 counters.append(detail)
             with ctx.phase("check"):
                 names = sorted(counters[0])
@@ -239,9 +248,9 @@ class EmbbagInt8(SelftestMixin):
         bounds: torch.Tensor,
         start: int | None,
         weights: torch.Tensor | None,
-    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
-        """(B,) bool of bags the mode's check condemns, (B,) fp64 S_exp, and the check's counters (0-dim
-        device tensors).
+    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor], torch.Tensor | None]:
+        """(B,) bool of bags the mode's check condemns, (B,) fp64 S_exp, the check's counters (0-dim
+        device tensors), and the output's fingerprint sum where the fused kernel took it (else None).
 
         Exact mode reads S_exp off the pool's prefix sums when the ids are the pool's view at `start`,
         and gathers the row sums at `idx` otherwise (start None).
@@ -253,13 +262,16 @@ class EmbbagInt8(SelftestMixin):
             else:
                 expected = exact.exact_expected(self.row_sums[bits], idx.long(), lengths, weights)
                 weighted = exact.exact_expected(self.weighted_sums[bits], idx.long(), lengths, weights)
+            if self.fused:
+                bad, printed = exact_fused.bad_bags(out, expected, self.column_weights, weighted)
+                return bad, expected * packing.UNIT, {}, printed
             bad = exact.exact_bad_bags(out, expected, self.scratch, (self.column_weights, weighted))
-            return bad, expected * packing.UNIT, {}
+            return bad, expected * packing.UNIT, {}, None
         verdict = realistic.realistic_check(
             out, self.tables[bits], self.stats[bits], idx.long(), lengths, weights
         )
         counters = {"flagged_bags": verdict.flagged, "corrupt_rows": verdict.corrupt_rows}
-        return verdict.bad, verdict.expected, {k: torch.as_tensor(v) for k, v in counters.items()}
+        return verdict.bad, verdict.expected, {k: torch.as_tensor(v) for k, v in counters.items()}, None
 
 
 class _BadBags:

@@ -6,17 +6,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sdcscan.checks.limits import CHUNK_ROWS, MAX_N_MOD2_32, SCHEMES, max_exact_k
+from sdcscan.checks.limits import CHECK_KERNELS, CHUNK_ROWS, MAX_N_MOD2_32, SCHEMES, max_exact_k
 from sdcscan.checks.limits import MAX_N_WEIGHTED as MAX_N
 from sdcscan.outcomes import CONSENSUS, INVARIANT
 from sdcscan.workloads.params import Choice, Int, ListOf, Number, Shape
 from sdcscan.workloads.workload_spec import Quality, WorkloadSpec
 
-PATHS = ("auto", "unsigned", "signed")
-# How a block's sums are taken (sdcscan/checks/int8_block.py): torch ops, or one fused Triton kernel that
-# reads each output word once. The same integers either way; "fused" stays opt-in until a lent GPU has
-# matched it bit for bit (scripts/check_fused_int8.py), and falls back to torch where Triton cannot run.
-CHECK_KERNELS = ("torch", "fused")  # which one "auto" takes on a device: int_mm_path.py
+PATHS = ("auto", "unsigned", "signed")  # which one "auto" takes on a device: int_mm_path.py
 # torch 2.13's CPU `_int_mm` with a uint8 A and k = 1 returns uninitialised memory (seen on an AMD EPYC
 # with AVX-512 VNNI; k >= 2 verified exact there for m 1..33, n 8..24): a one-term dot product is no
 # test of anything, so such shapes are refused rather than worked around.
@@ -84,6 +80,8 @@ SPEC = WorkloadSpec(
         "shapes": ListOf(Shape(k=Int(MIN_K, MAX_K))),
         "ops_per_case": Number(0.0, low_open=True, high=1e16),  # a GPU case: ~5e14 (an H100's second)
         "path": Choice(PATHS),
+        # the block sums by torch ops or by one fused kernel (sdcscan/checks/int8_block.py): the same
+        # integers; "fused" stays opt-in until a lent GPU has matched it (scripts/check_fused.py)
         "check_kernel": Choice(CHECK_KERNELS),
     },
     rules=(_rules,),

@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from sdcscan.checks import counter_rng, int8, int8_block, limits
+from sdcscan.checks import counter_rng, int8, limits, triton_kernels
 from sdcscan.checks.digest import Fingerprint
 from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
 from sdcscan.workloads.base import Context, register
@@ -131,13 +131,9 @@ class GemmInt8(SelftestMixin):
                 f"gemm_int8: path unsigned needs a CPU torch._int_mm that takes uint8 activations, which "
                 f"torch {torch.__version__} lacks; use path auto or signed"
             )
-        if self.p["check_kernel"] == "fused":
-            why = int8_block.fused_available(ctx.device)
-            if why:
-                ctx.note(
-                    f"gemm_int8: the fused check kernel cannot run on {ctx.device} ({why}); torch checks"
-                )
-            self.fused = not why
+        self.fused, why = triton_kernels.choose(self.p["check_kernel"], ctx.device, self.name)
+        if why:
+            ctx.note(why)
         bad = _probe(self._mm, ctx.device, self.signed)
         if bad:
             self.a_max = 127

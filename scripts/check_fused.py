@@ -1,0 +1,200 @@
+"""Confirm the fused check kernels on a device: bit for bit against the torch checks, and their speed.
+
+For a workload's `check_kernel: fused` to become its default, a lent GPU must give the same results as
+the torch ops: gemm_int8's five block sums (sdcscan/checks/int8_block.py) and embbag_int8's bad-bag
+flags and fingerprint (sdcscan/checks/embbag/exact_fused.py), on outputs of the GPU profiles' size, clean
+and struck, and the same verdict and digest for whole cases. Prints one JSON line per output shape
+(equal, what differed, and milliseconds of each path by device events, median of `--repeats` after a
+warm-up) and one per case of the profile's gemm_int8 and embbag_int8 with each kernel, then
+{"cases_equal": ...}. On a CPU it runs the kernels in Triton's interpreter (TRITON_INTERPRET=1, small
+shapes only: the tests run it so).
+Usage: python scripts/check_fused.py [--unit cuda:0] [--rows 65536] [--bags 200000] [--profile doctor]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+# (n, n_ext) of the GPU profiles' gemm_int8 weights: 8192 and 4096 data rows with checksum and tag readers
+WIDTHS = ((8192, 8200), (4096, 4104))
+INT8_MODELS = ("any", "row_swap", "burst:4", "swap_columns", "row_offset:127")  # struck three times each
+EMBBAG_DIM = 64  # the GPU profiles' dim
+EMBBAG_STRIKES = (float("nan"), float("inf"), 3e9, 2.0**24, 1e-40)  # values no dyadic table gives
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--unit", default="cuda:0")
+    ap.add_argument("--rows", type=int, default=65536, help="rows of an int8 block (eight 8192-row repeats)")
+    ap.add_argument("--widths", help="n:n_ext pairs, comma-separated (default: the GPU profiles')")
+    ap.add_argument(
+        "--bags", type=int, default=200000, help="bags of an EmbeddingBag output (doctor's batch)"
+    )
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--profile", default="doctor", help="whose cases to run with both kernels")
+    ap.add_argument("--cases", type=int, default=2, help="cases of each workload and kernel (0: none)")
+    args = ap.parse_args()
+    import torch
+
+    from sdcscan.checks import triton_kernels
+
+    device = torch.device(args.unit)
+    why = triton_kernels.unavailable(device)
+    if why:
+        sys.exit(f"error: the fused kernels cannot run on {device}: {why}")
+    widths = WIDTHS if not args.widths else [tuple(map(int, w.split(":"))) for w in args.widths.split(",")]
+    for n, n_ext in widths:
+        print(json.dumps(_int8_blocks(torch, device, args.rows, n, n_ext, args.repeats)), flush=True)
+    print(json.dumps(_embbag_outputs(torch, device, args.bags, args.repeats)), flush=True)
+    found = [
+        line
+        for name in ("gemm_int8", "embbag_int8")
+        for line in _cases(device, args.profile, name, args.cases)
+    ]
+    for line in found:
+        print(json.dumps(line), flush=True)
+    if found:  # a switch flips only if every case's verdict and digest are the torch check's
+        pairs = {}
+        for line in found:
+            pairs.setdefault((line["workload"], line["case"]), []).append((line["status"], line["digest"]))
+        print(json.dumps({"cases_equal": all(a == b for a, b in pairs.values())}), flush=True)
+
+
+def _int8_blocks(torch: Any, device: Any, rows: int, n: int, n_ext: int, repeats: int) -> dict[str, Any]:
+    """One gemm_int8 block shape: every sum equal on clean and struck blocks, and both paths timed."""
+    from sdcscan.checks import int8_block
+    from sdcscan.faults import corrupt_, from_label
+
+    g = torch.Generator(device=device).manual_seed(rows + n_ext)
+    pad_start = n + 8  # checksum and tag columns, then zeros
+    block = torch.randint(-(2**31), 2**31, (rows, n_ext), generator=g, device=device, dtype=torch.int64)
+    block = block.to(torch.int32)
+    block[:, pad_start:] = 0
+    differ = []
+    for index, label in enumerate(("clean", *INT8_MODELS)):
+        tried = block.clone()
+        if label != "clean":
+            for strike in range(3):
+                corrupt_(tried, from_label(label, "output", 100 * index + strike), columns=n)
+        fused, ref = int8_block.fused(tried, n, pad_start), int8_block.reference(tried, n, pad_start)
+        for name in ("rows", "weighted", "columns", "pad_nonzero", "fingerprint"):
+            if not torch.equal(getattr(fused, name), getattr(ref, name)):
+                differ.append(f"{label}: {name}")
+    coefficients = int8_block.row_sum_coefficients(n, device)
+    fused_s = _timed(torch, device, lambda: int8_block.fused(block, n, pad_start), repeats)
+    torch_s = _timed(torch, device, lambda: int8_block.reference(block, n, pad_start, coefficients), repeats)
+    return _timing("gemm_int8", device, [rows, n_ext], differ, fused_s, torch_s, block.numel() * 4)
+
+
+def _embbag_outputs(torch: Any, device: Any, bags: int, repeats: int) -> dict[str, Any]:
+    """One EmbeddingBag output: flags and fingerprint equal, clean and with values no table gives."""
+    from sdcscan.checks.digest import fingerprint_words
+    from sdcscan.checks.embbag import exact, exact_fused
+
+    g = torch.Generator(device=device).manual_seed(bags)
+    units = torch.randint(-(2**17), 2**17, (bags, EMBBAG_DIM), generator=g, device=device, dtype=torch.int32)
+    weights = exact.column_weights(EMBBAG_DIM, bags, device)
+    expected = units.sum(1, dtype=torch.int32)
+    weighted = (units * weights).sum(1, dtype=torch.int32)
+    out = units.float() * exact.UNIT
+    struck = out.clone()
+    for i, value in enumerate(EMBBAG_STRIKES):
+        struck[(7919 * i) % bags, i] = value
+    struck[bags // 2, 1], struck[bags // 2, 2] = struck[bags // 2, 2].item(), struck[bags // 2, 1].item()
+    differ = []
+    for label, tried in (("clean", out), ("struck", struck)):
+        flags, printed = exact_fused.bad_bags(tried, expected, weights, weighted)
+        if not torch.equal(flags, exact.exact_bad_bags(tried, expected, None, (weights, weighted))):
+            differ.append(f"{label}: flags")
+        if not torch.equal(printed, fingerprint_words(tried)):
+            differ.append(f"{label}: fingerprint")
+    scratch = exact.Scratch()
+
+    def by_torch() -> None:
+        exact.exact_bad_bags(out, expected, scratch, (weights, weighted))
+        fingerprint_words(out)
+
+    fused_s = _timed(torch, device, lambda: exact_fused.bad_bags(out, expected, weights, weighted), repeats)
+    torch_s = _timed(torch, device, by_torch, repeats)
+    return _timing("embbag_int8", device, [bags, EMBBAG_DIM], differ, fused_s, torch_s, out.numel() * 4)
+
+
+def _timing(
+    workload: str, device: Any, shape: list[int], differ: list[str], fused_s: float, torch_s: float, size: int
+) -> dict[str, Any]:
+    return {
+        "workload": workload,
+        "unit": str(device),
+        "output": shape,
+        "equal": not differ,
+        "differ": differ,
+        "fused_ms": round(fused_s * 1e3, 3),
+        "torch_ms": round(torch_s * 1e3, 3),
+        "fused_gb_s": round(size / fused_s / 1e9, 1),
+    }
+
+
+def _cases(device: Any, profile: str, name: str, cases: int) -> list[dict[str, Any]]:
+    """The profile's first `cases` cases of `name` with each kernel: status, digest, phase seconds."""
+    from sdcscan.costmodel.cases import gpu_params
+    from sdcscan.outcomes import Case
+    from sdcscan.workloads import load
+    from sdcscan.workloads.base import Context
+
+    found = []
+    workload_class = load(name)
+    for kernel in ("torch", "fused") if cases else ():
+        params = {**gpu_params(profile)[name], "check_kernel": kernel}
+        if device.type == "cpu":
+            params = {**params, **workload_class.spec.tiny}
+        workload = workload_class(params)
+        ctx = Context(unit=str(device), device=device, run_seed=20261129, params=params)
+        workload.prepare(ctx)
+        for occurrence in range(cases):
+            ctx.begin_case(None)
+            out = workload.run(ctx, Case(occurrence, name, 7 + occurrence, occurrence, params))
+            found.append(
+                {
+                    "workload": name,
+                    "case": occurrence,
+                    "check_kernel": kernel
+                    if getattr(workload, "fused", False) == (kernel == "fused")
+                    else "?",
+                    "status": out.status,
+                    "digest": out.digest,
+                    "check_s": round(ctx.phases.get("check", 0.0), 4),
+                    "compute_s": round(ctx.phases.get("compute", 0.0), 4),
+                }
+            )
+    return found
+
+
+def _timed(torch: Any, device: Any, fn: Any, repeats: int) -> float:
+    """Median seconds of fn() after one warm-up: device events on a GPU, the host clock elsewhere."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        if device.type != "cuda":
+            started = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - started)
+            continue
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    return statistics.median(times)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,37 @@
+"""Where sdcscan's Triton check kernels can run, and the switch that asks for them.
+
+A fused check kernel (sdcscan/checks/int8_block.py, sdcscan/checks/embbag/exact_fused.py) gives the same
+bits as the torch ops it replaces, in one read of the outputs. A workload runs it only when its
+`check_kernel` parameter says "fused" and `unavailable` finds nothing in the way; otherwise the torch
+check runs and the unit's notes say why. The kernels stay off by default until a lent GPU has matched
+them bit for bit (scripts/check_fused.py).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import torch
+
+
+def unavailable(device: torch.device) -> str:
+    """'' where a Triton kernel can run on `device`, else why not: Triton compiles for CUDA devices and
+    interprets on the CPU when TRITON_INTERPRET=1; the meta device (the cost model) only counts it."""
+    if device.type == "meta":
+        return ""
+    if importlib.util.find_spec("triton") is None:
+        return "Triton is not installed"
+    if device.type == "cuda" or (device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1"):
+        return ""
+    return f"Triton does not run on {device.type} (on a CPU only in its interpreter, TRITON_INTERPRET=1)"
+
+
+def choose(asked: str, device: torch.device, workload: str) -> tuple[bool, str]:
+    """(whether to run the fused kernel, a note for the unit or ''), for a workload's `check_kernel`."""
+    if asked != "fused":
+        return False, ""
+    why = unavailable(device)
+    if why:
+        return False, f"{workload}: the fused check kernel cannot run on {device} ({why}); torch checks"
+    return True, ""
