@@ -161,7 +161,8 @@ def test_fp32_relative_error_of_1e_3_on_zero_mean_inputs_at_the_burnin_shape(fre
     cannot exceed, γ_k·Σ|a|·|b|, which on zero-mean data at k = 4096 lies above 10⁻³ of every element
     (scripts/bench_confirm_sensitivity.py): none is confirmed, the price of zero false positives by
     construction. The nomination rate is about 99%: 1,189 of 1,200 trials (99.1%) over case seeds
-    1000-1599 and 50000-50599 on an AVX-512 EPYC; 400 trials against 98.5% leave room for the trial set."""
-    caught, changed, nominated = _relerr_1e_3([256, 4096, 256], 400, inputs="normal")
-    assert changed == 400 and nominated >= 0.985 * changed, (nominated, changed)
+    1000-1599 and 50000-50599 on an AVX-512 EPYC. 200 trials (each clean and struck: 65 s for 400 made
+    this the suite's third-longest test) against 97.5%: at most 5 misses where 1.8 are expected."""
+    caught, changed, nominated = _relerr_1e_3([256, 4096, 256], 200, inputs="normal")
+    assert changed == 200 and nominated >= 0.975 * changed, (nominated, changed)
     assert caught == 0

@@ -78,6 +78,49 @@ def test_fleet_page_loads_clean_with_every_chart_drawn(tmp_path: Path) -> None:
     assert "Where failing units cluster" in load.text
 
 
+ROWS_JS = "[...document.querySelectorAll('table.sortable tbody tr')]"
+SORT_BY_JS = (
+    "document.querySelectorAll('table.sortable th')[{}].click(); " + ROWS_JS + ".map(r => r.cells[{}]{})"
+)
+FILTER_JS = (
+    "(() => {{ const i = document.querySelector('input.filter'); i.value = {!r}; "
+    "i.dispatchEvent(new Event('input')); return [" + ROWS_JS + ".filter(r => !r.hidden).length, "
+    "i.nextElementSibling.textContent]; }})()"
+)
+
+
+def test_the_fleet_pages_findings_sort_and_filter_under_its_policy(tmp_path: Path) -> None:
+    """The findings table in a browser, under the page's policy (a script without its hash would be
+    refused, with an error): a heading sorts by its column and again the other way, kind by severity,
+    and the filter shows only the rows holding its text."""
+    out = tmp_path / "fleet"
+    load_script("simulate_fleet").main(
+        ["--hosts", "60", "--units", "4", "--cases", "20", "--out", str(out), "--seed", "3"]
+    )
+    opts = Options(hosts=read_hosts(str(out / "hosts.txt")), now=parse_iso_utc(NOW), overview=False)
+    summary = compare_files([str(out / "reports")], opts)
+    page = tmp_path / "fleet.html"
+    write_page(page, fleet_page(summary, source="reports/"))
+    host = summary.findings[-1].host
+    load = load_page(
+        page,
+        actions=(
+            SORT_BY_JS.format(0, 0, ".textContent"),
+            SORT_BY_JS.format(0, 0, ".textContent"),
+            SORT_BY_JS.format(2, 2, ".getAttribute('data-sort')"),
+            FILTER_JS.format(host),
+            FILTER_JS.format(""),
+        ),
+    )
+    assert load.errors == [] and load.requests == []
+    up, down, severity, (held, said), (everything, cleared) = load.results
+    hosts = [f.host for f in summary.findings]
+    assert len(hosts) > 5 and up == sorted(hosts, key=str.lower) and down == up[::-1]
+    assert [int(k) for k in severity] == sorted(int(k) for k in severity)
+    assert held == hosts.count(host) and said == f"{held} of {len(hosts)} rows"
+    assert everything == len(hosts) and cleared == ""
+
+
 def test_the_harness_sees_errors_and_requests(tmp_path: Path) -> None:
     """A page that fetches and throws is caught: the checks above can fail."""
     page = tmp_path / "bad.html"

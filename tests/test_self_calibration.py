@@ -135,7 +135,9 @@ def test_a_fresh_calibration_is_used_both_ways(fresh_state):
 
 def test_selftest_passes_with_no_calibration_table_at_all(fresh_state):
     """The acceptance of the issue: a fresh install on a machine nobody calibrated passes its self-test."""
-    result = run_selftest(["gemm_fp"], trials=40, seed=3)
+    result = run_selftest(
+        ["gemm_fp"], trials=12, seed=3
+    )  # 2 s a trial; the floors are tested at 40 elsewhere
     failed = [(r["variant"], r["site"], r["bit"], r.get("rate")) for r in result["rows"] if not r["passed"]]
     assert result["passed"], failed
     assert any("calibrated on this unit" in n for n in result["notes"])

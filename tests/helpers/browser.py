@@ -77,6 +77,7 @@ class PageLoad:
     requests: list[str] = field(default_factory=list)  # every URL requested besides the file itself
     charts: list[dict[str, Any]] = field(default_factory=list)
     text: str = ""  # the page's visible text
+    results: list[Any] = field(default_factory=list)  # what each of `load_page`'s `actions` returned
 
 
 def _high(fds: tuple[int, int]) -> tuple[int, int]:
@@ -169,8 +170,12 @@ class _Pipe:
             os.close(self.out)
 
 
-def load_page(path: Path, *, size: tuple[int, int] = (1280, 900), timeout_s: float = 60.0) -> PageLoad:
-    """Open the HTML file `path` in headless Chromium and report errors, requests, timing and charts."""
+def load_page(
+    path: Path, *, size: tuple[int, int] = (1280, 900), timeout_s: float = 60.0, actions: tuple[str, ...] = ()
+) -> PageLoad:
+    """Open the HTML file `path` in headless Chromium and report errors, requests, timing and charts;
+    then evaluate each of `actions` (JavaScript expressions, as a reader's clicks and typing) in turn
+    and keep what each returns (JSON values)."""
     browser = chromium()
     deadline = time.monotonic() + timeout_s
     url = path.resolve().as_uri()
@@ -209,6 +214,14 @@ def load_page(path: Path, *, size: tuple[int, int] = (1280, 900), timeout_s: flo
                 charts=json.loads(charts["result"]["value"]),
                 text=str(text["result"]["value"]),
             )
+            for action in actions:
+                done = pipe.call(
+                    "Runtime.evaluate",
+                    {"expression": action, "returnByValue": True},
+                    session,
+                    deadline=deadline,
+                )
+                load.results.append(done["result"].get("value"))
             _collect(pipe.events, load, url)
             return load
         finally:

@@ -1,7 +1,8 @@
 """Self-contained HTML pages: `sdcscan report --html` (one run) and `sdcscan compare --html` (a fleet).
 
-One file each, readable offline and from a CI artifact store: inline CSS, inline SVG, no script, and a
-Content-Security-Policy that forbids every request (`page.POLICY`). The JSON document stays the
+One file each, readable offline and from a CI artifact store: inline CSS, inline SVG, and a
+Content-Security-Policy that forbids every request and admits only the page's own sorting script by its
+hash (`page.POLICY`, `page.SCRIPT`). The JSON document stays the
 contract; a page is a view of it.
 
 Why plain SVG written in Python, not a plotting library: nothing to ship or inline (a JavaScript

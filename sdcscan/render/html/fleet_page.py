@@ -78,14 +78,25 @@ def _finding_rows(summary: FleetSummary) -> str:
     """Every finding (the first MAX_FINDINGS, most severe first), in the words of compare's table."""
     if not summary.findings:
         return ""
-    rows = [
-        [esc(f.host), esc(f.unit or "-"), badge(f.kind, "k"), esc(describe(f))]
-        for f in summary.findings[:MAX_FINDINGS]
+    shown = summary.findings[:MAX_FINDINGS]
+    rows = [[esc(f.host), esc(f.unit or "-"), badge(f.kind, "k"), esc(describe(f))] for f in shown]
+    # A kind sorts by its severity (its place in KINDS), as compare orders them, not by its name.
+    severity = [
+        [None, None, str(KINDS.index(f.kind) if f.kind in KINDS else len(KINDS)), None] for f in shown
     ]
-    body = table(["host", "unit", "kind", "evidence"], rows, total=len(summary.findings), limit=MAX_FINDINGS)
-    return section(
-        "Each finding", body, note="Most severe first, as compare's table lists them.", anchor="each"
+    body = table(
+        ["host", "unit", "kind", "evidence"],
+        rows,
+        total=len(summary.findings),
+        limit=MAX_FINDINGS,
+        sort_keys=severity,
+        sortable=True,
     )
+    note = (
+        "Most severe first, as compare's table lists them. Click a heading to sort by it (kind sorts by "
+        "severity); type in the field to show only the rows holding the text."
+    )
+    return section("Each finding", body, note=note, anchor="each")
 
 
 def _kind_counts(summary: FleetSummary) -> str:

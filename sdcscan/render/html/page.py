@@ -1,12 +1,16 @@
 """The page around the charts: one stylesheet, a policy that forbids every request, tables, writing.
 
-The Content-Security-Policy allows inline styles and `data:` images and nothing else: no script, no
-font, no frame, no fetch. A page opened from a CI artifact store or a laptop offline looks the same, and
-text from a hostile report that escaped escaping still could not run or call home.
+The Content-Security-Policy allows inline styles, `data:` images and one script, named by its SHA-256
+(`SCRIPT`: sorting and filtering the tables marked sortable), and nothing else: no other script, no
+event-handler attribute, no font, no frame, no fetch. A page opened from a CI artifact store or a laptop
+offline looks the same, and text from a hostile report that escaped escaping still could not run or call
+home: a script of its own would not have the hash.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import os
 from collections.abc import Iterable, Sequence
 
@@ -14,8 +18,58 @@ from sdcscan import __version__
 from sdcscan.files import write_text_atomic
 from sdcscan.render.html.svg import esc
 
-POLICY = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
 MAX_TABLE_ROWS = 200  # rows of one table; the JSON holds every record
+
+# Sorting and filtering for tables of class "sortable": a click (or Enter) on a heading sorts by that column,
+# numbers as numbers and a cell's data-sort before its text, and again the other way; typing in the search
+# field before such a table shows only the rows holding the text. Listeners only, no markup of its own.
+SCRIPT = """
+(function () {
+  function key(row, i) {
+    var cell = row.cells[i];
+    return cell.hasAttribute('data-sort') ? cell.getAttribute('data-sort') : cell.textContent.trim();
+  }
+  function order(a, b) {
+    var x = Number(a), y = Number(b);
+    if (a !== '' && b !== '' && !isNaN(x) && !isNaN(y)) { return x - y; }
+    return a.localeCompare(b);
+  }
+  document.querySelectorAll('table.sortable').forEach(function (table) {
+    var body = table.tBodies[0], heads = table.tHead.rows[0].cells;
+    Array.prototype.forEach.call(heads, function (th, i) {
+      th.tabIndex = 0;
+      th.setAttribute('aria-sort', 'none');
+      function sort() {
+        var up = th.getAttribute('aria-sort') !== 'ascending';
+        var rows = Array.prototype.slice.call(body.rows);
+        rows.sort(function (a, b) { return (up ? 1 : -1) * order(key(a, i), key(b, i)); });
+        rows.forEach(function (row) { body.appendChild(row); });
+        Array.prototype.forEach.call(heads, function (h) { h.setAttribute('aria-sort', 'none'); });
+        th.setAttribute('aria-sort', up ? 'ascending' : 'descending');
+      }
+      th.addEventListener('click', sort);
+      th.addEventListener('keydown', function (e) { if (e.key === 'Enter') { sort(); } });
+    });
+  });
+  document.querySelectorAll('input.filter').forEach(function (input) {
+    var table = input.parentNode.querySelector('table.sortable'), shown = input.nextElementSibling;
+    input.addEventListener('input', function () {
+      var words = input.value.toLowerCase(), count = 0;
+      Array.prototype.forEach.call(table.tBodies[0].rows, function (row) {
+        var hit = row.textContent.toLowerCase().indexOf(words) >= 0;
+        row.hidden = !hit;
+        count += hit ? 1 : 0;
+      });
+      shown.textContent = words ? count + ' of ' + table.tBodies[0].rows.length + ' rows' : '';
+    });
+  });
+})();
+"""
+SCRIPT_HASH = base64.b64encode(hashlib.sha256(SCRIPT.encode()).digest()).decode()
+POLICY = (
+    f"default-src 'none'; script-src 'sha256-{SCRIPT_HASH}'; style-src 'unsafe-inline'; img-src data:; "
+    "base-uri 'none'; form-action 'none'"
+)
 
 STYLE = """
 :root{--pass:#2e7d32;--fail:#c62828;--invalid:#e65100;--interrupted:#6d6d6d;--warn:#b7791f;--info:#1565c0;
@@ -43,6 +97,9 @@ text-transform:uppercase;letter-spacing:.03em;background:var(--interrupted)}
 table{border-collapse:collapse;width:100%;font-size:13px;margin:6px 0}
 th,td{text-align:left;padding:4px 8px;border-bottom:1px solid var(--line);vertical-align:top}
 th{color:var(--muted);font-weight:600}
+table.sortable th{cursor:pointer}table.sortable th[aria-sort=ascending]::after{content:" \\25B2"}
+table.sortable th[aria-sort=descending]::after{content:" \\25BC"}
+input.filter{font:inherit;padding:3px 6px;margin:4px 8px 4px 0;width:22em}
 td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
 td code,li code{font-size:12px;word-break:break-all}
 ul.findings{padding-left:0;list-style:none;margin:4px 0}
@@ -92,6 +149,8 @@ def table(
     numeric: Iterable[int] = (),
     total: int | None = None,
     limit: int = MAX_TABLE_ROWS,
+    sort_keys: Sequence[Sequence[str | None]] | None = None,
+    sortable: bool = False,
 ) -> str:
     """A table of already escaped cells; at most `limit` rows, and a line saying how many more.
 
@@ -101,17 +160,33 @@ def table(
         numeric: indexes of right-aligned columns.
         total: how many rows there are in all, when `rows` was cut before (default: len(rows)).
         limit: rows shown.
+        sortable: headings sort the rows (`SCRIPT`), preceded by a field that filters them.
+        sort_keys: per row, per cell, what the cell sorts by where its text would mislead (a finding's
+            kind by its severity), or None.
     """
     right = set(numeric)
     cls = [' class="num"' if i in right else "" for i in range(len(headers))]
     head = "".join(f"<th{cls[i]}>{esc(h)}</th>" for i, h in enumerate(headers))
+
+    def cell(r: int, i: int, content: str) -> str:
+        sort = sort_keys[r][i] if sort_keys is not None else None
+        data = f' data-sort="{esc(sort)}"' if sort is not None else ""
+        return f"<td{cls[i]}{data}>{content}</td>"
+
     body = "".join(
-        "<tr>" + "".join(f"<td{cls[i]}>{c}</td>" for i, c in enumerate(row)) + "</tr>" for row in rows[:limit]
+        "<tr>" + "".join(cell(r, i, c) for i, c in enumerate(row)) + "</tr>"
+        for r, row in enumerate(rows[:limit])
     )
     more = (total if total is not None else len(rows)) - min(len(rows), limit)
     tail = (
         f'<p class="note">{more} more not shown; the JSON document holds every one.</p>' if more > 0 else ""
     )
+    if sortable:
+        search = (
+            '<input type="search" class="filter" placeholder="show rows holding..." aria-label="filter the rows">'
+            '<span class="muted"></span>'
+        )
+        return f'{search}<table class="sortable"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{tail}'
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{tail}"
 
 
@@ -123,14 +198,17 @@ def section(title: str, body: str, *, note: str = "", anchor: str = "") -> str:
 
 
 def document(title: str, header: str, sections: Iterable[str], source: str) -> str:
-    """The whole page: head with the policy and the stylesheet, the header, the sections, a footer."""
+    """The whole page: head with the policy and the stylesheet, the header, the sections, a footer, and
+    `SCRIPT` where a table is sortable (report text cannot spell that class: its quotes are escaped)."""
+    main = "".join(sections)
+    script = f"<script>{SCRIPT}</script>" if 'class="sortable"' in main else ""
     return (
         "<!DOCTYPE html>\n"
         '<html lang="en"><head><meta charset="utf-8">'
         f'<meta http-equiv="Content-Security-Policy" content="{POLICY}">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{esc(title)}</title><style>{STYLE}</style></head><body>"
-        f"<header>{header}</header><main>{''.join(sections)}</main>"
+        f"<header>{header}</header><main>{main}</main>{script}"
         f"<footer>Written by sdcscan {esc(__version__)} from {esc(source)}. This page is a view: the JSON "
         "document is the contract.</footer></body></html>\n"
     )
