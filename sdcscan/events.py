@@ -27,6 +27,16 @@ class RunStarted:
 
 
 @dataclass(frozen=True, slots=True)
+class UnitPreparing:
+    """A unit's worker began a step of its start-up: `step` (what it does), number `number` of `steps`."""
+
+    unit: str
+    step: str
+    number: int
+    steps: int
+
+
+@dataclass(frozen=True, slots=True)
 class UnitReady:
     """A unit's worker has prepared its workloads and runs cases."""
 
@@ -76,5 +86,7 @@ class RunNote:
     text: str
 
 
-Event: TypeAlias = RunNote | RunStarted | UnitReady | CaseStarted | CaseFinished | PhaseChanged | UnitProblem
+Event: TypeAlias = (
+    RunNote | RunStarted | UnitPreparing | UnitReady | CaseStarted | CaseFinished | PhaseChanged | UnitProblem
+)
 EventSink: TypeAlias = Callable[[Event], None]

@@ -28,7 +28,15 @@ from typing import NoReturn, cast
 from sdcscan import interrupts
 from sdcscan.background import host_pacing, priority
 from sdcscan.errors import InputRefused
-from sdcscan.events import CaseFinished, CaseStarted, EventSink, PhaseChanged, UnitProblem, UnitReady
+from sdcscan.events import (
+    CaseFinished,
+    CaseStarted,
+    EventSink,
+    PhaseChanged,
+    UnitPreparing,
+    UnitProblem,
+    UnitReady,
+)
 from sdcscan.journal import Journal
 from sdcscan.judgement.evidence import CaseResult
 from sdcscan.judgement.verdict import retest_plan
@@ -109,6 +117,7 @@ class UnitState:
     current: CaseInFlight | None = None
     problem: str | None = None
     late: str | None = None  # why a unit that started after the deadline ran no case
+    step: tuple[str, int, int] | None = None  # the start-up step its worker began last: what, number, of
     results: list[CaseResult] = field(default_factory=list)
     pacing: UnitPacing = field(default_factory=UnitPacing)  # background mode: priority granted, time waited
     # The worker's run delay (and the time) when its start-up, its current case or its wait between
@@ -339,7 +348,11 @@ class Runner:
         state = self.states[uid]
         if not state.alive:
             return
-        if msg[0] == "ready":
+        if msg[0] == "preparing":
+            _, _, step, number, steps = msg
+            state.step = (step, number, steps)
+            self.emit(UnitPreparing(uid, step, number, steps))
+        elif msg[0] == "ready":
             self._on_ready(state, *msg[2:])
         elif msg[0] == "start":
             # `since` is the worker's own clock: a parent that was stalled still measures the case
@@ -474,7 +487,7 @@ class Runner:
         if reason is not None:
             note = starvation_note(starved, now - state.marked_at)
             state.starved = bool(note)
-            self._fail(state, reason + note)
+            self._fail(state, reason + _step_note(state) + note)
 
     def _grace(self, state: UnitState) -> float:
         """A distributed run: past the budget, a worker in a distributed case or between cases (at the
@@ -578,3 +591,11 @@ def starvation_note(starved_s: float, span_s: float) -> str:
         f" (host busy: load {load:.1f} on {cpus} CPUs; this worker waited {starved_s:.0f} s of {span_s:.0f} s "
         f"for a CPU and got at most {share:.0%} of one; run when the host is quieter or on fewer units)"
     )
+
+
+def _step_note(state: UnitState) -> str:
+    """Where a worker that never became ready was in its start-up: the step it began last, or ''."""
+    if state.ready or state.step is None:
+        return ""
+    step, number, steps = state.step
+    return f" (it was {step}, step {number} of {steps})"

@@ -55,6 +55,7 @@ WorkerMessage: TypeAlias = (
     tuple[Literal["ready"], str, list[str], dict[str, object], dict[str, object], Mapping[str, object]]
     | tuple[Literal["fatal"], str, str, str]  # why set-up failed, and its traceback
     | tuple[Literal["refused"], str, str]  # an input of the user's this unit proved unusable (exit 2)
+    | tuple[Literal["preparing"], str, str, int, int]  # the start-up step begun, its number, how many
     | tuple[Literal["start"], str, int, str, int, float]  # index, workload, attempt, the worker's clock
     | tuple[Literal["outcome"], str, int, int, str, OutcomeRecord]  # index, attempt, workload, outcome
     | tuple[Literal["idle"], str]
@@ -125,6 +126,10 @@ def worker_main(cfg: WorkerConfig, conn: Connection[WorkerMessage, Command]) -> 
 class _Engine:
     def __init__(self, cfg: WorkerConfig, conn: Connection[WorkerMessage, Command]) -> None:
         self.cfg, self.conn = cfg, conn
+        # Start-up steps: torch, each workload's prepare, the plain-op peaks. The parent shows the step
+        # begun and names it if the start-up runs out of time (issue 45).
+        steps = len(cfg.profile.workloads) + 2
+        conn.send(("preparing", cfg.unit.id, "starting torch", 1, steps))
         torch = configure_torch(cfg.unit, cfg.threads)
         from sdcscan.plan import Plan
         from sdcscan.workloads import load
@@ -135,7 +140,8 @@ class _Engine:
         self.workloads: dict[str, Workload] = {}
         self.contexts: dict[str, Context] = {}
         self.notes: list[str] = []
-        for spec in cfg.profile.workloads:
+        for number, spec in enumerate(cfg.profile.workloads, start=2):
+            conn.send(("preparing", cfg.unit.id, f"preparing {spec.name}", number, steps))
             params = {
                 **spec.params_for(cfg.unit.kind, self.plan.unit_class),
                 **cfg.param_overrides.get(spec.name, {}),
@@ -147,6 +153,7 @@ class _Engine:
             self.notes.extend(ctx.notes)
         # A distributed workload's rate is its bus bandwidth (in its case details), not a plain op's.
         local = {name: ctx.params for name, ctx in self.contexts.items() if not SPECS[name].distributed}
+        conn.send(("preparing", cfg.unit.id, "measuring plain-op peaks", steps, steps))
         self.peaks = _measure_peaks(device, local, self.notes)
         self.mean_s: dict[str, float] = {}
         # The worker states its own cohort: it is the process whose threads, pins and kernels count.

@@ -132,5 +132,5 @@ def test_on_a_terminal_the_clock_and_the_starting_wait_advance_without_events():
         progress(dataclasses.replace(START, deadline=time.time() + 60))
         time.sleep(2.6)  # no event at all
     clocks = set(re.findall(r"sdcscan  (\d+)/60 s", out.getvalue()))
-    waits = set(re.findall(r"starting (\d+) s", out.getvalue()))
+    waits = set(re.findall(r"starting, (\d+) s", out.getvalue()))
     assert len(clocks) >= 3 and len(waits) >= 3, (clocks, waits)

@@ -19,6 +19,7 @@ from sdcscan.events import (
     PhaseChanged,
     RunNote,
     RunStarted,
+    UnitPreparing,
     UnitProblem,
     UnitReady,
 )
@@ -45,6 +46,7 @@ class Progress:
         self.busy_s: dict[str, float] = defaultdict(float)
         self.current: dict[str, str] = {}
         self.state: dict[str, str] = {}
+        self.steps: dict[str, str] = {}  # a starting unit's start-up step, "preparing gemm_int8 3/7"
         self.units: list[str] = []
         self._last_plain = time.time()
 
@@ -77,6 +79,8 @@ class Progress:
             self.console.print(cell(event.text))  # before the run: shown above a live table too
         elif isinstance(event, RunStarted):
             self._on_run_started(event)
+        elif isinstance(event, UnitPreparing):
+            self.steps[event.unit] = f"{event.step} {event.number}/{event.steps}"
         elif isinstance(event, UnitReady):
             self.state[event.unit] = "running"
         elif isinstance(event, CaseStarted):
@@ -121,7 +125,7 @@ class Progress:
         table = Table(title=cell(f"sdcscan  {self._elapsed()}"), title_justify="left", box=None)
         for col in ("unit", "state", "cases", "bad", "workload", "GFLOP/s"):
             table.add_column(col, justify="right" if col in ("cases", "bad", "GFLOP/s") else "left")
-        waited = f"starting {time.time() - self.start:.0f} s"
+        waited = f"{time.time() - self.start:.0f} s"
         for u in list(self.units):  # a copy: the events' thread may replace it meanwhile
             busy = self.busy_s.get(u, 0.0)
             rate = self.ops.get(u, 0.0) / busy / 1e9 if busy else 0.0
@@ -129,7 +133,7 @@ class Progress:
             state = self.state.get(u, "")
             table.add_row(
                 cell(u),
-                waited if state == "starting" else state,
+                f"{self.steps.get(u, 'starting')}, {waited}" if state == "starting" else state,
                 str(self.cases.get(u, 0)),
                 bad,
                 cell(self.current.get(u, "")),
