@@ -432,3 +432,27 @@ def test_efficiency_ticks_read_apart_and_an_efficiency_over_100_percent_is_calle
     page = run_page(validate_report(doc), source="burnin.json")
     assert "gemm_int8 uncertain (above 100%: the peak was measured under load)" in page
     assert "229%" not in page
+
+
+def test_run_page_marks_where_an_invalid_unit_stopped_and_what_a_pass_proves() -> None:
+    """Issue 45: a unit whose case hung has no outcome for it; the timeline marks where it stopped, with
+    the reason. Each unit's coverage and rate bound are stated, and the header names the software."""
+    doc = copy.deepcopy(load_report(RECORDED))
+    hung = doc["units"][1]
+    hung.update(verdict="invalid", reason="case 7 (gemm_int8) hung: no result after 61 s; worker killed")
+    doc["units"][0]["checked"] = {
+        "gemm_int8": {"checked_ops": 4.1e12, "op": "multiply-add", "evidence": "invariant", "detection": 1.0,
+                      "sdc_rate_bound": 7.4e-13},
+    }  # fmt: skip
+    doc["software"] = {"python": "3.11.7", "torch": "2.13.0+cpu", "cuda": None, "cpu_capability": "AVX512"}
+    page = run_page(validate_report(doc, label="hung"), source="hung.json")
+    assert_inert(page)
+    stopped = re.findall(r'class="mark o-stopped"[^>]*><title>([^<]*)</title>', page)
+    at = sum(hung["cases"]["seconds"])
+    assert stopped == [f"{hung['id']} stopped after {at:.0f} s of cases: {hung['reason']}"]
+    assert "stopped (hung, died, not ready)" in page
+    assert "<h2>What a pass proves</h2>" in page
+    assert "gemm_int8: no corruption in 4.1e12 checked multiply-adds: rate &lt; 7.4e-13 per op (95%)" in page
+    assert "<li>software <b>Python 3.11.7, torch 2.13.0+cpu, ISA AVX512</b></li>" in page
+    clean = run_page(load_report(RECORDED), source="r.json")
+    assert "o-stopped" not in clean.split("<style>")[1].split("</style>")[1]  # only the stylesheet names it

@@ -118,7 +118,7 @@ polyline.mark{fill:none;stroke-width:1.6;stroke-linejoin:round}
 .c0{stroke:#1f77b4;fill:#1f77b4}.c1{stroke:#ff7f0e;fill:#ff7f0e}.c2{stroke:#2ca02c;fill:#2ca02c}
 .c3{stroke:#9467bd;fill:#9467bd}.c4{stroke:#8c564b;fill:#8c564b}.c5{stroke:#e377c2;fill:#e377c2}
 .c6{stroke:#17becf;fill:#17becf}.c7{stroke:#bcbd22;fill:#bcbd22}
-rect.o-ok{fill:#a5d6a7}rect.o-disputed{fill:#7b1fa2}rect.o-mismatch{fill:var(--fail)}rect.o-error{fill:var(--invalid)}
+rect.o-stopped{fill:#212121}rect.o-ok{fill:#a5d6a7}rect.o-disputed{fill:#7b1fa2}rect.o-mismatch{fill:var(--fail)}rect.o-error{fill:var(--invalid)}
 rect.bar-healthy{fill:#7a94b8}rect.bar-slow{fill:var(--fail)}
 rect.age-fresh{fill:#7a94b8}rect.age-stale{fill:var(--info);fill-opacity:.45}rect.age-none{fill:var(--invalid)}
 rect.ev-segfault{fill:#8e24aa}rect.ev-trap{fill:#f9a825}rect.ev-mce{fill:var(--fail)}rect.ev-xid{fill:#3949ab}

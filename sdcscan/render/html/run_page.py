@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+from sdcscan import proof
 from sdcscan.parts import describe
 from sdcscan.render.html.page import badge, document, facts, section, table
 from sdcscan.render.html.run_evidence import (
@@ -55,6 +56,7 @@ def run_page(report: Report, *, source: str) -> str:
         section("Findings", _findings(report), anchor="findings"),
         _throughput_section(report, colours),
         _outcomes_section(report),
+        _proof_section(units),
         telemetry_section(report),
         retest_section(report),
         sentinel_section(report),
@@ -79,10 +81,22 @@ def _header(report: Report) -> str:
         ("units", len(report["units"])),
         ("cpu", host.get("cpu_model") or "-"),
         ("sdcscan", report["tool"]["version"]),
+        ("software", _software(report)),
     ]
     if run.get("interrupted_by"):
         items.append(("interrupted by", run.get("interrupted_by")))
     return f"<h1>{esc(host['hostname'])} {badge(report['verdict'], 'v')}</h1>" + facts(items)
+
+
+def _software(report: Report) -> str:
+    """The stack the run computed with, as the report records it: Python, torch, CUDA, the CPU's ISA."""
+    found = report.get("software")
+    sw = found if isinstance(found, dict) else {}
+    parts = [f"{name} {sw[key]}" for key, name in (("python", "Python"), ("torch", "torch"), ("cuda", "CUDA"))
+             if sw.get(key)]  # fmt: skip
+    if sw.get("cpu_capability"):
+        parts.append(f"ISA {sw['cpu_capability']}")
+    return ", ".join(str(p) for p in parts) or "-"
 
 
 def _colours(units: list[Unit]) -> dict[str, str]:
@@ -173,6 +187,29 @@ def _findings(report: Report) -> str:
     return f'<ul class="findings">{"".join(items)}</ul>'
 
 
+def _proof_section(units: list[Unit]) -> str:
+    """What each unit's checks covered and the rate of silent corruption its pass bounds (`proof`)."""
+    rows = []
+    for u in units:
+        words = [
+            f"{w}: {proof.sentence(c['checked_ops'], c['op'], c['evidence'], c['sdc_rate_bound'], u['verdict'], detection=c['detection'])}"
+            for w, c in sorted((u.get("checked") or {}).items())
+        ]
+        if words:
+            rows.append([esc(u["id"]), badge(u["verdict"], "v"), esc("; ".join(words))])
+    if not rows:
+        return section("What a pass proves", '<p class="note">The report records no checked operations.</p>')
+    note = (
+        "Per unit and workload: the operations its checks covered, and the rate of silent corruption per "
+        "operation below which a pass puts it, at 95% confidence (the rule of three over the checked "
+        "operations, each corruption caught at least at the workload's detection floor). Digests prove "
+        "nothing alone: only once compared with peers or a golden."
+    )
+    return section(
+        "What a pass proves", table(["unit", "verdict", "coverage"], rows), note=note, anchor="proof"
+    )
+
+
 # -- throughput and efficiency over time -----------------------------------------------------------
 
 
@@ -239,14 +276,16 @@ def _rate_chart(
 
 def _outcomes_section(report: Report) -> str:
     strip = outcome_strip(report)
-    if not any(segs for _, _, segs in strip.rows):
+    if not any(segs for _, _, segs in strip.rows) and not strip.stopped:
         return section(
             "Case outcomes over time", '<p class="note">No unit finished a case.</p>', anchor="outcomes"
         )
     note = (
         f"Each row is a unit, each cell {strip.bin_s:.3g} s of its cases; a cell shows its worst case: "
         "ok; disputed (its digest differs from its cohort's, or the cohort is split); mismatch (a check "
-        "fired: SDC suspected); error (the workload raised). Point at a cell for its cases."
+        "fired: SDC suspected); error (the workload raised). A black bar marks where an invalid unit "
+        "stopped (a case that hung, a worker that died or never became ready), after its last outcome. "
+        "Point at a cell for its cases."
     )
     return section("Case outcomes over time", _strip_chart(strip), note=note, anchor="outcomes")
 
@@ -259,6 +298,7 @@ def _strip_chart(strip: OutcomeStrip) -> str:
     span = strip.bin_s * strip.bins
     xs = Scale(0.0, span, chart.x0, chart.x1)
     labels = []
+    row_of = {unit: r for r, (unit, _, _) in enumerate(strip.rows)}
     for r, (unit, verdict, segments) in enumerate(strip.rows):
         y = chart.y0 + r * row_h
         if row_h >= 10 or r % max(1, int(10 / row_h)) == 0:
@@ -272,9 +312,12 @@ def _strip_chart(strip: OutcomeStrip) -> str:
             )
             width = max(x1 - x0, 2.0 if s.status != "ok" else 0.5)  # a lone mismatch stays visible
             chart.rect(x0, y + 1, width, max(row_h - 2, 1.0), f"o-{s.status}", tip)
+    for unit, at, why in strip.stopped:  # the case a unit stopped in has no outcome: marked where it ends
+        y = chart.y0 + row_of[unit] * row_h
+        tip = f"{unit} stopped after {at:.0f} s of cases: {why}"
+        chart.rect(min(xs(at), chart.x1 - 3.0), y, 3.0, max(row_h, 1.0), "o-stopped", tip)
     chart.band_labels(labels)
     chart.x_axis(xs, nice_ticks(0.0, span, 8), lambda t: f"{t:g}", "seconds into the run (summed case time)")
-    chart.legend(
-        [("o-ok", "ok"), ("o-disputed", "disputed"), ("o-mismatch", "mismatch"), ("o-error", "error")]
-    )
+    legend = [("o-ok", "ok"), ("o-disputed", "disputed"), ("o-mismatch", "mismatch"), ("o-error", "error")]
+    chart.legend(legend + ([("o-stopped", "stopped (hung, died, not ready)")] if strip.stopped else []))
     return chart.svg()

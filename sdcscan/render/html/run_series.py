@@ -63,6 +63,9 @@ class OutcomeStrip:
     bin_s: float
     bins: int
     rows: tuple[tuple[str, str, tuple[Segment, ...]], ...]  # (unit, verdict, segments)
+    # (unit, seconds into its cases, why): where an invalid unit stopped (a case hung, the worker died,
+    # it never became ready): the case it was in has no outcome, so it is marked where its cases end
+    stopped: tuple[tuple[str, float, str], ...] = ()
 
 
 def ordered_units(report: Report) -> list[Unit]:
@@ -132,7 +135,12 @@ def outcome_strip(report: Report) -> OutcomeStrip:
     bins = max(1, min(MAX_OUTCOME_BINS, MAX_CELLS // max(len(units), 1), most))
     disputed = disputed_cases(report)
     rows = tuple((u["id"], u["verdict"], _segments(u, span, bins, disputed)) for u in units)
-    return OutcomeStrip(span / bins, bins, rows)
+    stopped = tuple(
+        (u["id"], min(span, sum(u["cases"]["seconds"])), u["reason"] or "")
+        for u in units
+        if u["verdict"] == "invalid" and u["reason"]
+    )
+    return OutcomeStrip(span / bins, bins, rows, stopped)
 
 
 def disputed_cases(report: Report) -> set[tuple[str, int]]:
