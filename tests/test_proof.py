@@ -228,3 +228,13 @@ def test_many_units_show_the_weakest_passing_unit_per_workload() -> None:
         "matmul_golden, weakest of 1 passing units (cpu:0): no corruption in 1e9 checked multiply-adds: "
         "rate < 3e-9 per op (95%)"
     )
+
+
+def test_every_per_unit_workload_states_its_coverage() -> None:
+    """A workload registered without a COVERAGE entry would report no checked operations and no bound,
+    silently: every per-unit workload has one (the distributed ones, judged by their ranks' agreement,
+    have none), and no entry names a workload that does not exist."""
+    from sdcscan.workloads import SPECS
+
+    per_unit = {name for name, spec in SPECS.items() if not spec.distributed}
+    assert set(proof.COVERAGE) == per_unit
