@@ -6,6 +6,7 @@ pyproject.toml, run by `.ci/run`; these tests check what a static graph cannot.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -68,3 +69,17 @@ def test_every_subpackage_is_shipped() -> None:
         "quick",
         "ripple",
     ]
+
+
+def test_the_readmes_layout_names_every_top_level_module_and_package() -> None:
+    """A newcomer reads the layout first: every module (X.py) and package (X/) directly under sdcscan/
+    is named in the README's "How the code is laid out" block, and nothing it names is gone."""
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("## How the code is laid out")
+    block = readme[readme.index("```", start) + 3 : readme.index("```", readme.index("```", start) + 3)]
+    named = set(re.findall(r"(?<![\w/.])([a-z_]+)(?:\.py|/)", block))
+    package = ROOT / "sdcscan"
+    present = {p.stem for p in package.glob("*.py") if not p.name.startswith("__")}
+    present |= {p.name for p in package.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert present - named == set(), "not in the README's layout"
+    assert {n for n in named if (package / f"{n}.py").exists() or (package / n).is_dir()} == present
