@@ -332,3 +332,19 @@ def test_the_drawn_slow_threshold_is_where_is_slow_begins(
     if abs(x - edge) <= 1e-9 * max(abs(edge), median):
         return
     assert ref.is_slow(x) == (x < edge)
+
+
+@pytest.mark.parametrize("fraction", [0.02, 0.3])
+def test_a_15_percent_loss_at_3_5_percent_spread_is_found_nine_times_in_ten_over_three_reports(
+    fraction: float,
+):
+    """Issue 44's target: 2% and 30% of a cohort 15% slow, run-to-run noise of 3.5% on each workload,
+    three reports per host: at least 90% of the slow units found, no healthy one (2,000 hosts here;
+    scripts/bench_slow.py --grid measures 10,000). Before the newest report's loss was taken on average
+    over the workloads, each workload had to show it: 87-90% at 10,000 hosts."""
+    hosts, units = 2000, 8
+    slow = bench.pick_slow_units(hosts, units, fraction, seed=11)
+    row = bench.scenario(
+        hosts, units, slow, spread=0.035, shared=0.0, old=False, factor=0.85, reports_per_host=3
+    )
+    assert row["false_units"] == 0 and row["recall"] >= 0.9, row

@@ -7,9 +7,11 @@
    healthy reference): a loss on every workload moves it, one workload's glitch does not. Its score
    is the mean of that over its host's RECENT_REPORTS newest reports of the profile; the cohort's own
    scores give their spread (`perf.score_reference`), and the unit is slow when its score is t_n of
-   those spreads below the healthy units' and, in its newest report, every workload is at least
-   `drop` below its healthy median (slow now, by a relevant amount: a fixed unit stops being slow
-   with its next report).
+   those spreads below the healthy units' and, in its newest report, its workloads are on average at
+   least `drop` below their healthy medians (slow now, by a relevant amount: a fixed unit stops being
+   slow with its next report). On average, not each: with two workloads at 3.5% noise, requiring each
+   to show a 15% loss as 10% kept one slow unit in ten out (recall 87-90%, issue 44); the score already
+   asks every workload to be slow, through its least slow one.
 
 Either makes the unit slow; the host roll-up (`perf.add_host_or_units`) is the same for both. The
 combination happens before the cohort-size correction: one score per unit, one t_n per cohort.
@@ -35,17 +37,17 @@ REFERENCE_COLUMNS = (
 
 def _unit_scores(refs: str) -> str:
     """Per unit of each host: the mean over its recent reports of its least slow workload's robust z
-    (throughput), how many reports it has, its newest report, and that report's smallest loss against
-    the healthy medians."""
+    (throughput), how many reports it has, its newest report, and that report's mean loss against the
+    healthy medians."""
     return f"""
 SELECT host_key, unit, profile_sha256, cohort,
        SUM(least_z) / COUNT(*) AS score,
        COUNT(*) AS reports,
        MIN(CASE WHEN recency = 1 THEN report END) AS newest_report,
-       MIN(CASE WHEN recency = 1 THEN least_loss END) AS newest_loss
+       MIN(CASE WHEN recency = 1 THEN mean_loss END) AS newest_loss
 FROM (SELECT s.host_key, s.unit, s.profile_sha256, s.cohort, s.report, s.recency,
              MAX((s.reading - f.median) / f.scale) AS least_z,
-             MIN(1.0 - s.reading / f.median) AS least_loss
+             AVG(1.0 - s.reading / f.median) AS mean_loss
       FROM slow_samples s
       JOIN {refs} f ON s.profile_sha256 = f.profile_sha256 AND s.cohort = f.cohort AND s.workload = f.workload
       WHERE s.measure = 'ops_per_s'

@@ -60,7 +60,7 @@ def _evidence(f: FleetFinding) -> str:
         c = e.get("combined")
         if c is not None and not e["slow_workloads"]:  # found by the combined score alone (fleet.slow)
             return (
-                f"every workload at least {c['loss']:.0%} below the healthy median in its newest report; "
+                f"its workloads {c['loss']:.0%} below their healthy medians on average in its newest report; "
                 f"over {c['reports']} report(s) its combined z is {c['z']} (limit -{c['z_threshold']} among "
                 f"{c['units']} units); {e['workload']}: {e['value']:.4g} {e['value_unit']}"
             )
