@@ -328,7 +328,8 @@ def check_rows(
             checks many blocks; built here otherwise.
         expected_tags: (rows,) float64 the tag value each row's product must carry: its activation
             row's index (less `signed_tag_shift` on the s8 × s8 route); needed when the layout has tags.
-        fused: the sums by the fused kernel (`int8_block.fused_available` must allow it on c_ext's device).
+        fused: the sums by the fused kernel (`triton_kernels.unavailable` must find nothing in the way on
+            c_ext's device).
     Returns:
         RowsCheck; exact, so any bad row is a wrong result, never rounding.
     Raises:

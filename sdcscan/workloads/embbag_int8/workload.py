@@ -106,7 +106,8 @@ class EmbbagInt8(SelftestMixin):
         if p["mode"] == "exact":
             self.fused, why = triton_kernels.choose(p["check_kernel"], ctx.device, self.name)
             if why:
-                ctx.note(why)  # drawn on the unit's device by the counter generator: no host work
+                ctx.note(why)
+            # drawn on the unit's device by the counter generator: no host work
             tables = {
                 b: exact_table(ctx.run_seed ^ 0xE3BA6 ^ b, rows, p["dim"], b, ctx.device) for b in widths
             }
