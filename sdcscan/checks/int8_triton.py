@@ -21,10 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-# splitmix64's constants (sdcscan/checks/counter_rng.py), as the uint64 literals Triton takes them for
-_GOLDEN = 0x9E3779B97F4A7C15
-_MIX1 = 0xBF58476D1CE4E5B9
-_MIX2 = 0x94D049BB133111EB
+from sdcscan.checks.fingerprint_triton import keyed
 
 
 @triton.jit  # type: ignore[untyped-decorator,unused-ignore]
@@ -56,7 +53,7 @@ def _kernel(
     high_pad = high_col >= pad_start
     low_sum = tl.zeros((WORDS,), dtype=tl.int64)
     high_sum = tl.zeros((WORDS,), dtype=tl.int64)
-    keyed = tl.zeros((WORDS,), dtype=tl.uint64)
+    prints = tl.zeros((WORDS,), dtype=tl.uint64)
     for tile in range(ROW_TILES):
         r = ((group * ROW_TILES + tile) * ROWS + tl.arange(0, ROWS)).to(tl.int64)  # (ROWS,)
         inside = (r[:, None] < rows) & in_row[None, :]
@@ -75,16 +72,12 @@ def _kernel(
         tl.store(weighted_ptr + out, tl.sum(weights, axis=1), mask=row_in)
         pads = ((low != 0) & low_pad[None, :]) | ((high != 0) & high_pad[None, :])
         tl.store(pad_ptr + out, tl.max(pads.to(tl.int32), axis=1), mask=row_in)
-        z = (index + 1).to(tl.uint64, bitcast=True) * _GOLDEN
-        z = (z ^ (z >> 30)) * _MIX1
-        z = (z ^ (z >> 27)) * _MIX2
-        key = (z ^ (z >> 31)) | 1
-        keyed += tl.sum(w.to(tl.uint64, bitcast=True) * key, axis=0)  # w is 0 outside the block
+        prints += tl.sum(keyed(w, index), axis=0)  # w is 0 outside the block: adds nothing
     n_ext = 2 * words_per_row
     column_out = group * n_ext + low_col
     tl.store(column_ptr + column_out, low_sum, mask=in_row)
     tl.store(column_ptr + column_out + 1, high_sum, mask=in_row)
-    total = tl.sum(keyed, axis=0)
+    total = tl.sum(prints, axis=0)
     tl.store(print_ptr + group * strips + strip, total.to(tl.int64, bitcast=True))
 
 

@@ -18,9 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-_GOLDEN = 0x9E3779B97F4A7C15  # splitmix64's constants (sdcscan/checks/counter_rng.py)
-_MIX1 = 0xBF58476D1CE4E5B9
-_MIX2 = 0x94D049BB133111EB
+from sdcscan.checks.fingerprint_triton import keyed
 
 
 @triton.jit  # type: ignore[untyped-decorator,unused-ignore]
@@ -61,12 +59,8 @@ def _kernel(
     weighted_bad = ((tl.sum(weighted, axis=1) - expected_weighted) & 0xFFFFFFFF) != 0
     off_bag = tl.max(tl.where(inside, off, False).to(tl.int32), axis=1) != 0
     tl.store(bad_ptr + r, (plain_bad | weighted_bad | off_bag).to(tl.int8), mask=row)
-    z = (index + 1).to(tl.uint64, bitcast=True) * _GOLDEN
-    z = (z ^ (z >> 30)) * _MIX1
-    z = (z ^ (z >> 27)) * _MIX2
-    key = (z ^ (z >> 31)) | 1
-    keyed = tl.sum(tl.sum(w.to(tl.uint64, bitcast=True) * key, axis=1), axis=0)  # w is 0 outside
-    tl.store(print_ptr + block, keyed.to(tl.int64, bitcast=True))
+    total = tl.sum(tl.sum(keyed(w, index), axis=1), axis=0)  # w is 0 outside the output: adds nothing
+    tl.store(print_ptr + block, total.to(tl.int64, bitcast=True))
 
 
 def partials(

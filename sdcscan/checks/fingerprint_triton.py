@@ -1,0 +1,25 @@
+"""The fingerprint's keys inside a Triton kernel: K_i = splitmix64(i + 1) | 1 for word i, as
+`digest.fingerprint_keys` builds them in torch (sdcscan/checks/counter_rng.py's splitmix64), computed
+where a fused check kernel reads each word instead of read from a key vector as long as the output.
+Imported only where a kernel runs: it imports Triton."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import triton
+import triton.language as tl
+
+_GOLDEN = 0x9E3779B97F4A7C15  # splitmix64's constants, as the uint64 literals Triton takes them for
+_MIX1 = 0xBF58476D1CE4E5B9
+_MIX2 = 0x94D049BB133111EB
+
+
+@triton.jit  # type: ignore[untyped-decorator,unused-ignore]
+def keyed(words: Any, index: Any) -> Any:
+    """Each 64-bit word times its key (int64 `words`, int64 flat word `index`), as uint64: their sum
+    mod 2^64 is the fingerprint's keyed sum."""
+    z = (index + 1).to(tl.uint64, bitcast=True) * _GOLDEN
+    z = (z ^ (z >> 30)) * _MIX1
+    z = (z ^ (z >> 27)) * _MIX2
+    return words.to(tl.uint64, bitcast=True) * ((z ^ (z >> 31)) | 1)
