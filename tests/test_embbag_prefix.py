@@ -7,6 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 from sdcscan.checks.embbag import exact, id_pool
 
@@ -72,6 +74,13 @@ def test_a_changed_pool_changes_the_prefix_from_that_position_on() -> None:
 def test_wrap32_is_modular_into_the_signed_range() -> None:
     values = torch.tensor([0, 2**31 - 1, 2**31, -(2**31), -(2**31) - 1, 2**32 + 5, -(2**40) + 3])
     assert id_pool.wrap32(values).tolist() == [((v + 2**31) % 2**32) - 2**31 for v in values.tolist()]
+
+
+@given(st.lists(st.integers(-(2**62), 2**62), min_size=1, max_size=64))
+def test_wrap32_agrees_with_pythons_remainder_on_any_int64(values: list[int]) -> None:
+    """The bitwise form is the floored remainder for negatives too (hypothesis draws across the range)."""
+    got = id_pool.wrap32(torch.tensor(values, dtype=torch.int64)).tolist()
+    assert got == [((v + 2**31) % 2**32) - 2**31 for v in values]
 
 
 @pytest.mark.parametrize("block_bytes", [None, 16 * 4 * 3, 16 * 4, 1 << 20])

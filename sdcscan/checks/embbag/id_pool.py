@@ -58,4 +58,6 @@ def expected_at(prefix: torch.Tensor, start: int, bounds: torch.Tensor) -> torch
 
 def wrap32(values: torch.Tensor) -> torch.Tensor:
     """int64 → int32 modulo 2^32, into the signed range by arithmetic (no overflowing conversion)."""
-    return ((values + _HALF) % _WRAP - _HALF).to(torch.int32)
+    # `& (2^32 - 1)` is the floored remainder by 2^32 of any two's-complement int64, negatives included,
+    # as `% 2^32` is, without an integer division (a third of a GPU batch's S_exp kernels' time).
+    return (((values + _HALF) & (_WRAP - 1)) - _HALF).to(torch.int32)
