@@ -24,7 +24,11 @@ def main() -> None:
         code = stop.exit_code if isinstance(stop, interrupts.Interrupted) else 130
         print("interrupted before the command started\nexit: interrupted", file=sys.stderr)
         interrupts.exit_untouchable(code)
-    command()
+    try:
+        command()  # ends the process itself (`exit_untouchable`) once its own guard is in place
+    except interrupts.Interrupted as stop:  # a signal between here and that guard (CI saw one: exit 1)
+        print("interrupted\nexit: interrupted", file=sys.stderr)
+        interrupts.exit_untouchable(stop.exit_code)
 
 
 if __name__ == "__main__":  # not when multiprocessing re-imports the main module in a worker

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -104,3 +105,18 @@ def test_a_sigterm_once_sdcscan_runs_is_never_a_death_by_signal(tmp_path: Path, 
     assert proc.returncode == 143, (proc.returncode, stderr)
     assert stderr.splitlines()[-1] == "exit: interrupted", stderr
     assert "Traceback" not in stderr
+
+
+def test_a_signal_before_the_commands_own_guard_still_ends_in_143() -> None:
+    """CI saw it once: SIGTERM while the command set up its streams, before its try, raised past it and
+    exited 1 with a traceback. Made deterministic here: that set-up raises as the signal would."""
+    raising = (
+        "import signal, sys; from sdcscan import interrupts; from sdcscan.cli import streams; "
+        "streams.install = lambda: (_ for _ in ()).throw(interrupts.Interrupted(signal.SIGTERM)); "
+        "sys.argv = ['sdcscan', 'profiles']; from sdcscan.__main__ import main; main()"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", raising], capture_output=True, text=True, timeout=60, env=child_env()
+    )
+    assert done.returncode == 143, (done.returncode, done.stderr)
+    assert done.stderr.splitlines()[-1] == "exit: interrupted" and "Traceback" not in done.stderr
