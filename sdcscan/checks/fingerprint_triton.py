@@ -5,18 +5,18 @@ Imported only where a kernel runs: it imports Triton."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import triton
 import triton.language as tl
 
-_GOLDEN = 0x9E3779B97F4A7C15  # splitmix64's constants, as the uint64 literals Triton takes them for
-_MIX1 = 0xBF58476D1CE4E5B9
-_MIX2 = 0x94D049BB133111EB
+# splitmix64's constants, as the uint64 literals Triton takes them for; a kernel reads a global only as
+# a tl.constexpr (the interpreter takes a plain int, the compiler refuses it)
+_GOLDEN = tl.constexpr(0x9E3779B97F4A7C15)
+_MIX1 = tl.constexpr(0xBF58476D1CE4E5B9)
+_MIX2 = tl.constexpr(0x94D049BB133111EB)
 
 
 @triton.jit  # type: ignore[untyped-decorator,unused-ignore]
-def keyed(words: Any, index: Any) -> Any:
+def keyed(words: tl.tensor, index: tl.tensor) -> tl.tensor:
     """Each 64-bit word times its key (int64 `words`, int64 flat word `index`), as uint64: their sum
     mod 2^64 is the fingerprint's keyed sum."""
     z = (index + 1).to(tl.uint64, bitcast=True) * _GOLDEN

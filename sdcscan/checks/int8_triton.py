@@ -15,8 +15,6 @@ Imported only where the kernel runs: it imports Triton.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 import triton
 import triton.language as tl
@@ -26,17 +24,17 @@ from sdcscan.checks.fingerprint_triton import keyed
 
 @triton.jit  # type: ignore[untyped-decorator,unused-ignore]
 def _kernel(
-    words_ptr: Any,
-    row_ptr: Any,
-    weighted_ptr: Any,
-    pad_ptr: Any,
-    column_ptr: Any,
-    print_ptr: Any,
-    rows: Any,
-    words_per_row: Any,
-    n: Any,
-    pad_start: Any,
-    strips: Any,
+    words_ptr: tl.tensor,
+    row_ptr: tl.tensor,
+    weighted_ptr: tl.tensor,
+    pad_ptr: tl.tensor,
+    column_ptr: tl.tensor,
+    print_ptr: tl.tensor,
+    rows: tl.tensor,
+    words_per_row: tl.tensor,
+    n: tl.tensor,
+    pad_start: tl.tensor,
+    strips: tl.tensor,
     ROWS: tl.constexpr,
     WORDS: tl.constexpr,
     ROW_TILES: tl.constexpr,

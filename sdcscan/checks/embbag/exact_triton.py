@@ -12,8 +12,6 @@ kernel runs: it imports Triton.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 import triton
 import triton.language as tl
@@ -23,14 +21,14 @@ from sdcscan.checks.fingerprint_triton import keyed
 
 @triton.jit  # type: ignore[untyped-decorator,unused-ignore]
 def _kernel(
-    words_ptr: Any,
-    expected_ptr: Any,
-    weighted_ptr: Any,
-    weights_ptr: Any,
-    bad_ptr: Any,
-    print_ptr: Any,
-    bags: Any,
-    half: Any,
+    words_ptr: tl.tensor,
+    expected_ptr: tl.tensor,
+    weighted_ptr: tl.tensor,
+    weights_ptr: tl.tensor,
+    bad_ptr: tl.tensor,
+    print_ptr: tl.tensor,
+    bags: tl.tensor,
+    half: tl.tensor,
     BAGS: tl.constexpr,
     HALF: tl.constexpr,
 ) -> None:
