@@ -23,8 +23,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-# (n, n_ext) of the GPU profiles' gemm_int8 weights: 8192 and 4096 data rows with checksum and tag readers
-WIDTHS = ((8192, 8200), (4096, 4104))
+# (n, n_ext) of the GPU profiles' gemm_int8 weights: 8192 and 4096 data rows with checksum and tag readers,
+# padded to a multiple of 32 (int8.row_multiple)
+WIDTHS = ((8192, 8224), (4096, 4128))
 INT8_MODELS = ("any", "row_swap", "burst:4", "swap_columns", "row_offset:127")  # struck three times each
 EMBBAG_DIM = 64  # the GPU profiles' dim
 EMBBAG_STRIKES = (float("nan"), float("inf"), 3e9, 2.0**24, 1e-40)  # values no dyadic table gives

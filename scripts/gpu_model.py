@@ -6,8 +6,7 @@ kernels (and per repeat with --per-repeat), the check's bytes over the outputs' 
 predicted compute and check times on the chosen device class with the check's share (budget 5%, or the
 reason a workload is not there yet); per workload, the start-up estimate (host tensor work, copies and
 device kernels of `prepare`, predicted; budget 5 s). No GPU is needed; a lent one confirms it
-(scripts/gpu_check.sh). A workload with a check kernel awaiting a lent GPU (budgets.PENDING_KERNELS) gets
-a second set of rows with it switched on, named after the switch ("gemm_int8 check_kernel=fused").
+(scripts/gpu_check.sh).
 Usage: python scripts/gpu_model.py [--profile doctor] [--device h200] [--per-repeat] [--json]
 """
 
@@ -46,21 +45,14 @@ def main() -> None:
         sys.exit(f"error: {err}")
     wanted = set(args.workloads.split(",")) if args.workloads else None
     rows = []
-    variants = []
     for name, params in gpu_params(args.profile).items():
         if wanted and name not in wanted:
             continue
-        variants.append((name, name, params))
-        pending = budgets.PENDING_KERNELS.get(name)
-        if pending:
-            switch = " ".join(f"{k}={v}" for k, v in pending.params.items())
-            variants.append((f"{name} {switch}", name, {**params, **pending.params}))
-    for label, name, params in variants:
         cost = model_workload(name, params)
         start = budgets.startup_figures(cost, rates)
         rows.append(
             {
-                "workload": label,
+                "workload": name,
                 "startup_s": round(start.total_s, 3),
                 "startup_host_s": round(start.host_s, 3),
                 "startup_device_s": round(start.device_s, 3),
@@ -70,7 +62,7 @@ def main() -> None:
         for case in cost.cases:
             f = budgets.case_figures(cost, case, rates)
             row = {
-                "workload": label,
+                "workload": name,
                 "kind": f.kind,
                 "repeats": f.repeats,
                 "host_waits": f.host_waits,
@@ -80,7 +72,7 @@ def main() -> None:
                 "compute_ms": round(f.compute_s * 1e3, 2),
                 "check_ms": round(f.check_s * 1e3, 2),
                 "check_share": round(f.check_share, 4),
-                "over_budget": _over(name, f, pending=label != name),
+                "over_budget": _over(name, f),
             }
             if args.per_repeat:
                 row["kernels_per_repeat"] = round(
@@ -94,19 +86,26 @@ def main() -> None:
     _table(args.profile, args.device, rows)
 
 
-def _over(name: str, f: object, *, pending: bool = False) -> str:
+def _over(name: str, f: object) -> str:
     """Why a case kind is over the base budgets of its check (bytes or share), or "" when it is not."""
     from sdcscan.costmodel import budgets
 
     assert isinstance(f, budgets.CaseFigures)
-    if f.check_bytes_ratio <= budgets.CHECK_BYTES_PER_OUTPUT and f.check_share <= budgets.CHECK_SHARE:
-        return ""
-    if pending:
-        kernel = budgets.PENDING_KERNELS[name]
-        within = f.check_bytes_ratio <= budgets.CHECK_BYTES_PER_OUTPUT and f.check_share <= kernel.share
-        return f"held to {kernel.share:.0%}: {kernel.why}" if within else "over even its stated budget"
+    over = [
+        budget
+        for budget, within in (
+            ("check bytes", f.check_bytes_ratio <= budgets.CHECK_BYTES_PER_OUTPUT),
+            ("check share", f.check_share <= budgets.CHECK_SHARE),
+        )
+        if not within
+    ]
     stated = budgets.STATED_SHARE.get(name)
-    return budgets.OVER_BUDGET.get(name) or (stated[1] if stated else "over budget, with no stated reason")
+    reasons = [
+        budgets.OVER_BUDGET.get((name, budget))
+        or (stated[1] if stated and budget == "check share" else f"{budget}: over, with no stated reason")
+        for budget in over
+    ]
+    return "; ".join(dict.fromkeys(reasons))
 
 
 def _table(profile: str, device: str, rows: list[dict[str, object]]) -> None:

@@ -2,8 +2,8 @@
 cost model (issue 42): one host wait per case, no host tensor work, kernels linear in the repeats, checks
 that move about what they check and take at most 5% of the compute, a unit ready within seconds.
 
-A workload listed in `budgets.OVER_BUDGET` is expected to fail the two check budgets (strict xfail: the
-day it meets them, the test says so and the entry goes). No GPU is needed; scripts/gpu_model.py prints the
+A (workload, budget) listed in `budgets.OVER_BUDGET` is expected to fail that check budget (strict xfail:
+the day it meets it, the test says so and the entry goes). No GPU is needed; scripts/gpu_model.py prints the
 same figures, and a lent GPU confirms them (scripts/gpu_check.sh).
 """
 
@@ -45,7 +45,7 @@ def _modelled(profile: str, name: str) -> WorkloadCost:
 
 def _over(name: str, budget: str) -> pytest.MarkDecorator:
     """Strict xfail for a workload whose check is over `budget` today, with the reason it is."""
-    reason = budgets.OVER_BUDGET.get(name)
+    reason = budgets.OVER_BUDGET.get((name, budget))
     return pytest.mark.xfail(reason is not None, reason=f"{budget}: {reason}", strict=True)
 
 
@@ -127,34 +127,37 @@ def test_a_case_launches_a_fixed_number_of_kernels_per_repeat(name: str, occurre
         assert len(case.phase("compute").kernels) == case.repeats
 
 
-PENDING = [(p, n) for p, n in ENTRIES if n in budgets.PENDING_KERNELS]
+def test_only_gemm_int8s_share_and_gemm_fps_checks_are_over_budget_and_each_says_why() -> None:
+    """The fused kernels took embbag_int8 inside its budgets and gemm_int8 inside its bytes (measured on an
+    H200 and modelled); what is left is stated (budgets.OVER_BUDGET)."""
+    assert set(budgets.OVER_BUDGET) == {
+        ("gemm_int8", "check share"),
+        ("gemm_fp", "check bytes"),
+        ("gemm_fp", "check share"),
+    }
+    assert all(len(why) > 80 for why in budgets.OVER_BUDGET.values())
 
 
-@functools.cache
-def _modelled_pending(profile: str, name: str) -> WorkloadCost:
-    return model_workload(name, {**gpu_params(profile)[name], **budgets.PENDING_KERNELS[name].params})
+@pytest.mark.parametrize("name", ["gemm_int8", "embbag_int8"])
+def test_a_gpu_case_is_modelled_with_the_fused_check_kernel_it_runs(name: str) -> None:
+    """check_kernel "auto" takes the fused kernel on a GPU, so the model (the meta device) counts it."""
+    op = {"gemm_int8": "int8_block_partials", "embbag_int8": "embbag_exact_partials"}[name]
+    assert any(k.op == op for k in _modelled("doctor", name).cases[0].phase("check").kernels)
 
 
-def test_a_workload_over_its_check_budgets_has_a_kernel_pending_or_says_why_not() -> None:
-    """gemm_int8's and embbag_int8's fused check kernels are modelled; gemm_fp's reason is stated
-    (budgets.OVER_BUDGET)."""
-    assert {"gemm_int8", "embbag_int8"} <= set(budgets.PENDING_KERNELS)
-    assert set(budgets.OVER_BUDGET) - set(budgets.PENDING_KERNELS) == {"gemm_fp"}
-    assert set(budgets.PENDING_KERNELS) <= {name for _, name in ENTRIES}
+def _int8_product_kinds(profile: str) -> set[str]:
+    cost = model_workload("gemm_int8", gpu_params(profile)["gemm_int8"])
+    return {
+        k.flop_dtype for c in cost.cases for t in c.phases.values() for k in t.kernels if k.op == "_int_mm"
+    }
 
 
-@pytest.mark.parametrize(("profile", "name"), PENDING, ids=[f"{p}-{n}" for p, n in PENDING])
-@pytest.mark.parametrize("device", sorted(GPUS))
-def test_a_check_kernel_awaiting_a_gpu_meets_the_check_budgets_by_the_model(
-    profile: str, name: str, device: str
+def test_no_gpu_int8_product_has_a_dimension_that_gets_the_slow_kernel(
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """With the pending kernel switched on: one wait a case, about one read of the outputs, and the check
-    share it is held to (budgets.PENDING_KERNELS says why where that is above 5%)."""
-    cost = _modelled_pending(profile, name)
-    pending = budgets.PENDING_KERNELS[name]
-    for case in cost.cases:
-        figures = budgets.case_figures(cost, case, GPUS[device])
-        assert figures.host_waits <= budgets.WAITS_PER_CASE
-        assert figures.check_bytes_ratio <= budgets.CHECK_BYTES_PER_OUTPUT, figures
-        assert figures.check_share <= pending.share, figures
-    assert any(k.op == pending.op for k in cost.cases[0].phase("check").kernels)
+    """An H200 ran `_int_mm` three times slower with a dimension 8 more than a multiple of 16, and gemm_int8's
+    inner dimension was one (8,200) until the tagged width was padded to 32 on GPUs: padded to 8 again, the
+    model sees it."""
+    assert _int8_product_kinds("doctor") == {"int8"}
+    monkeypatch.setattr("sdcscan.checks.int8.GPU_ROW_MULTIPLE", 8)
+    assert "int8/unaligned" in _int8_product_kinds("doctor")

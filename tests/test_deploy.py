@@ -328,8 +328,9 @@ def test_slurm_wrapper_keeps_only_the_newest_journals(fake_env: dict[str, str], 
 def test_on_a_gpu_node_the_healthcheck_screens_the_cpus_and_the_batch_job_everything(
     fake_env: dict[str, str], tmp_path: Path
 ) -> None:
-    """Issue 45: a GPU unit's start-up (37-46 s) outlasts the healthcheck profile, so on a node with a GPU
-    the health check runs `--units cpu`; the screen job (quick) runs every unit; SDCSCAN_UNITS wins."""
+    """Issue 45: a GPU unit's start-up (37-46 s before issue 42, 14 s on an H200 since) leaves the 20 s
+    healthcheck profile few cases or none, so on a node with a GPU the health check runs `--units cpu`;
+    the screen job (quick) runs every unit; SDCSCAN_UNITS wins."""
     gpu = tmp_path / "nvidia0"
     gpu.touch()
     env = {**fake_env, "SDCSCAN_GPU_DEVICE": str(gpu)}

@@ -163,3 +163,40 @@ def test_the_fused_kernel_asked_for_where_triton_cannot_run_says_so_and_the_torc
     assert any("fused check kernel cannot run" in note for note in ctx.notes)
     monkeypatch.setattr(triton_kernels.importlib.util, "find_spec", lambda name: None)
     assert triton_kernels.unavailable(torch.device("cuda")) == "Triton is not installed"
+
+
+@pytest.mark.parametrize(
+    ("asked", "device", "triton", "fused", "noted"),
+    [
+        ("auto", "cuda", True, True, False),  # the default on a GPU: the kernel an H200 matched
+        ("auto", "meta", True, True, False),  # the cost model counts what a GPU runs
+        ("auto", "cpu", True, False, False),  # never the interpreter on a CPU unit, and nothing to say
+        ("auto", "cuda", False, False, True),  # a GPU without Triton: torch checks, and the note says why
+        ("fused", "cpu", True, True, False),  # asked for: the interpreter (TRITON_INTERPRET=1 here)
+        ("fused", "cuda", False, False, True),
+        ("torch", "cuda", True, False, False),
+    ],
+)
+def test_the_check_kernel_switch_takes_the_fused_kernel_by_default_on_a_gpu_only(
+    monkeypatch: pytest.MonkeyPatch, asked: str, device: str, triton: bool, fused: bool, noted: bool
+) -> None:
+    if not triton:
+        monkeypatch.setattr(triton_kernels.importlib.util, "find_spec", lambda name: None)
+    taken, note = triton_kernels.choose(asked, torch.device(device), "gemm_int8")
+    assert (taken, bool(note)) == (fused, noted)
+    assert GemmInt8.spec.defaults["check_kernel"] == "auto"
+
+
+@pytest.mark.parametrize("label", [None, 30, "row_swap", "burst:4"])
+def test_a_case_padded_as_on_a_gpu_is_checked_alike_by_either_kernel(
+    monkeypatch: pytest.MonkeyPatch, label: int | str | None
+) -> None:
+    """With a GPU's padding to 32 (int8.row_multiple) on this CPU: clean cases pass, struck ones fail, and
+    both check kernels agree on the verdict, digest and findings."""
+    asked = []
+    monkeypatch.setattr(int8, "row_multiple", lambda device: asked.append(device) or int8.GPU_ROW_MULTIPLE)
+    armed = None if label is None else from_label(label, "output", 77)
+    torch_case = _case("torch", armed, 1)
+    assert _case("fused", armed, 1) == torch_case
+    assert (torch_case[0] == "ok") == (label is None)
+    assert len(asked) == 2  # each workload padded as a GPU would

@@ -70,6 +70,14 @@ from sdcscan.checks.limits import MAX_WEIGHTED_DIGITS as MAX_WEIGHTED_DIGITS
 from sdcscan.checks.limits import max_exact_k as max_exact_k
 
 ROW_MULTIPLE = 8
+# W_ext's rows (C_ext's width) and its columns (the tagged width: the GEMM's inner dimension) on a GPU: a
+# multiple of 32. On an H200 (torch 2.11, CUDA 13) `_int_mm` at m = k = 8192 took 1.20 ms 8,192, 8,224
+# or 8,256 wide and 3.72 ms 8,200 wide, 0.63-0.64 ms 4,096, 4,112 or 4,160 wide and 1.90 ms 4,104 wide: a
+# dimension 8 more than a multiple of 16 gets a kernel three times slower (scripts/bench_int_mm_width.py,
+# README "On a GPU"). gemm_int8's inner dimension was such a one (8,192 data and 2 tag columns, padded to
+# 8,200), and its products ran at 2.83 ms, not 1.2, in a CUTLASS "align4" kernel (scripts/profile_case.py).
+# CPUs keep 8: their kernels showed no such step, and every padding column is one more to multiply.
+GPU_ROW_MULTIPLE = 32
 ACTIVATION_CHUNK = 128  # rows of u8 activations whose sum fits int16: 128·255 = 32,640
 # Base-128 digits of activation sums are u8 in [0, 127]: valid activations even on saturating kernels.
 ACTIVATION_DIGIT_BASE = 128
@@ -162,8 +170,15 @@ def checksum_rows(scheme: str) -> int:
     return N_DIGITS if scheme == "mod2_32" else 1
 
 
-def layout(n: int, scheme: str, tags: int = 0) -> Layout:
-    """The row layout of W_ext for a weight of n rows (and `tags` row-tag readers).
+def row_multiple(device: torch.device) -> int:
+    """What W_ext's rows are padded to a multiple of on `device` (anything but a CPU: a GPU, or the meta
+    device the cost model counts a GPU's case on)."""
+    return ROW_MULTIPLE if device.type == "cpu" else GPU_ROW_MULTIPLE
+
+
+def layout(n: int, scheme: str, tags: int = 0, multiple: int = ROW_MULTIPLE) -> Layout:
+    """The row layout of W_ext for a weight of n rows (and `tags` row-tag readers), padded with zero rows
+    to a multiple of `multiple` (itself a multiple of ROW_MULTIPLE).
 
     Raises:
         ValueError: unknown scheme, or n beyond MAX_N_WEIGHTED.
@@ -172,12 +187,14 @@ def layout(n: int, scheme: str, tags: int = 0) -> Layout:
     if not 1 <= n <= MAX_N_WEIGHTED:
         raise ValueError(f"int8 ABFT: n must be in [1, {MAX_N_WEIGHTED}] for the weighted checksum, got {n}")
     weighted = digits_needed(weighted_magnitude(n))
-    return Layout(n, scheme, rows, weighted, _round_up(n + rows + weighted + tags, ROW_MULTIPLE), tags)
+    if multiple % ROW_MULTIPLE:
+        raise ValueError(f"int8 ABFT: the row multiple must be a multiple of {ROW_MULTIPLE}, got {multiple}")
+    return Layout(n, scheme, rows, weighted, _round_up(n + rows + weighted + tags, multiple), tags)
 
 
-def extended_rows(n: int, scheme: str, tags: int = 0) -> int:
-    """n_ext: data rows plus checksum rows (and tag readers), rounded up to a multiple of ROW_MULTIPLE."""
-    return layout(n, scheme, tags).n_ext
+def extended_rows(n: int, scheme: str, tags: int = 0, multiple: int = ROW_MULTIPLE) -> int:
+    """n_ext: data rows plus checksum rows (and tag readers), rounded up to a multiple of `multiple`."""
+    return layout(n, scheme, tags, multiple).n_ext
 
 
 def tags_needed(rows: int) -> int:
@@ -185,9 +202,10 @@ def tags_needed(rows: int) -> int:
     return max(1, -(-max(rows - 1, 1).bit_length() // 7))
 
 
-def tagged_width(k: int, tags: int) -> int:
-    """Columns of a tagged activation row: k data, `tags` tag digits, zeros up to a multiple of 8."""
-    return _round_up(k + tags, ROW_MULTIPLE) if tags else k
+def tagged_width(k: int, tags: int, multiple: int = ROW_MULTIPLE) -> int:
+    """Columns of a tagged activation row: k data, `tags` tag digits, zeros up to a multiple of `multiple`
+    (the GEMM's inner dimension: `row_multiple` of the device)."""
+    return _round_up(k + tags, multiple) if tags else k
 
 
 def row_tags(rows: torch.Tensor, tags: int) -> torch.Tensor:
@@ -238,7 +256,7 @@ def weight_sums(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return sums[0], sums[1]
 
 
-def encode_weight(w: torch.Tensor, scheme: str, tags: int = 0) -> torch.Tensor:
+def encode_weight(w: torch.Tensor, scheme: str, tags: int = 0, multiple: int = ROW_MULTIPLE) -> torch.Tensor:
     """Append the row checksum rows, the weighted checksum rows, the row-tag readers and zero padding
     to a weight.
 
@@ -246,14 +264,16 @@ def encode_weight(w: torch.Tensor, scheme: str, tags: int = 0) -> torch.Tensor:
         w: (n, k) int8 weight; C = A @ w.T.
         scheme: "mod2_32" or "mod127".
         tags: row-tag digits the activations carry beyond their k data columns (0: none).
+        multiple: n_ext and the tagged width are padded to multiples of it (`row_multiple` of the device).
     Returns:
-        (n_ext, tagged_width(k, tags)) int8, contiguous, laid out as `layout(n, scheme, tags)` says; every
-        row but a tag reader is 0 beyond column k, reader t is 1 at column k + t.
+        (n_ext, tagged_width(k, tags, multiple)) int8, contiguous, laid out as
+        `layout(n, scheme, tags, multiple)` says; every row but a tag reader is 0 beyond column k, reader
+        t is 1 at column k + t.
     Raises:
         ValueError: unknown scheme, or n too large for the scheme's digits.
     """
     n, k = w.shape
-    lay = layout(n, scheme, tags)
+    lay = layout(n, scheme, tags, multiple)
     r, u = weight_sums(w)  # |r| <= 128·n, |u| <= weighted_magnitude(n)
     # mod2_32: (3, k) digits of r; mod127: (1, k) row (−r) mod 127, in [0, 126]
     chk = balanced_digits(r) if scheme == "mod2_32" else torch.remainder(-r, 127).to(torch.int8).unsqueeze(0)
@@ -262,7 +282,7 @@ def encode_weight(w: torch.Tensor, scheme: str, tags: int = 0) -> torch.Tensor:
     encoded = torch.cat([w, chk, weighted, pad])
     if not tags:
         return encoded.contiguous()
-    wide = encoded.new_zeros(lay.n_ext, tagged_width(k, tags))
+    wide = encoded.new_zeros(lay.n_ext, tagged_width(k, tags, multiple))
     wide[:, :k] = encoded
     readers = torch.arange(tags, device=w.device)
     wide[lay.tag_start + readers, k + readers] = 1

@@ -18,10 +18,10 @@ keys K_i = splitmix64(i + 1) | 1 are computed where the word is read, not read f
 
 The fused kernel is a Triton kernel, registered as the operator `sdcscan::int8_block_partials` so that
 the cost model counts it as the one kernel it is (its meta implementation gives the shapes). It runs
-only where `triton_kernels.unavailable` finds nothing in the way, and only when a workload asks for it
-(gemm_int8's `check_kernel: fused`): it stays off by default until a lent GPU has matched it bit for
-bit against `reference` (scripts/check_fused.py, run by scripts/gpu_check.sh). On a CPU it runs in
-Triton's interpreter (TRITON_INTERPRET=1), which is how the tests hold it to `reference` here.
+where `triton_kernels.choose` takes it for gemm_int8's `check_kernel`: by default on a GPU, where an
+H200 matched it bit for bit against `reference` (scripts/check_fused.py, run by scripts/gpu_check.sh).
+On a CPU it runs in Triton's interpreter (TRITON_INTERPRET=1), which is how the tests hold it to
+`reference` here.
 """
 
 from __future__ import annotations

@@ -115,5 +115,6 @@ FP8_EXACT_INT = 8  # every integer |x| <= 8 is exact in e5m2 (two mantissa bits)
 FP8_DIMENSION_MULTIPLE = 16  # cuBLASLt's fp8 kernels want m, k and n multiples of 16
 
 # How a workload's check takes its sums (its `check_kernel`): torch ops, or one fused Triton kernel
-# (sdcscan/checks/triton_kernels.py) that gives the same bits in one read of the outputs.
-CHECK_KERNELS = ("torch", "fused")
+# (sdcscan/checks/triton_kernels.py) that gives the same bits in one read of the outputs; "auto" takes
+# the kernel on a GPU where Triton compiles it, the torch ops elsewhere.
+CHECK_KERNELS = ("auto", "torch", "fused")

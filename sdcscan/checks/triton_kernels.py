@@ -1,10 +1,11 @@
 """Where sdcscan's Triton check kernels can run, and the switch that asks for them.
 
 A fused check kernel (sdcscan/checks/int8_block.py, sdcscan/checks/embbag/exact_fused.py) gives the same
-bits as the torch ops it replaces, in one read of the outputs. A workload runs it only when its
-`check_kernel` parameter says "fused" and `unavailable` finds nothing in the way; otherwise the torch
-check runs and the unit's notes say why. The kernels stay off by default until a lent GPU has matched
-them bit for bit (scripts/check_fused.py).
+bits as the torch ops it replaces, in one read of the outputs. A workload's `check_kernel` parameter
+chooses: "auto" (the default) runs it on a GPU where Triton is installed, "fused" wherever `unavailable`
+finds nothing in the way (a CPU too, in Triton's interpreter: the tests), "torch" never. Where a kernel
+asked for cannot run, the torch check runs and the unit's notes say why. Both kernels became the GPU
+default once an H200 had matched them bit for bit, compiled (scripts/check_fused.py, README "On a GPU").
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def unavailable(device: torch.device) -> str:
 
 def choose(asked: str, device: torch.device, workload: str) -> tuple[bool, str]:
     """(whether to run the fused kernel, a note for the unit or ''), for a workload's `check_kernel`."""
-    if asked != "fused":
+    if asked == "torch" or (asked == "auto" and device.type == "cpu"):
         return False, ""
     why = unavailable(device)
     if why:

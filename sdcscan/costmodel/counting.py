@@ -98,14 +98,18 @@ _GATHERS: dict[Any, Callable[..., int]] = {
     aten.index_select.default: _index_select_read,
 }
 _QUANTIZED = torch.library.Library("quantized", "IMPL")  # kept alive: it holds the registrations
+_BAG_BITS: dict[Any, int] = {}  # the quantized EmbeddingBag operators -> their bits
 for _bits, _op in ((8, "embedding_bag_byte_rowwise_offsets"), (4, "embedding_bag_4bit_rowwise_offsets")):
     _GATHERS[getattr(torch.ops.quantized, _op).default] = _bag_read
+    _BAG_BITS[getattr(torch.ops.quantized, _op)] = _bits
     _QUANTIZED.impl(_op, _bag_output(_bits), "Meta")
 
 
 @dataclass(frozen=True, slots=True)
 class Kernel:
-    """One launch: its operation, the bytes it moves (read + written), and matrix FLOPs by dtype."""
+    """One launch: its operation, the bytes it moves (read + written), and its work by kind: matrix FLOPs
+    by operand dtype ("int8/unaligned" for an int8 product whose width gets a slower kernel), or a quantized
+    EmbeddingBag's lookups ("lookups/8bit", "lookups/4bit")."""
 
     op: str
     read: int
@@ -261,11 +265,15 @@ def _name(func: Any) -> str:
 
 
 def _flops(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> tuple[float, str]:
-    """(matrix FLOPs, operand dtype) of a product; (0, "") for everything else (memory-bound)."""
+    """(matrix FLOPs, operand dtype) of a product, (lookups, "lookups/Nbit") of a quantized EmbeddingBag;
+    (0, "") for everything else (memory-bound)."""
     packet = func.overloadpacket
     if packet is aten._int_mm:
         (m, k), n = args[0].shape, args[1].shape[1]
-        return 2.0 * m * k * n, "int8"
+        # a dimension 8 more than a multiple of 16: a third of the rate on an H200 (int8.GPU_ROW_MULTIPLE)
+        return 2.0 * m * k * n, "int8" if n % 16 == 0 and k % 16 == 0 else "int8/unaligned"
+    if packet in _BAG_BITS:
+        return float(args[1].numel()), f"lookups/{_BAG_BITS[packet]}bit"
     if packet in (aten.mv, aten.addmv, aten.dot, aten.vdot):
         matrix = args[1] if packet is aten.addmv else args[0]
         return 2.0 * matrix.numel(), str(matrix.dtype).removeprefix("torch.")

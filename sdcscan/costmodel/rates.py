@@ -9,7 +9,7 @@ sdcscan's own GPU runs (README "On a GPU": `torch._int_mm` at 8192³ in 1.2 ms o
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sdcscan.costmodel.counting import Tally
 
@@ -20,8 +20,11 @@ class DeviceRates:
 
     Attributes:
         bytes_per_s: device memory, bytes read plus written per second.
-        matrix_flops_per_s: matrix products by operand dtype (FLOPs or integer ops per second); a dtype
-            not listed runs at `other_flops_per_s`.
+        matrix_flops_per_s: matrix products by operand dtype (FLOPs or integer ops per second), and other
+            counted work (a quantized EmbeddingBag's lookups) where it was measured; a kind "base/variant"
+            not listed runs at base's rate, anything else not listed at `other_flops_per_s`.
+        op_bytes_per_s: operators measured below `bytes_per_s` (kernels bound by their instructions, not
+            by memory): their bytes at this rate.
         kernel_s: the least time a kernel takes (launch and tail), so a tiny kernel is never free.
         wait_s: what one host wait costs the device: the queue drains, then the next launch reaches it.
         host_bytes_per_s: one host thread's tensor work (bytes read plus written per second).
@@ -32,12 +35,29 @@ class DeviceRates:
     bytes_per_s: float
     matrix_flops_per_s: Mapping[str, float]
     other_flops_per_s: float
+    op_bytes_per_s: Mapping[str, float] = field(default_factory=dict)
     kernel_s: float = 4e-6
     wait_s: float = 30e-6
     host_bytes_per_s: float = 4e9
     to_device_bytes_per_s: float = 10e9
 
 
+# Measured on an H200 (torch 2.11.0+cu130, 2026-11-29, README "On a GPU"), and taken for the H100 too
+# (the same GH100 chip; not measured there):
+# - `_int_mm` at m = k = 8192, 8 more than a multiple of 16 wide (8,200, 4,104, 16,392): 290-301 TOPS
+#   (scripts/bench_int_mm_width.py), where 8,192 or 8,224 wide take 915-923; taken for an inner dimension
+#   8 more than a multiple of 16 too (gemm_int8's products at k = 8,200: 2.83 ms each, about 390 TOPS).
+# - torch's CUDA quantized EmbeddingBag, the doctor profile's batches (200,000 bags of 260-340 lookups in a
+#   table of 4 million rows of 64): 77.8 ms a batch 8-bit, 50.0 ms 4-bit (scripts/profile_case.py), about
+#   60 million lookups each: a gather kernel far below the memory's rate.
+# - the fused check kernels (scripts/check_fused.py): int8_block_partials read a 65,536 x 8,200 int32 block
+#   in 2.886 ms (745 GB/s; 666 GB/s at 4,104 wide), embbag_exact_partials a 200,000 x 64 fp32 output in
+#   0.167 ms (306 GB/s): bound by their 64-bit integer arithmetic (the keys' and weighted sums' products),
+#   not by memory.
+MEASURED_ON_H200 = {
+    "matrix": {"int8/unaligned": 296e12, "lookups/8bit": 0.771e9, "lookups/4bit": 1.20e9},
+    "ops": {"int8_block_partials": 745e9, "embbag_exact_partials": 306e9},
+}
 # NVIDIA's H100 SXM5 datasheet, dense: fp64 and fp32 (no TF32: sdcscan disables it) 67 TFLOP/s, bf16 and
 # fp16 989, int8 1979 TOPS; HBM3 3.35 TB/s. Matrix rates are scaled by 0.8, what the H200's bf16 GEMM
 # reached of the same datasheet figure (788 / 989), and bandwidth by 0.9 (4.3 of 4.8 TB/s on the H200).
@@ -50,8 +70,10 @@ H100 = DeviceRates(
         "bfloat16": 0.8 * 989e12,
         "float16": 0.8 * 989e12,
         "int8": 916e12,  # measured on the H200, whose int8 rate is the H100's
+        **MEASURED_ON_H200["matrix"],
     },
     other_flops_per_s=0.8 * 67e12,
+    op_bytes_per_s=MEASURED_ON_H200["ops"],
 )
 # The H200: the H100's arithmetic, 4.8 TB/s of HBM3e (measured 4.3 TB/s copying).
 H200 = DeviceRates(
@@ -59,6 +81,7 @@ H200 = DeviceRates(
     bytes_per_s=4.3e12,
     matrix_flops_per_s={**H100.matrix_flops_per_s, "bfloat16": 788e12, "float16": 788e12},
     other_flops_per_s=H100.other_flops_per_s,
+    op_bytes_per_s=MEASURED_ON_H200["ops"],
 )
 # One core of the 2-vCPU Intel Xeon (AVX-512, AMX bf16 and int8) this model was built on, torch 2.13.0+cpu
 # on one thread, measured (best of 3-5): a 256 MB clone 6.0 GB/s read plus written; 1024^3 matmuls at 194
@@ -156,7 +179,14 @@ def predict(tally: Tally, rates: DeviceRates) -> PhaseTime:
     least `kernel_s`), each host wait `wait_s`, the host's tensor work and copies at one thread's rate."""
     kernels = 0.0
     for k in tally.kernels:
-        flops_s = k.flops / rates.matrix_flops_per_s.get(k.flop_dtype, rates.other_flops_per_s)
-        kernels += max(rates.kernel_s, (k.read + k.written) / rates.bytes_per_s, flops_s)
+        work_s = k.flops / _work_rate(rates, k.flop_dtype) if k.flops else 0.0
+        bytes_s = (k.read + k.written) / rates.op_bytes_per_s.get(k.op, rates.bytes_per_s)
+        kernels += max(rates.kernel_s, bytes_s, work_s)
     host = tally.host_bytes / rates.host_bytes_per_s + tally.to_device_bytes / rates.to_device_bytes_per_s
     return PhaseTime(kernels, tally.host_waits * rates.wait_s, host)
+
+
+def _work_rate(rates: DeviceRates, kind: str) -> float:
+    """Per second, of a kernel's counted work of this kind (DeviceRates.matrix_flops_per_s)."""
+    table = rates.matrix_flops_per_s
+    return table.get(kind) or table.get(kind.partition("/")[0]) or rates.other_flops_per_s

@@ -9,9 +9,9 @@ counts it as the one kernel it is. The flags are the torch path's bit for bit: t
 modulo 2^32 as the torch path's wrapping int32 sums are, and an element off the grid (NaN, Inf, a value
 beyond int32, a fraction of 2^-7) condemns its bag on both paths whatever count it converts to.
 
-Runs only where `triton_kernels.unavailable` finds nothing in the way and the workload asks for it
-(embbag_int8's `check_kernel: fused`); on a CPU in Triton's interpreter, which is how the tests hold it
-to the torch path.
+Runs where `triton_kernels.choose` takes it for embbag_int8's `check_kernel`: by default on a GPU, where
+an H200 matched it bit for bit (scripts/check_fused.py); on a CPU in Triton's interpreter, which is how
+the tests hold it to the torch path.
 """
 
 from __future__ import annotations

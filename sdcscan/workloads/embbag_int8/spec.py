@@ -51,7 +51,7 @@ SPEC = WorkloadSpec(
         "pooling": [20, 100],  # lookups per bag, min and max
         "weighted": False,  # per-sample weights (small integers in exact mode)
         "bits": [8, 4],  # table bit width per case, cycled by case occurrence
-        "check_kernel": "torch",
+        "check_kernel": "auto",
     },
     # table: the quantized bytes of one row the case pools, restored after the case (the table is
     # shared by all cases). fetch: the hashed row ids the op reads, while the check uses the intended
@@ -72,7 +72,7 @@ SPEC = WorkloadSpec(
         "weighted": Flag(),
         "bits": ListOf(Int(4, 8, multiple_of=4)),  # 8 or 4; cases cycle through them
         # exact mode's check by torch ops or by one fused kernel (sdcscan/checks/embbag/exact_fused.py):
-        # the same flags; "fused" stays opt-in until a lent GPU has matched it
+        # the same flags; "auto" takes the kernel on a GPU (sdcscan/checks/triton_kernels.py)
         "check_kernel": Choice(CHECK_KERNELS),
     },
     rules=(_rules,),

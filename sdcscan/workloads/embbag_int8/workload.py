@@ -83,7 +83,7 @@ class EmbbagInt8(SelftestMixin):
         self.weights: torch.Tensor | None = None  # the pool of per-sample weights, when weighted
         self.prefix: dict[int, torch.Tensor] = {}  # exact mode: the pool's S_exp prefix sums per bit width
         self.scratch = exact.Scratch()  # exact mode's buffers, reused by every batch (blocks set by prepare)
-        self.fused = False  # exact mode's check by the fused kernel (`check_kernel: fused`, where it can run)
+        self.fused = False  # exact mode's check by the fused kernel (triton_kernels.choose)
         # The pool of bag lengths (int32, on the device) and its running sums on the host, so that a
         # case's lookup count is known without reading the device (built by prepare).
         self.lengths = torch.empty(0, dtype=torch.int32)

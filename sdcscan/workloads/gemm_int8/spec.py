@@ -66,14 +66,15 @@ SPEC = WorkloadSpec(
         ],
         "ops_per_case": 2.0e8,  # GEMMs repeat (fresh activations) until 2mnk·repeats reaches this
         "path": "auto",
-        "check_kernel": "torch",
+        "check_kernel": "auto",
     },
     fault_sites=("output", "encoded", "operand"),
     # 2: operands from per-worker pools (issue 10), no longer drawn whole per case; 3: one pool view
     # per repeat, outputs digested by fingerprints; 4: pools and offsets from the counter generator
     # (drawn on the unit's device), and the s8 x s8 route checks and digests its own product; 5: the
-    # activations are whole tagged rows, and the product has row-tag columns (issue 44)
-    data_version=5,
+    # activations are whole tagged rows, and the product has row-tag columns (issue 44); 6: on a GPU the
+    # product is padded to a multiple of 32 columns (int8.row_multiple), not 8
+    data_version=6,
     tiny={"shapes": [[1, 64, 40], [20, 32, 24]], "ops_per_case": 1.0e5},
     params={
         "scheme": Choice(SCHEMES),
@@ -81,7 +82,7 @@ SPEC = WorkloadSpec(
         "ops_per_case": Number(0.0, low_open=True, high=1e16),  # a GPU case: ~5e14 (an H100's second)
         "path": Choice(PATHS),
         # the block sums by torch ops or by one fused kernel (sdcscan/checks/int8_block.py): the same
-        # integers; "fused" stays opt-in until a lent GPU has matched it (scripts/check_fused.py)
+        # integers; "auto" takes the kernel on a GPU (sdcscan/checks/triton_kernels.py)
         "check_kernel": Choice(CHECK_KERNELS),
     },
     rules=(_rules,),

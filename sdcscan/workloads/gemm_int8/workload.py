@@ -59,7 +59,7 @@ MIN_ROOM_ROWS = 256  # and at least this many rows (distinct views), however wid
 
 @dataclass(frozen=True, slots=True)
 class _Rows:
-    """The activation rows of one k: `rows` (R, tagged_width(k, tags)) as the GEMM takes them (u8, or
+    """The activation rows of one k: `rows` (R, tagged_width(k, tags, multiple)) as the GEMM takes them (u8, or
     s8 words a − 128 on the s8 × s8 route): k data columns, `tags` digits of the row's index, zeros;
     `prefix` the int8.row_prefix of the u8 data columns, for the column check."""
 
@@ -83,7 +83,7 @@ class _Found:
 class _Weight:
     """One encoded weight of a shape, as the GEMM takes it, and what the checks need of it."""
 
-    w_ext: torch.Tensor  # (n_ext, tagged_width(k, tags)) int8
+    w_ext: torch.Tensor  # (n_ext, tagged_width(k, tags, multiple)) int8
     shift: torch.Tensor | None  # (n_ext,) int64 int8.signed_column_shift on the s8 × s8 route, else None
 
 
@@ -113,7 +113,8 @@ class GemmInt8(SelftestMixin):
                 raise ValueError(f"gemm_int8: shape {shape}: m must be below {limits.CHUNK_ROWS}")
         self.a_max = 255
         self.signed = False
-        self.fused = False  # the block sums by the fused kernel (`check_kernel: fused`, where it can run)
+        self.multiple = int8.ROW_MULTIPLE  # W_ext's rows padded to a multiple of it (int8.row_multiple)
+        self.fused = False  # the block sums by the fused kernel (triton_kernels.choose)
         self.weights: dict[tuple[int, int, int], list[_Weight]] = {}  # shape -> encoded weights
         self.activations: dict[int, _Rows] = {}  # k -> its tagged activation rows
         self.coefficients: dict[int, torch.Tensor] = {}  # n -> int8.row_sum_coefficients on the device
@@ -131,6 +132,7 @@ class GemmInt8(SelftestMixin):
                 f"gemm_int8: path unsigned needs a CPU torch._int_mm that takes uint8 activations, which "
                 f"torch {torch.__version__} lacks; use path auto or signed"
             )
+        self.multiple = int8.row_multiple(ctx.device)
         self.fused, why = triton_kernels.choose(self.p["check_kernel"], ctx.device, self.name)
         if why:
             ctx.note(why)
@@ -166,7 +168,9 @@ class GemmInt8(SelftestMixin):
             _pool_seed(run_seed, f"activations k={k}"), count * k, self.a_max + 1, torch.uint8, device
         ).view(count, k)
         tags = int8.tags_needed(count)
-        rows = torch.zeros((count, int8.tagged_width(k, tags)), dtype=torch.uint8, device=device)
+        rows = torch.zeros(
+            (count, int8.tagged_width(k, tags, self.multiple)), dtype=torch.uint8, device=device
+        )
         rows[:, :k] = data
         rows[:, k : k + tags] = int8.row_tags(torch.arange(count, device=device), tags)
         taken = int8.signed_activations(rows) if self.signed else rows
@@ -176,7 +180,7 @@ class GemmInt8(SelftestMixin):
         """One (n, k) weight drawn from `seed`, encoded with readers of k's row tags, ready for this
         route's GEMM (the tagged width is a multiple of 8, as CUDA's int8 GEMM needs)."""
         w = counter_rng.fill_below(seed, n * k, 256, torch.uint8, device).view(torch.int8).view(n, k)
-        w_ext = int8.encode_weight(w, self.p["scheme"], self.activations[k].tags)
+        w_ext = int8.encode_weight(w, self.p["scheme"], self.activations[k].tags, self.multiple)
         return _Weight(w_ext, int8.signed_column_shift(w_ext) if self.signed else None)
 
     def run(self, ctx: Context, case: Case) -> Outcome:
@@ -184,7 +188,7 @@ class GemmInt8(SelftestMixin):
         m, k, n = p["shapes"][case.occurrence % len(p["shapes"])]
         repeats = repeats_of(p, (m, k, n))
         rows = self.activations[k]
-        lay = int8.layout(n, p["scheme"], rows.tags)
+        lay = int8.layout(n, p["scheme"], rows.tags, self.multiple)
         with ctx.phase("setup"):
             a, starts, weight = self._operands(ctx, case, (m, k, n), repeats)
             w_ext = weight.w_ext
