@@ -141,3 +141,36 @@ def test_a_per_repeat_python_loop_shows_in_the_kernels_per_repeat(monkeypatch: p
     after = budgets.kernels_per_repeat("gemm_int8", params, 0)
     assert after - before == pytest.approx(18)  # the fp64 copy, the weights and 16 GEMVs
     assert before <= budgets.KERNELS_PER_REPEAT["gemm_int8"] < after
+
+
+def test_a_sum_that_widens_its_input_is_charged_the_copy_torch_makes() -> None:
+    """torch's sum converts its input to the result's dtype first (a meta kernel does not show it): a bool
+    mask summed into int64 costs a copy of 8 bytes an element; count_true's uint8 groups widen only
+    1/128 of it; bf16 summed into fp32 is spared on a GPU, and a sum in its own dtype copies nothing."""
+    from sdcscan.checks.masks import count_true
+
+    rows, n = 64, 8192
+
+    def copies(body: Callable[[torch.Tensor], object], dtype: torch.dtype = torch.bool) -> list[int]:
+        tally = _tally(lambda: body(torch.ones(rows, n, dtype=dtype, device=META)))
+        return [k.read + k.written for k in tally.kernels if k.op == "_to_copy"]
+
+    assert copies(lambda m: m.sum(-1)) == [rows * n * 9]
+    assert max(copies(lambda m: count_true(m))) <= rows * n // 128 * 9
+    assert copies(lambda t: t.sum(-1, dtype=torch.float32), torch.bfloat16) == []
+    assert copies(lambda t: t.sum(-1), torch.float32) == []
+
+
+def test_an_elementwise_op_rereads_a_broadcast_operand_too_large_for_the_cache() -> None:
+    """A block of outputs compared with one expected product: beyond the L2 cache each output re-reads
+    it from memory; a small one is read once."""
+    from sdcscan.costmodel.counting import CACHE_BYTES
+
+    def read(m: int, n: int, count: int) -> int:
+        tally = _tally(lambda: torch.ones(count, m, n, device=META) != torch.ones(m, n, device=META))
+        return next(k.read for k in tally.kernels if k.op == "ne")
+
+    big = 8192  # 8192^2 fp32: 268 MB, beyond the cache
+    assert big * big * 4 > CACHE_BYTES
+    assert read(big, big, 4) == 2 * 4 * big * big * 4  # four outputs, and the expected four times
+    assert read(64, 64, 4) == 5 * 64 * 64 * 4  # four outputs, and the expected once

@@ -185,11 +185,17 @@ class CostCounter(TorchDispatchMode):
             self._all_true[id(out)] = out
         outputs = _tensors(out)
         device_side = any(_on_device(t) for t in (*inputs, *outputs))
-        moved_in = sum(_distinct_bytes(t) for t in inputs)
         moved_out = sum(_distinct_bytes(t) for t in outputs)
+        if torch.Tag.pointwise in func.tags and outputs:
+            moved_in = sum(_pointwise_read(t, outputs[0]) for t in inputs)
+        else:
+            moved_in = sum(_distinct_bytes(t) for t in inputs)
         if device_side:
             moved_in = _GATHERS[func](*args) if func in _GATHERS else moved_in
             flops, dtype = _flops(func, args, kwargs, out)
+            widening = _widening_copy(func, args, out)
+            if widening:
+                self.tally.kernels.append(widening)
             self.tally.kernels.append(Kernel(_name(func), moved_in, moved_out, flops, dtype))
         else:
             self.tally.host_ops[_name(func)] += 1
@@ -254,10 +260,39 @@ def _on_device(t: torch.Tensor) -> bool:
     return t.device.type == DEVICE
 
 
+# Beyond this, a GPU's L2 cache (50 MB on an H100, 60 on an H200) cannot keep an operand between uses.
+CACHE_BYTES = 50 << 20
+
+
+def _pointwise_read(source: torch.Tensor, result: torch.Tensor) -> int:
+    """What an elementwise op reads of an input broadcast to its result: once where it stays in cache,
+    else once for each result element (matmul_golden compares a block of outputs with one expected
+    product of 134 MB: each output re-reads it from memory)."""
+    distinct = _distinct_bytes(source)
+    if distinct <= CACHE_BYTES or source.numel() >= result.numel():
+        return distinct
+    return result.numel() * source.element_size()
+
+
 def _distinct_bytes(t: torch.Tensor) -> int:
     """Bytes of the distinct elements a tensor covers (an expanded dimension of stride 0 counts once)."""
     count = math.prod(size for size, stride in zip(t.shape, t.stride(), strict=True) if stride != 0)
     return count * t.element_size()
+
+
+def _widening_copy(func: Any, args: tuple[Any, ...], out: Any) -> Kernel | None:
+    """The copy torch's sum makes of its input in the result's dtype before reducing (`aten::to` inside
+    `aten::sum`, which a meta kernel does not show; on a GPU half and bfloat16 summed into float32 are
+    spared): a bool mask summed into int64 writes and reads 8 bytes an element (sdcscan/checks/masks.py)."""
+    if func.overloadpacket not in (aten.sum, aten.nansum) or not isinstance(out, torch.Tensor):
+        return None
+    source = args[0]
+    if source.dtype == out.dtype or (
+        source.dtype in (torch.float16, torch.bfloat16) and out.dtype == torch.float32
+    ):
+        return None
+    count = source.numel()
+    return Kernel("_to_copy", count * source.element_size(), count * out.element_size())
 
 
 def _name(func: Any) -> str:

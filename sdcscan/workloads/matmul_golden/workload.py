@@ -30,6 +30,7 @@ import torch
 
 from sdcscan.checks import counter_rng, fp8
 from sdcscan.checks.digest import Fingerprint
+from sdcscan.checks.masks import count_true
 from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
 from sdcscan.workloads.base import Context, check_block, register
 from sdcscan.workloads.matmul_golden.selftest_spec import SelftestMixin
@@ -210,7 +211,7 @@ class BadElements:
             return  # their row counts stay 0
         count, n = outputs.shape[0], outputs.shape[2]
         per_row = self._per_row[first : first + count]
-        torch.sum(outputs != self.expected, 2, out=per_row)  # (count, m)
+        count_true(outputs != self.expected, out=per_row)  # (count, m); no int64 copy of the flags
         # Rows in order, bad ones first; the last row stands in where fewer rows are bad (findings
         # drops rows without a bad element).
         last = self.expected.shape[0] - 1
