@@ -116,3 +116,21 @@ def test_an_embbag_case_is_the_same_with_either_check_kernel(
     assert _case(variant, "fused", armed) == torch_case
     if label is None:
         assert torch_case[0] == "ok"
+
+
+def test_the_fused_embbag_kernel_that_fails_its_start_up_trial_leaves_the_torch_check_and_a_note(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The real kernel passes its trial; one that raises at start-up is not used, and the note says so."""
+    assert exact_fused.agrees_on_a_small_output(torch.device("cpu"))
+
+    def broken(*args: object) -> object:
+        raise RuntimeError("out of resources")
+
+    monkeypatch.setattr(exact_fused, "bad_bags", broken)
+    params = {**EmbbagInt8.spec.defaults, **EmbbagInt8.spec.tiny, "mode": "exact", "check_kernel": "fused"}
+    workload = EmbbagInt8(params)
+    ctx = Context(unit="cpu:0", device=torch.device("cpu"), run_seed=13, params=params)
+    workload.prepare(ctx)
+    assert not workload.fused
+    assert any("failed its start-up trial" in n and "out of resources" in n for n in ctx.notes)

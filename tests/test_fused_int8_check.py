@@ -10,6 +10,7 @@ the same kernel source a GPU compiles; a lent GPU repeats the comparison compile
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 from collections.abc import Iterator
 
@@ -200,3 +201,37 @@ def test_a_case_padded_as_on_a_gpu_is_checked_alike_by_either_kernel(
     assert _case("fused", armed, 1) == torch_case
     assert (torch_case[0] == "ok") == (label is None)
     assert len(asked) == 2  # each workload padded as a GPU would
+
+
+def _prepared_gemm_int8(check_kernel: str) -> tuple[GemmInt8, Context]:
+    params = {**GemmInt8.spec.defaults, **GemmInt8.spec.tiny, "check_kernel": check_kernel}
+    workload = GemmInt8(params)
+    ctx = Context(unit="cpu:0", device=torch.device("cpu"), run_seed=11, params=params)
+    workload.prepare(ctx)
+    return workload, ctx
+
+
+@pytest.mark.parametrize("breakage", ["raises", "differs"])
+def test_a_fused_kernel_that_fails_its_start_up_trial_leaves_the_torch_check_and_a_note(
+    monkeypatch: pytest.MonkeyPatch, breakage: str
+) -> None:
+    """The kernel runs once at prepare against the torch sums: one that cannot compile or launch on this
+    GPU, driver or Triton, or that gives other sums, is not used, and the unit's notes say why. The real
+    kernel passes the trial (in the interpreter here)."""
+    assert int8_block.agrees_on_a_small_block(torch.device("cpu"))
+    workload, ctx = _prepared_gemm_int8("fused")
+    assert workload.fused and not ctx.notes
+    real = int8_block.fused
+
+    def broken(block: torch.Tensor, n: int, pad_start: int) -> int8_block.BlockSums:
+        if breakage == "raises":
+            raise RuntimeError("PTX JIT compilation failed\nmore lines")
+        sums = real(block, n, pad_start)
+        return dataclasses.replace(sums, weighted=sums.weighted + 1)
+
+    monkeypatch.setattr(int8_block, "fused", broken)
+    workload, ctx = _prepared_gemm_int8("fused")
+    assert not workload.fused
+    (note,) = ctx.notes
+    assert "failed its start-up trial" in note and "torch checks" in note
+    assert ("PTX JIT compilation failed" in note) == (breakage == "raises") and "more lines" not in note

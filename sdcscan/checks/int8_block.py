@@ -78,6 +78,20 @@ def reference(
     )
 
 
+def agrees_on_a_small_block(device: torch.device) -> bool:
+    """The fused kernel against `reference` on a few rows of every kind of word (data at the int32
+    extremes, checksum columns, non-zero padding), on `device`: what a workload runs once at start-up."""
+    n, pad_start, n_ext = 40, 44, 64
+    g = torch.Generator().manual_seed(42)
+    block = torch.randint(-(2**31), 2**31, (ROWS + 3, n_ext), generator=g, dtype=torch.int64).to(torch.int32)
+    block[:, pad_start:] = 0
+    block[1, n_ext - 1] = 7  # a padding word
+    block[2, :n] = torch.iinfo(torch.int32).min
+    block = block.to(device)
+    got, want = fused(block, n, pad_start), reference(block, n, pad_start)
+    return all(torch.equal(getattr(got, f), getattr(want, f)) for f in BlockSums.__dataclass_fields__)
+
+
 def position_weights(n: int, device: torch.device | str = "cpu") -> torch.Tensor:
     """(n,) int64 weights 1..n of the weighted row check: distinct (swaps show), non-zero (all columns do)."""
     return torch.arange(1, n + 1, dtype=torch.int64, device=device)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from collections.abc import Callable
 
 import torch
 
@@ -36,3 +37,21 @@ def choose(asked: str, device: torch.device, workload: str) -> tuple[bool, str]:
     if why:
         return False, f"{workload}: the fused check kernel cannot run on {device} ({why}); torch checks"
     return True, ""
+
+
+def trial(agrees: Callable[[], bool], device: torch.device, workload: str) -> tuple[bool, str]:
+    """(whether the fused kernel may run, a note or ''): the kernel run once at start-up on a small input
+    and compared with the torch check (`agrees`). A GPU, driver or Triton on which it fails to compile,
+    launch or agree gets the torch check and a note: the default must never cost a unit its verdicts."""
+    if device.type == "meta":  # the cost model: nothing runs
+        return True, ""
+    try:
+        if agrees():
+            return True, ""
+        why = "its sums differed from the torch check's"
+    except Exception as err:  # compile or launch errors of every kind, all told
+        why = f"{type(err).__name__}: {err}".splitlines()[0][:200]
+    return (
+        False,
+        f"{workload}: the fused check kernel failed its start-up trial on {device} ({why}); torch checks",
+    )

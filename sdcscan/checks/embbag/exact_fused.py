@@ -41,6 +41,26 @@ def bad_bags(
     return bad != 0, prints.sum()  # int64 sums wrap mod 2^64 on every device, as the keyed sum does
 
 
+def agrees_on_a_small_output(device: torch.device) -> bool:
+    """The fused kernel against `exact.exact_bad_bags` and the fingerprint on a small output with clean
+    bags, a bag off the grid (NaN, a fraction of 2^-7) and a wrong sum, on `device`: what a workload runs
+    once at start-up."""
+    from sdcscan.checks.digest import fingerprint_words
+    from sdcscan.checks.embbag import exact
+    from sdcscan.checks.embbag.packing import UNIT
+
+    bags, dim = 2 * BAGS + 3, 16
+    g = torch.Generator().manual_seed(7)
+    units = torch.randint(-(2**17), 2**17, (bags, dim), generator=g, dtype=torch.int32).to(device)
+    weights = exact.column_weights(dim, 7, device)
+    expected, weighted = units.sum(1, dtype=torch.int32), (units * weights).sum(1, dtype=torch.int32)
+    out = units.float() * UNIT
+    out[1, 3], out[BAGS, 0], out[bags - 1, 5] = float("nan"), 0.001, out[bags - 1, 5] + 1
+    flags, printed = bad_bags(out, expected, weights, weighted)
+    want = exact.exact_bad_bags(out, expected, None, (weights, weighted))
+    return torch.equal(flags, want) and torch.equal(printed, fingerprint_words(out)) and int(want.sum()) == 3
+
+
 @torch.library.custom_op("sdcscan::embbag_exact_partials", mutates_args=())
 def _partials(
     out: torch.Tensor, expected: torch.Tensor, weights: torch.Tensor, expected_weighted: torch.Tensor

@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from sdcscan.checks import counter_rng, int8, limits, triton_kernels
+from sdcscan.checks import counter_rng, int8, int8_block, limits, triton_kernels
 from sdcscan.checks.digest import Fingerprint
 from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
 from sdcscan.workloads.base import Context, register
@@ -134,6 +134,10 @@ class GemmInt8(SelftestMixin):
             )
         self.multiple = int8.row_multiple(ctx.device)
         self.fused, why = triton_kernels.choose(self.p["check_kernel"], ctx.device, self.name)
+        if self.fused:
+            self.fused, why = triton_kernels.trial(
+                lambda: int8_block.agrees_on_a_small_block(ctx.device), ctx.device, self.name
+            )
         if why:
             ctx.note(why)
         bad = _probe(self._mm, ctx.device, self.signed)
