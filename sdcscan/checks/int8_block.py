@@ -34,12 +34,17 @@ from sdcscan.checks.digest import fingerprint_words
 from sdcscan.checks.limits import CHUNK_ROWS, FP64_EXACT, WORD
 
 # Tile of the fused kernel: ROWS rows × WORDS 64-bit words (2·WORDS int32 columns), ROW_TILES tiles down
-# a column strip per program. Each program writes one partial per row per strip and one per column per
-# ROWS·ROW_TILES rows: at 8192 x 8200 that is 2.3 MB of row partials and 2.1 MB of column partials
-# beside the block's 268 MB. Chosen on paper; a lent GPU times it (scripts/check_fused.py).
-ROWS = 16
+# a column strip per program of NUM_WARPS warps. Each program writes one partial per row per strip and
+# one per column per ROWS·ROW_TILES rows: at 8192 x 8224 that is 2.3 MB of row partials and 2.1 MB of
+# column partials beside the block's 269 MB. On an H200 the first tile, 16 rows by 4 warps, ran at 745
+# GB/s: compiled for sm_90 it holds 255 registers a thread and spills 248 bytes, so an SM keeps 8 warps.
+# 8 rows by 8 warps (8 words a thread) compile to 120 registers and no spill (cuobjdump
+# --dump-resource-usage), twice the warps an SM keeps; the rows a program covers are the same 256.
+# Not yet timed on a GPU (scripts/check_fused.py prints both paths).
+ROWS = 8
 WORDS = 256
-ROW_TILES = 16
+ROW_TILES = 32
+NUM_WARPS = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +162,7 @@ def _partials(
     column's partial sum; per (group, strip), the keyed sum of its words. Reduced by `fused`."""
     from sdcscan.checks import int8_triton  # imports Triton: only where the kernel runs
 
-    return int8_triton.partials(block, n, pad_start, ROWS, WORDS, ROW_TILES)
+    return int8_triton.partials(block, n, pad_start, ROWS, WORDS, ROW_TILES, NUM_WARPS)
 
 
 @_partials.register_fake

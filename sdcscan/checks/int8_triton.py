@@ -80,7 +80,7 @@ def _kernel(
 
 
 def partials(
-    block: torch.Tensor, n: int, pad_start: int, rows_per_tile: int, words: int, row_tiles: int
+    block: torch.Tensor, n: int, pad_start: int, rows_per_tile: int, words: int, row_tiles: int, warps: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Launch the kernel over a contiguous (rows, n_ext) int32 block, n_ext even; the partials as
     `int8_block._partials` declares them."""
@@ -108,5 +108,6 @@ def partials(
         ROWS=rows_per_tile,
         WORDS=words,
         ROW_TILES=row_tiles,
+        num_warps=warps,
     )
     return row, weighted, pad, columns, prints

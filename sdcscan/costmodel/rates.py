@@ -52,8 +52,8 @@ class DeviceRates:
 #   60 million lookups each: a gather kernel far below the memory's rate.
 # - the fused check kernels (scripts/check_fused.py): int8_block_partials read a 65,536 x 8,200 int32 block
 #   in 2.886 ms (745 GB/s; 666 GB/s at 4,104 wide), embbag_exact_partials a 200,000 x 64 fp32 output in
-#   0.167 ms (306 GB/s): bound by their 64-bit integer arithmetic (the keys' and weighted sums' products),
-#   not by memory.
+#   0.167 ms (306 GB/s), far below the memory's rate. The int8 kernel's tile then held 255 registers a
+#   thread with a spill, so an SM kept 8 warps; its new tile (int8_block.py) is not yet timed.
 MEASURED_ON_H200 = {
     "matrix": {"int8/unaligned": 296e12, "lookups/8bit": 0.771e9, "lookups/4bit": 1.20e9},
     "ops": {"int8_block_partials": 745e9, "embbag_exact_partials": 306e9},
