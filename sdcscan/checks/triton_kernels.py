@@ -29,21 +29,21 @@ def unavailable(device: torch.device) -> str:
     return f"Triton does not run on {device.type} (on a CPU only in its interpreter, TRITON_INTERPRET=1)"
 
 
-def choose(asked: str, device: torch.device, workload: str) -> tuple[bool, str]:
-    """(whether to run the fused kernel, a note for the unit or ''), for a workload's `check_kernel`."""
+def choose(
+    asked: str, device: torch.device, workload: str, agrees: Callable[[], bool] | None = None
+) -> tuple[bool, str]:
+    """(whether to run the fused kernel, a note for the unit or ''), for a workload's `check_kernel`.
+
+    `agrees`: the kernel run once on a small input and compared with the torch check. A GPU, driver or
+    Triton on which it fails to compile, launch or agree gets the torch check and a note: the default
+    must never cost a unit its verdicts. Not run on the meta device (the cost model: nothing runs).
+    """
     if asked == "torch" or (asked == "auto" and device.type == "cpu"):
         return False, ""
     why = unavailable(device)
     if why:
         return False, f"{workload}: the fused check kernel cannot run on {device} ({why}); torch checks"
-    return True, ""
-
-
-def trial(agrees: Callable[[], bool], device: torch.device, workload: str) -> tuple[bool, str]:
-    """(whether the fused kernel may run, a note or ''): the kernel run once at start-up on a small input
-    and compared with the torch check (`agrees`). A GPU, driver or Triton on which it fails to compile,
-    launch or agree gets the torch check and a note: the default must never cost a unit its verdicts."""
-    if device.type == "meta":  # the cost model: nothing runs
+    if agrees is None or device.type == "meta":
         return True, ""
     try:
         if agrees():

@@ -104,11 +104,12 @@ class EmbbagInt8(SelftestMixin):
             ctx.note(f"embbag_int8: table scaled down from {p['rows']} to {rows} rows ({short} is short)")
         self.scratch = exact.Scratch(EXACT_BLOCK_BYTES.get(ctx.device.type))
         if p["mode"] == "exact":
-            self.fused, why = triton_kernels.choose(p["check_kernel"], ctx.device, self.name)
-            if self.fused:
-                self.fused, why = triton_kernels.trial(
-                    lambda: exact_fused.agrees_on_a_small_output(ctx.device), ctx.device, self.name
-                )
+            self.fused, why = triton_kernels.choose(
+                p["check_kernel"],
+                ctx.device,
+                self.name,
+                lambda: exact_fused.agrees_on_a_small_output(ctx.device),
+            )
             if why:
                 ctx.note(why)
             # drawn on the unit's device by the counter generator: no host work

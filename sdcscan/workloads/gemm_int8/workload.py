@@ -133,11 +133,12 @@ class GemmInt8(SelftestMixin):
                 f"torch {torch.__version__} lacks; use path auto or signed"
             )
         self.multiple = int8.row_multiple(ctx.device)
-        self.fused, why = triton_kernels.choose(self.p["check_kernel"], ctx.device, self.name)
-        if self.fused:
-            self.fused, why = triton_kernels.trial(
-                lambda: int8_block.agrees_on_a_small_block(ctx.device), ctx.device, self.name
-            )
+        self.fused, why = triton_kernels.choose(
+            self.p["check_kernel"],
+            ctx.device,
+            self.name,
+            lambda: int8_block.agrees_on_a_small_block(ctx.device),
+        )
         if why:
             ctx.note(why)
         bad = _probe(self._mm, ctx.device, self.signed)
