@@ -23,6 +23,9 @@ STATUS_MISMATCH: Final = "mismatch"  # an invariant fired: SDC suspected on this
 STATUS_ERROR: Final = "error"  # the workload raised: the unit cannot be judged
 StatusWord = Literal["ok", "mismatch", "error"]  # the report declares its status column with it
 STATUSES: tuple[StatusWord, ...] = (STATUS_OK, STATUS_MISMATCH, STATUS_ERROR)
+# Outcome.detail key of an ok case that checked nothing because the unit lacks its datapath (fp8 before
+# sm_89, TF32 on a CPU): its value says why. Such a case counts no ops, so no proof counts it as coverage.
+UNCOVERED: Final = "uncovered"
 
 # Kinds of evidence (DESIGN.md, "Three independent kinds of evidence"), plus a recorded golden.
 INVARIANT: Final = "invariant"  # the case checks itself: golden value, ABFT identity, NaN/Inf

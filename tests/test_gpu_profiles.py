@@ -20,10 +20,11 @@ from sdcscan.profile import WorkloadEntry, builtin_profile_names, load_profile
 from sdcscan.workloads import SPECS, base, load
 
 # NVIDIA H100 SXM5 datasheet, dense (no sparsity). fp32 GEMMs without TF32 (the worker disables it) run
-# on the CUDA cores at 67 TFLOP/s; fp64 on the tensor cores at 67.
+# on the CUDA cores at 67 TFLOP/s; fp64 on the tensor cores at 67; matmul_golden's TF32 slot at 495.
 PEAK_OPS_PER_S = {
     "float64": 67e12,
     "float32": 67e12,
+    "tfloat32": 495e12,
     "bfloat16": 989e12,
     "float16": 989e12,
     "int8": 1979e12,
@@ -37,7 +38,7 @@ HOST_VALUES_MAX = 1.5e8  # per case: about a second of the host's time
 GPU_MEMORY_MAX_BYTES = 60e9  # one worker per H100 80GB, with room for the allocator and the context
 SECTOR_BYTES = 32  # HBM moves 32-byte sectors: a random row costs the sectors it touches
 
-_BYTES = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2}
+_BYTES = {"float64": 8, "float32": 4, "tfloat32": 4, "bfloat16": 2, "float16": 2}
 
 
 @dataclass(frozen=True)

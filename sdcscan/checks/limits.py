@@ -114,6 +114,11 @@ FP8_SLOTS = ("float8_e4m3fn", "float8_e5m2")  # matmul_golden dtypes: A and B in
 FP8_EXACT_INT = 8  # every integer |x| <= 8 is exact in e5m2 (two mantissa bits), and in e4m3
 FP8_DIMENSION_MULTIPLE = 16  # cuBLASLt's fp8 kernels want m, k and n multiples of 16
 
+# --- TF32 (sdcscan.checks.tf32) ----------------------------------------------------------------------
+
+TF32_SLOT = "tfloat32"  # matmul_golden dtype: fp32 operands and output, the product taken in TF32
+TF32_EXACT_INT = 2**11  # TF32 keeps 10 of fp32's 23 mantissa bits: every integer |x| <= 2^11 is exact
+
 # How a workload's check takes its sums (its `check_kernel`): torch ops, or one fused Triton kernel
 # (sdcscan/checks/triton_kernels.py) that gives the same bits in one read of the outputs; "auto" takes
 # the kernel on a GPU where Triton compiles it, the torch ops elsewhere.

@@ -28,6 +28,8 @@ from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
+from sdcscan.checks import tf32
+
 aten = torch.ops.aten
 DEVICE = "meta"  # the unit's device in the model
 
@@ -315,5 +317,7 @@ def _flops(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -
     if packet in flop_registry:
         flops = flop_registry[packet](*args, **kwargs, out_val=out)  # the registry takes tensors' shapes
         operand = _tensors(args)[-1]  # B of mm/bmm, of addmm/baddbmm after the bias
-        return float(flops), str(operand.dtype).removeprefix("torch.")
+        kind = str(operand.dtype).removeprefix("torch.")
+        # fp32 products with TF32 allowed (matmul_golden's TF32 slot) run at the TF32 rate on a GPU
+        return float(flops), f"{kind}/tf32" if operand.dtype == torch.float32 and tf32.allowed() else kind
     return 0.0, ""

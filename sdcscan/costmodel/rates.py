@@ -58,8 +58,8 @@ MEASURED_ON_H200 = {
     "matrix": {"int8/unaligned": 296e12, "lookups/8bit": 0.771e9, "lookups/4bit": 1.20e9},
     "ops": {"int8_block_partials": 745e9, "embbag_exact_partials": 306e9},
 }
-# NVIDIA's H100 SXM5 datasheet, dense: fp64 and fp32 (no TF32: sdcscan disables it) 67 TFLOP/s, bf16 and
-# fp16 989, int8 1979 TOPS; HBM3 3.35 TB/s. Matrix rates are scaled by 0.8, what the H200's bf16 GEMM
+# NVIDIA's H100 SXM5 datasheet, dense: fp64 and fp32 67 TFLOP/s, TF32 495 (sdcscan allows it in
+# matmul_golden's TF32 slot only), bf16 and fp16 989, int8 1979 TOPS; HBM3 3.35 TB/s. Matrix rates are scaled by 0.8, what the H200's bf16 GEMM
 # reached of the same datasheet figure (788 / 989), and bandwidth by 0.9 (4.3 of 4.8 TB/s on the H200).
 H100 = DeviceRates(
     name="h100",
@@ -67,6 +67,7 @@ H100 = DeviceRates(
     matrix_flops_per_s={
         "float64": 0.8 * 67e12,
         "float32": 0.8 * 67e12,
+        "float32/tf32": 0.8 * 495e12,
         "bfloat16": 0.8 * 989e12,
         "float16": 0.8 * 989e12,
         "int8": 916e12,  # measured on the H200, whose int8 rate is the H100's

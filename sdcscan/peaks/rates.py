@@ -26,7 +26,8 @@ from pathlib import Path
 
 import torch
 
-from sdcscan.checks import fp8
+from sdcscan.checks import fp8, tf32
+from sdcscan.checks.limits import TF32_SLOT
 from sdcscan.errors import ReportError
 from sdcscan.files import default_state_dir, make_state_dir, read_json, write_json_atomic
 from sdcscan.peaks.plain_ops import PeakOp, PlainOp, WorkloadPeak, combined_rate, plain_ops
@@ -63,6 +64,13 @@ def _matmul_call(op: PlainOp, device: torch.device) -> tuple[Callable[[], object
     if op.dtype in fp8.OPERANDS:  # matmul_golden's fp8 slots: the scaled product into fp32
         a8, b8 = fp8.operands(a, b, op.dtype)
         return (lambda: fp8.scaled_mm(a8, b8)), 2.0 * m * k * n
+    if op.dtype == TF32_SLOT:  # matmul_golden's TF32 slot: fp32 operands, TF32 allowed
+
+        def tf32_product() -> torch.Tensor:
+            with tf32.products(device):
+                return a @ b
+
+        return tf32_product, 2.0 * m * k * n
     dt = _DTYPES[op.dtype]
     a, b = a.to(dt), b.to(dt)
     return (lambda: a @ b), 2.0 * m * k * n

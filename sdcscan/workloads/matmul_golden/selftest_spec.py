@@ -11,8 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-# Bits of the output word compared: an fp8 slot's product comes out in fp32.
-_BITS = {"float32": 32, "float64": 64, "bfloat16": 16, "float16": 16, "float8_e4m3fn": 32, "float8_e5m2": 32}
+# Bits of the output word compared: TF32 and fp8 slots' products come out in fp32.
+_BITS = {
+    "float32": 32, "float64": 64, "bfloat16": 16, "float16": 16, "tfloat32": 32, "float8_e4m3fn": 32,
+    "float8_e5m2": 32,
+}  # fmt: skip
 # 64 x 256 x 64: room for warp-aligned runs and strides of 32 and 16 x 16 tiles; k·max_abs² = 16,384 keeps
 # the products exact (< 2^24) with the default max_abs of 8.
 _SHAPE = {"m": 64, "k": 256, "n": 64, "repeats": [1], "reference": "direct"}

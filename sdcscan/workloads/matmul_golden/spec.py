@@ -7,13 +7,14 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from sdcscan.checks.limits import FP8_DIMENSION_MULTIPLE, FP8_EXACT_INT, FP8_SLOTS
+from sdcscan.checks.limits import FP8_DIMENSION_MULTIPLE, FP8_EXACT_INT, FP8_SLOTS, TF32_EXACT_INT, TF32_SLOT
 from sdcscan.outcomes import CONSENSUS, INVARIANT, REPEAT
 from sdcscan.workloads.params import Choice, Int, ListOf, one_per_dtype
 from sdcscan.workloads.workload_spec import Quality, WorkloadSpec
 
-# The fp8 slots (opt-in: no profile lists them yet) multiply fp8 operands into fp32 (sdcscan.checks.fp8).
-DTYPES = ("float32", "float64", "bfloat16", "float16", *FP8_SLOTS)
+# The fp8 slots (opt-in: no profile lists them yet) multiply fp8 operands into fp32 (sdcscan.checks.fp8);
+# the TF32 slot multiplies fp32 operands in TF32 (sdcscan.checks.tf32).
+DTYPES = ("float32", "float64", "bfloat16", "float16", TF32_SLOT, *FP8_SLOTS)
 REFERENCES = ("direct", "kronecker")
 EXACT_LIMIT = 2**24  # k * max_abs^2 below it keeps every fp32 partial sum exact
 # The `kronecker` pool: the larger of its two small int64 products may cost this many
@@ -52,6 +53,8 @@ def _rules(p: Mapping[str, Any]) -> tuple[str, str] | None:
     if p["k"] * p["max_abs"] ** 2 >= EXACT_LIMIT:
         k, top = p["k"], p["max_abs"]
         return "k", f"k * max_abs^2 must be below 2^24 for exact fp32 partial sums (got {k} * {top}^2)"
+    if TF32_SLOT in p["dtypes"] and p["max_abs"] > TF32_EXACT_INT:
+        return "max_abs", f"TF32 holds integers up to {TF32_EXACT_INT} exactly (got max_abs {p['max_abs']})"
     if any(d in FP8_SLOTS for d in p["dtypes"]):
         if p["max_abs"] > FP8_EXACT_INT:
             return (
@@ -80,7 +83,7 @@ def _memory(p: Mapping[str, Any]) -> int:
 SPEC = WorkloadSpec(
     name="matmul_golden",
     description=(
-        "integer-valued matmuls in fp32/fp64/bf16/fp16 compared bit-exactly with an int64 reference"
+        "integer-valued matmuls in fp32/fp64/bf16/fp16/TF32 compared bit-exactly with an int64 reference"
     ),
     evidence=(INVARIANT, CONSENSUS, REPEAT),
     quality=Quality.PROD,
@@ -99,7 +102,8 @@ SPEC = WorkloadSpec(
     fault_sites=("output",),
     data_version=3,  # 2: repeats digested by device-side fingerprints (issue 10); 3: permutations
     # from the counter generator, digest of the expected output and the bad elements found (issue 42)
-    tiny={"m": 16, "k": 64, "n": 16, "repeats": [2, 2, 1, 1]},
+    # dtypes with their repeats, so that tiny sizes fit a profile that lists other slots (quick adds TF32)
+    tiny={"m": 16, "k": 64, "n": 16, "dtypes": list(DTYPES[:4]), "repeats": [2, 2, 1, 1]},
     params={
         "m": Int(1),
         "k": Int(1),

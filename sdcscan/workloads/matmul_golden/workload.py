@@ -1,5 +1,5 @@
-"""`matmul_golden`: matmuls in fp32, fp64, bf16 and fp16 (and, opted into, fp8 operands with an fp32
-output: sdcscan.checks.fp8) compared bit for bit with an exact int64 reference.
+"""`matmul_golden`: matmuls in fp32, fp64, bf16, fp16 and TF32 (sdcscan.checks.tf32), and, opted into,
+fp8 operands with an fp32 output (sdcscan.checks.fp8), compared bit for bit with an exact int64 reference.
 
 Operands are small integers (|x| <= max_abs) with k * max_abs^2 < 2^24, so every partial sum is exact in
 fp32 and the product is the same in any summation order, blocking or thread count; bf16/fp16 outputs
@@ -28,10 +28,11 @@ from typing import Any, ClassVar
 
 import torch
 
-from sdcscan.checks import counter_rng, fp8
+from sdcscan.checks import counter_rng, fp8, tf32
 from sdcscan.checks.digest import Fingerprint
+from sdcscan.checks.limits import TF32_SLOT
 from sdcscan.checks.masks import count_true
-from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
+from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, UNCOVERED, Case, Mismatch, Outcome
 from sdcscan.workloads.base import Context, check_block, register
 from sdcscan.workloads.matmul_golden.selftest_spec import SelftestMixin
 from sdcscan.workloads.matmul_golden.spec import DTYPES as DTYPE_NAMES
@@ -39,9 +40,10 @@ from sdcscan.workloads.matmul_golden.spec import REFERENCES, SPEC, golden_kronec
 from sdcscan.workloads.readout import read_once
 from sdcscan.workloads.workload_spec import WorkloadSpec
 
-# The dtype each slot's output is compared in: an fp8 slot's product comes out in fp32.
+# The dtype each slot's output is compared in: TF32 and fp8 slots' products come out in fp32.
 DTYPES: dict[str, torch.dtype] = {
-    name: torch.float32 if name in fp8.OPERANDS else getattr(torch, name) for name in DTYPE_NAMES
+    name: torch.float32 if name in (*fp8.OPERANDS, TF32_SLOT) else getattr(torch, name)
+    for name in DTYPE_NAMES
 }
 _WORDS = {2: torch.int16, 4: torch.int32, 8: torch.int64}
 MAX_RECORDED = 8  # mismatching elements recorded per case; the count is always complete
@@ -68,7 +70,7 @@ class MatmulGolden(SelftestMixin):
                 self.split = golden_kronecker_split(p["m"], p["k"], p["n"])
             except ValueError as err:
                 raise ValueError(f"matmul_golden: {err}") from None
-        self.uncovered: dict[str, str] = {}  # fp8 slot -> why this unit cannot run it (no such datapath)
+        self.uncovered: dict[str, str] = {}  # slot -> why this unit cannot run it (no such datapath)
         self.a0: torch.Tensor | None = None  # pool operands and their exact product, built by prepare
         self.b0: torch.Tensor | None = None
         self.ref0: torch.Tensor | None = None
@@ -87,6 +89,9 @@ class MatmulGolden(SelftestMixin):
             b0 = torch.randint(-lim, lim + 1, (p["k"], p["n"]), generator=g, dtype=torch.int64)
             ref0 = golden_reference(a0, b0)  # exact, on the CPU, independent of the unit's float units
         self.uncovered = _uncovered_fp8(p["dtypes"], ctx.device)
+        if TF32_SLOT in p["dtypes"]:
+            why = tf32.missing(ctx.device, p["m"], p["k"], p["n"])
+            self.uncovered.update({TF32_SLOT: why} if why else {})
         for slot, why in self.uncovered.items():
             ctx.note(f"matmul_golden: {slot} is not covered on this unit ({why}); its cases check nothing")
         # Kept as fp32 (exact for these small integers): permuting 4-byte words per case is cheap.
@@ -98,14 +103,14 @@ class MatmulGolden(SelftestMixin):
         slot = case.occurrence % len(p["dtypes"])
         dtype, repeats = DTYPES[p["dtypes"][slot]], p["repeats"][slot]
         name = p["dtypes"][slot]
-        if name in self.uncovered:  # no fp8 datapath here: reported as not covered, never failed
+        if name in self.uncovered:  # no such datapath here: reported as not covered, never failed
             return Outcome(
                 status=STATUS_OK,
                 digest=hashlib.sha256(f"uncovered {name}".encode()).hexdigest()[:16],
                 mismatches=[],
                 ops=0.0,
                 ops_unit="flop",
-                detail={"dtype": name, "bad_elements": 0, "uncovered": self.uncovered[name]},
+                detail={"dtype": name, "bad_elements": 0, UNCOVERED: self.uncovered[name]},
             )
         with ctx.phase("setup"):
             a, b, ref = self._case_operands(ctx, case)
@@ -122,10 +127,7 @@ class MatmulGolden(SelftestMixin):
             count = min(block, repeats - first)
             for r in range(first, first + count):
                 with ctx.phase("compute"):
-                    if name in fp8.OPERANDS:
-                        fp8.scaled_mm(a, b, out=outputs[r - first])
-                    else:
-                        torch.matmul(a, b, out=outputs[r - first])
+                    _product(name, a, b, outputs[r - first])
                 ctx.fault("output", outputs[r - first], repeat=r, repeats=repeats)
             with ctx.phase("check"):
                 tally.add_block(outputs[:count], first)
@@ -162,6 +164,17 @@ class MatmulGolden(SelftestMixin):
         # + 0.0 turns the -0.0 of (0 * -1) into +0.0, the zero an exact sum of products yields.
         ref = self.ref0[rows][:, cols] * row_sign * col_sign + 0.0
         return a, b, ref
+
+
+def _product(slot: str, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
+    """One repeat's product A·B into `out`, taken as the slot's datapath takes it."""
+    if slot in fp8.OPERANDS:
+        fp8.scaled_mm(a, b, out=out)
+    elif slot == TF32_SLOT:
+        with tf32.products(a.device):
+            torch.matmul(a, b, out=out)
+    else:
+        torch.matmul(a, b, out=out)
 
 
 def _uncovered_fp8(dtypes: list[str], device: torch.device) -> dict[str, str]:
