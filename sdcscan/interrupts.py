@@ -115,6 +115,27 @@ def install() -> bool:
     return True
 
 
+def take_over() -> None:
+    """A command's own guard (run, doctor, a rank): the handlers in place, and a signal they took while
+    the command line loaded raised now.
+
+    The entry point installs the handlers before the command line loads, and nothing has acted on a
+    signal they took by the time the command begins, or the process would have ended. A SIGTERM then
+    could land in the compiler (a module compiled on import), which dropped the `Interrupted` its
+    handler raised; the command's own `install()` then started a fresh state, the signal was lost and
+    the run went on to exit 3 (CI; reproduced under load). So the state is kept and the signal raised.
+    Outside the command line (handlers not ours) this is `install()`.
+
+    Raises:
+        Interrupted: a signal was taken before the command began.
+    """
+    if signal.getsignal(signal.SIGTERM) is not _on_signal:
+        install()
+        return
+    _state.raised = _state.holding = False
+    raise_pending()
+
+
 def release() -> None:
     """Give SIGINT and SIGTERM back to Python's defaults, where `install()` had put them in place.
 

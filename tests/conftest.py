@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,12 +26,18 @@ from tests.helpers.cli import child_env, sdcscan_cmd
 def _signal_handlers_restored() -> Iterator[None]:
     """`sdcscan run` installs its SIGINT/SIGTERM handlers for the rest of its process, and `main` blocks
     both as it exits (a command ends there); a test that runs them in this process must not leave
-    either to the next test."""
+    either to the next test, nor a signal it received (a command keeps what its handlers took before
+    it began: `interrupts.take_over`)."""
+    from sdcscan import interrupts
+
     saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    hook = sys.unraisablehook
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])  # `main` blocks both as it exits
     yield
+    interrupts.install()  # a fresh state, then the handlers as they were
     for s, handler in saved.items():
         signal.signal(s, handler)
+    sys.unraisablehook = hook
     signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 

@@ -102,6 +102,30 @@ def test_a_signal_swallowed_by_a_finalizer_prints_nothing_and_is_raised_at_the_n
     assert sys.unraisablehook is not interrupts._on_unraisable  # restored with the handlers
 
 
+def test_a_signal_taken_while_the_command_line_loaded_is_raised_when_the_command_takes_over():
+    """The entry point installs the handlers, the command takes them over. A SIGTERM whose `Interrupted`
+    was dropped while the command line loaded (by the compiler, compiling a module on import; or by a
+    finalizer) was wiped by the command's fresh `install()`, and the run went on to exit 3 where 143 was
+    due (CI, `test_early_signals`; reproduced under load)."""
+    with interrupts.installed():
+        _SignalsItselfWhenCollected()  # swallowed by a finalizer: pending
+        with pytest.raises(interrupts.Interrupted) as stop:
+            interrupts.take_over()
+        assert stop.value.exit_code == 130
+    with interrupts.installed():
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.01)
+        except interrupts.Interrupted:
+            pass  # what the compiler did, in effect: the exception is gone, the signal was taken
+        with pytest.raises(interrupts.Interrupted) as stop:
+            interrupts.take_over()
+        assert stop.value.exit_code == 143
+    with interrupts.installed():
+        interrupts.take_over()  # nothing taken: nothing raised
+        assert interrupts.received() is None
+
+
 def test_processes_started_for_the_workers_have_both_signals_blocked_and_none_is_lost_meanwhile():
     """The fork server (and so every worker) starts with SIGINT and SIGTERM blocked; a signal that
     reaches the parent meanwhile is handled once the block ends."""

@@ -22,9 +22,18 @@ from sdcscan.faults import FaultSpec
 from sdcscan.outcomes import UNCOVERED, Case
 from sdcscan.selftest.sweep import run_selftest
 from sdcscan.workloads import SPECS
-from tests.test_matmul_golden import _prepared
+from sdcscan.workloads.base import Context
+from sdcscan.workloads.matmul_golden.workload import MatmulGolden
 
 PARAMS = {"m": 32, "k": 128, "n": 48, "max_abs": 8, "dtypes": [TF32_SLOT, "float32"], "repeats": [3, 1]}
+
+
+def _prepared(params: dict[str, object]) -> tuple[MatmulGolden, Context]:
+    merged = {**SPECS["matmul_golden"].defaults, **params}
+    ctx = Context(unit="cpu:0", device=torch.device("cpu"), run_seed=5, params=merged)
+    workload = MatmulGolden(merged)
+    workload.prepare(ctx)
+    return workload, ctx
 
 
 def _cut_to_tf32(x: torch.Tensor) -> torch.Tensor:

@@ -52,7 +52,7 @@ def doctor(units_spec: str | None, budget: str | None, out: Path | None, as_json
     from sdcscan.render.doctor import render_doctor
 
     console = stderr_console()
-    interrupts.install()  # from here on, Ctrl-C and SIGTERM end in 130/143 and a partial summary
+    interrupts.take_over()  # from here on, Ctrl-C and SIGTERM end in 130/143 and a partial summary
     try:
         setup = prepare(None if budget is None else parse_budget(budget), units_spec, out, sys.argv[1:])
     except interrupts.Interrupted as stop:

@@ -112,7 +112,7 @@ def run_cmd(args: RunArgs) -> None:
     started = time.time()
     from sdcscan import interrupts
 
-    interrupts.install()  # before the run core's imports: from here on Ctrl-C and SIGTERM end in 130/143
+    interrupts.take_over()  # before the run core's imports: from here on Ctrl-C and SIGTERM end in 130/143
     from sdcscan import scan as library
     from sdcscan.render import run as render
     from sdcscan.render.console import stderr_console

@@ -158,7 +158,7 @@ def _rank_entry(opts: ScanOptions, dist_opts: DistOptions, launcher_pid: int) ->
     would read as a crashed rank)."""
     _die_with_launcher(launcher_pid)
     _quiet_torch_logs()
-    interrupts.install()  # the agent sends SIGTERM when the launch stops: the rank stops and writes its report
+    interrupts.take_over()  # the agent sends SIGTERM when the launch stops: the rank stops and writes its report
     try:
         code = run_rank(opts, dist_opts)
     except interrupts.Interrupted as stop:
