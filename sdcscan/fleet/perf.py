@@ -15,8 +15,10 @@ it, efficiency (achieved over the unit's own plain-op peak); see `MEASURES`.
    1.2816 are the standard normal's q90 - q75 and q90). A slow batch only makes c0 lower and s0
    larger, so the error is on the safe side. The "healthy peers" are the units at or above
    c0 - max(3 s0, drop * c0). A 25% slowdown in a fleet with 3% spread is 8 spreads below, so the
-   batch falls outside. The healthy median m and the healthy MAD are then taken over the healthy
-   peers only. The band is never narrower than `drop`, so in a small cohort where the upper
+   batch falls outside. A batch of a third or half of the cohort moves q75 and q90 up the healthy
+   units' own distribution, and the band would take most of it in: when more than 1% of the peers lie
+   below the band, the fit is redone for the share that lies there (`_band_edge`). The healthy median
+   m and the healthy MAD are then taken over the healthy peers only. The band is never narrower than `drop`, so in a small cohort where the upper
    quantiles happen to sit close together, m is not pushed up.
 2. A threshold that grows with the cohort. z = 0.6745 (x - m) / MAD (the robust z-score, about
    N(0, 1) for healthy units). Among n healthy peers, about n * Phi(-t) fall below -t. A fixed t
@@ -63,7 +65,7 @@ The host-level consensus (`compare`) makes it, not this module.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Any, NamedTuple
@@ -78,9 +80,11 @@ MAD_TO_SIGMA = 0.6745  # robust z = 0.6745 (x - median) / MAD (Iglewicz and Hoag
 REFERENCE_PEERS = 40  # up to this many peers the threshold is --slow-z; beyond, it rises (Bonferroni)
 UPPER_Q, LOWER_Q = 0.90, 0.75  # quantiles left to healthy units while fewer than 75% are slow
 _NORMAL = NormalDist()
-Z_UPPER = _NORMAL.inv_cdf(UPPER_Q)  # 1.2816
-QUANTILE_GAP = Z_UPPER - _NORMAL.inv_cdf(LOWER_Q)  # 0.6071: q90 - q75 of a standard normal
 HEALTHY_BAND = 3.0  # healthy peers lie within this many first-estimate spreads of the centre
+# Below this share of units under the first band, the first estimate stands (healthy tails put 0.13% of
+# a normal cohort there); above, the estimate is redone for a slow batch of that size (`_upper_fit`).
+BATCH_SHARE = 0.01
+MAX_SLOW_SHARE = 0.6  # the refit holds while fewer units than this are slow: q75 and q90 stay healthy
 REFERENCE_MIN_UNITS = 20  # fewest units whose combined scores can show their own spread
 
 Reading = tuple[str, float, str]  # (workload, value, value unit), higher is better
@@ -176,10 +180,7 @@ def healthy_reference(
     v = np.sort(np.asarray(values, dtype=np.float64))
     if not v.size:
         return None
-    hi, lo = _quantile(v, UPPER_Q), _quantile(v, LOWER_Q)
-    spread = (hi - lo) / QUANTILE_GAP
-    centre = hi - Z_UPPER * spread
-    healthy = v[int(np.searchsorted(v, centre - max(HEALTHY_BAND * spread, drop * centre), side="left")) :]
+    healthy = v[int(np.searchsorted(v, _band_edge(v, _quantile, drop), side="left")) :]
     med = _sorted_median(healthy)
     if not med > 0:  # zero or negative speeds: nothing to measure a loss against
         return None
@@ -219,15 +220,53 @@ def score_reference(scores: Sequence[float] | npt.NDArray[np.float64], *, z: flo
     v = np.sort(np.asarray(scores, dtype=np.float64))  # a million hosts: 8 million scores, kept compact
     if len(v) < REFERENCE_MIN_UNITS:
         return None
-    hi, lo = float(np.quantile(v, UPPER_Q)), float(np.quantile(v, LOWER_Q))  # linear, as `_quantile`
-    spread = (hi - lo) / QUANTILE_GAP
-    centre = hi - Z_UPPER * spread
-    healthy = v[np.searchsorted(v, centre - HEALTHY_BAND * spread, side="left") :]
+    healthy = v[np.searchsorted(v, _band_edge(v, lambda w, p: float(np.quantile(w, p)), 0.0), side="left") :]
     med = float(np.median(healthy))
     mad = float(np.median(np.abs(healthy - med)))
     if not mad > 0:
         return None
     return ScoreReference(len(v), med, mad, slow_threshold(z, len(v)))
+
+
+def _band_edge(
+    v: npt.NDArray[np.float64], quantile: Callable[[npt.NDArray[np.float64], float], float], drop: float
+) -> float:
+    """Where the healthy peers of sorted `v` begin: HEALTHY_BAND spreads, and at least `drop` of the
+    centre, below the centre of the healthy units (module docstring, step 1).
+
+    The first estimate reads q75 and q90 as a normal cohort's. A slow batch below leaves them healthy
+    values but moves them up the healthy units' own distribution: with half the cohort slow they are its
+    median and q80, so the first spread is 39% too wide and the centre 0.9 spreads too low, and a batch
+    15% slow at 3.5% spread falls inside the band, where it pulls the median down and widens the MAD.
+    When more than BATCH_SHARE of the units lie below the first band, the fit is redone for a share f
+    below the healthy units (q75 and q90 then stand at levels (p - f) / (1 - f) of them), f taken as the
+    least fixed point of f -> (share below the band that fit gives), approached from 0. Healthy tails put
+    about 0.13% of a normal cohort below the band, so a cohort without a slow batch keeps the first fit.
+    Where a batch's own spread reaches into the band, the share stops short of it: with half the cohort
+    15% slow at 3.5% spread it stops near a quarter, and the spread is still twice the healthy one (2.9
+    times before the refit), so three reports' combined score finds that batch and one report does not.
+    """
+    hi, lo = quantile(v, UPPER_Q), quantile(v, LOWER_Q)
+
+    def edge(share: float) -> float:
+        z_hi = _NORMAL.inv_cdf((UPPER_Q - share) / (1.0 - share))
+        z_lo = _NORMAL.inv_cdf((LOWER_Q - share) / (1.0 - share))
+        spread = (hi - lo) / (z_hi - z_lo)
+        centre = hi - z_hi * spread
+        return centre - max(HEALTHY_BAND * spread, drop * centre)
+
+    def below(at: float) -> float:
+        return float(np.searchsorted(v, at, side="left")) / len(v)
+
+    share = below(edge(0.0))
+    if share <= BATCH_SHARE:
+        return edge(0.0)
+    for _ in range(100):  # increasing map from 0: it climbs to its least fixed point
+        nearer = min(below(edge(share)), MAX_SLOW_SHARE)
+        if nearer - share < 1e-4:
+            break
+        share = nearer
+    return edge(share)
 
 
 def _quantile(v: npt.NDArray[np.float64], p: float) -> float:
