@@ -18,8 +18,9 @@ it, efficiency (achieved over the unit's own plain-op peak); see `MEASURES`.
    batch falls outside. A batch of a third or half of the cohort moves q75 and q90 up the healthy
    units' own distribution, and the band would take most of it in: when more than 1% of the peers lie
    below the band, the fit is redone for the share that lies there (`_band_edge`). The healthy median
-   m and the healthy MAD are then taken over the healthy peers only. The band is never narrower than `drop`, so in a small cohort where the upper
-   quantiles happen to sit close together, m is not pushed up.
+   m and the healthy MAD are then taken over the healthy peers only. The band is never narrower than
+   `drop`, so in a small cohort where the upper quantiles happen to sit close together, m is not
+   pushed up.
 2. A threshold that grows with the cohort. z = 0.6745 (x - m) / MAD (the robust z-score, about
    N(0, 1) for healthy units). Among n healthy peers, about n * Phi(-t) fall below -t. A fixed t
    therefore gives false findings in proportion to fleet size (3.5: 14, 72 and 181 at 10k, 50k and
@@ -82,7 +83,7 @@ UPPER_Q, LOWER_Q = 0.90, 0.75  # quantiles left to healthy units while fewer tha
 _NORMAL = NormalDist()
 HEALTHY_BAND = 3.0  # healthy peers lie within this many first-estimate spreads of the centre
 # Below this share of units under the first band, the first estimate stands (healthy tails put 0.13% of
-# a normal cohort there); above, the estimate is redone for a slow batch of that size (`_upper_fit`).
+# a normal cohort there); above, the estimate is redone for a slow batch of that size (`_band_edge`).
 BATCH_SHARE = 0.01
 MAX_SLOW_SHARE = 0.6  # the refit holds while fewer units than this are slow: q75 and q90 stay healthy
 REFERENCE_MIN_UNITS = 20  # fewest units whose combined scores can show their own spread
