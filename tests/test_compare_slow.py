@@ -358,8 +358,8 @@ def test_the_healthy_reference_stands_with_a_large_slow_batch(fraction: float):
     """The healthy median and spread of a cohort where a share of the units run 15% slow (3.5% noise):
     within 1% and 15% of the healthy units' own (measured: 0.5% and 15% at 40%). With the first fit
     alone, 40% slow put the spread at 1.6 times the healthy one (half the cohort: 2.9 times), and a
-    unit 20% slow was no longer found. At half the cohort one report's reference is still too wide
-    (2.0 times); three reports' combined score finds such a batch (the test above)."""
+    unit at 0.78 of the healthy speed was not found. At half the cohort one report's reference is still
+    too wide (2.0 times); three reports' combined score finds such a batch (the test above)."""
     rng = np.random.default_rng(7)
     healthy = rng.normal(1.0, 0.035, 20_000)
     values = np.concatenate([healthy, rng.normal(0.85, 0.035, int(20_000 * fraction / (1 - fraction)))])
