@@ -8,8 +8,9 @@ Example:
 Fleets are generated straight as extracts (`HostReport`), not JSON, so that 100k hosts take seconds:
 one cohort and one profile; every host has `--units` units running two workloads. A healthy unit's
 throughput is its workload's nominal rate times a normal factor of mean 1 and sd `--spread` (3%: its
-tails are heavier than scripts/simulate_fleet.py's uniform +-3%). A slow unit runs at `--factor`
-(0.75: 25% slow) on every workload, times the same noise.
+tails are heavier than scripts/simulate_fleet.py's uniform +-3%); `--noise skewed` or `t3` draws that
+factor with a long tail of slow runs, or heavy tails both ways, at the same sd. A slow unit runs at
+`--factor` (0.75: 25% slow) on every workload, times the same noise.
 For every scenario it reports false and missed units of the current rule, and of the rule it replaced
 (median and MAD of all peers, z 3.5 and 10% below the median on any one workload). Counting is per
 unit: a host-level finding covers the units its evidence lists.
@@ -66,6 +67,21 @@ def host_report(
     )
 
 
+NOISES = ("normal", "skewed", "t3")
+
+
+def noise_factor(rng: random.Random, spread: float, noise: str) -> float:
+    """A run's speed factor, mean 1 and sd `spread`: normal; `skewed`, a long tail of slow runs (1 minus
+    a gamma of shape 2, standardized), as units sharing a host with other work see; `t3`, Student-t with
+    3 degrees of freedom (heavy tails both ways)."""
+    if noise == "skewed":
+        return 1.0 - spread * (rng.gammavariate(2.0, 1.0) - 2.0) / 2.0**0.5
+    if noise == "t3":
+        t = rng.gauss(0.0, 1.0) / (sum(rng.gauss(0.0, 1.0) ** 2 for _ in range(3)) / 3.0) ** 0.5
+        return 1.0 + spread * t / 3.0**0.5
+    return rng.gauss(1.0, spread)
+
+
 def generate(
     hosts: int,
     *,
@@ -76,12 +92,14 @@ def generate(
     slow: set[tuple[str, str]] | None = None,
     seed: int = 0,
     reports: int = 1,
+    noise: str = "normal",
 ) -> list[HostReport]:
     """`hosts` hosts `h00000`..., units `cpu:0`...; the (host, unit) pairs in `slow` run at `factor`.
     Each host sends `reports` reports (runs of the profile with seeds 7, 8, ...), slow units slow in all.
 
-    Each workload's noise is its own (sd `spread`); `shared` adds a factor common to all workloads
-    of a unit (its clock, its cooling), which defeats rules that trust workloads to be independent.
+    Each workload's noise is its own (sd `spread`, of the kind `noise`: `noise_factor`); `shared` adds a
+    factor common to all workloads of a unit (its clock, its cooling), which defeats rules that trust
+    workloads to be independent.
     """
     rng = random.Random(seed)
     slow = slow or set()
@@ -96,7 +114,7 @@ def generate(
         }
         for run in range(reports):
             records = [
-                unit_record(uid, {w: x * v * rng.gauss(1.0, spread) for w, x in NOMINAL.items()})
+                unit_record(uid, {w: x * v * noise_factor(rng, spread, noise) for w, x in NOMINAL.items()})
                 for uid, v in speed.items()
             ]
             run_id = f"{host}-run" if reports == 1 else f"{host}-run{run}"
@@ -156,10 +174,18 @@ def scenario(
     old: bool,
     factor: float = 0.75,
     reports_per_host: int = 1,
+    noise: str = "normal",
 ) -> dict[str, Any]:
     """Generate, judge with the current (and optionally the old) rule, count."""
     reports = generate(
-        hosts, units=units, spread=spread, shared=shared, slow=slow, factor=factor, reports=reports_per_host
+        hosts,
+        units=units,
+        spread=spread,
+        shared=shared,
+        slow=slow,
+        factor=factor,
+        reports=reports_per_host,
+        noise=noise,
     )
     t0 = time.perf_counter()
     findings = current_rule(reports)
@@ -206,6 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--grid-spreads", default="0.02,0.035,0.05")
     ap.add_argument("--grid-losses", default="0.15,0.3")
     ap.add_argument("--reports", type=int, default=1, help="reports per host (recent runs of the profile)")
+    ap.add_argument("--noise", choices=NOISES, default="normal", help="the kind of each run's noise")
     args = ap.parse_args(argv)
     if args.grid:
         for spread in (float(x) for x in args.grid_spreads.split(",")):
@@ -221,8 +248,10 @@ def main(argv: list[str] | None = None) -> int:
                         old=False,
                         factor=1 - loss,
                         reports_per_host=args.reports,
+                        noise=args.noise,
                     )
                     head = {"spread": spread, "loss": loss, "fraction": p, "reports_per_host": args.reports}
+                    head |= {"noise": args.noise} if args.noise != "normal" else {}
                     print(json.dumps({**head, **row}), flush=True)
         return 0
     kw: dict[str, Any] = {
@@ -230,8 +259,10 @@ def main(argv: list[str] | None = None) -> int:
         "shared": args.shared,
         "old": not args.no_old,
         "reports_per_host": args.reports,
+        "noise": args.noise,
     }
     out: dict[str, Any] = {"spread": args.spread, "shared": args.shared, "units_per_host": args.units}
+    out |= {"noise": args.noise} if args.noise != "normal" else {}
     out["healthy"] = [scenario(int(n), args.units, set(), **kw) for n in args.healthy.split(",") if n]
     out["batches"] = [
         {"fraction": float(p), **scenario(args.batch_hosts, args.units, slow, **kw)}

@@ -368,3 +368,15 @@ def test_the_healthy_reference_stands_with_a_large_slow_batch(fraction: float):
     assert ref.median == pytest.approx(np.median(healthy), rel=0.01)
     assert ref.mad / perf.MAD_TO_SIGMA == pytest.approx(0.035, rel=0.15)
     assert ref.is_slow(0.78) and not ref.is_slow(0.95)  # 6.3 and 1.4 healthy spreads below
+
+
+@pytest.mark.parametrize("noise", ["normal", "skewed", "t3"])
+def test_the_benchmarks_noise_kinds_have_mean_1_and_the_spread_asked(noise: str):
+    """`bench_slow.py --noise`: every kind is a speed factor of mean 1 and sd `spread`; `skewed` has its
+    long tail on the slow side."""
+    rng = random.Random(3)
+    x = np.array([bench.noise_factor(rng, 0.035, noise) for _ in range(100_000)])
+    assert x.mean() == pytest.approx(1.0, abs=0.001)
+    assert x.std() == pytest.approx(0.035, rel=0.1 if noise == "t3" else 0.02)  # t3: an infinite 4th moment
+    skew = float(((x - x.mean()) ** 3).mean() / x.std() ** 3)
+    assert (skew < -1.0) if noise == "skewed" else abs(skew) < (1.0 if noise == "t3" else 0.05)
