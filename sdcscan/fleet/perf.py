@@ -66,7 +66,7 @@ The host-level consensus (`compare`) makes it, not this module.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Any, NamedTuple
@@ -181,7 +181,7 @@ def healthy_reference(
     v = np.sort(np.asarray(values, dtype=np.float64))
     if not v.size:
         return None
-    healthy = v[int(np.searchsorted(v, _band_edge(v, _quantile, drop), side="left")) :]
+    healthy = v[int(np.searchsorted(v, _band_edge(v, drop), side="left")) :]
     med = _sorted_median(healthy)
     if not med > 0:  # zero or negative speeds: nothing to measure a loss against
         return None
@@ -221,7 +221,7 @@ def score_reference(scores: Sequence[float] | npt.NDArray[np.float64], *, z: flo
     v = np.sort(np.asarray(scores, dtype=np.float64))  # a million hosts: 8 million scores, kept compact
     if len(v) < REFERENCE_MIN_UNITS:
         return None
-    healthy = v[np.searchsorted(v, _band_edge(v, lambda w, p: float(np.quantile(w, p)), 0.0), side="left") :]
+    healthy = v[np.searchsorted(v, _band_edge(v, 0.0), side="left") :]
     med = float(np.median(healthy))
     mad = float(np.median(np.abs(healthy - med)))
     if not mad > 0:
@@ -229,9 +229,7 @@ def score_reference(scores: Sequence[float] | npt.NDArray[np.float64], *, z: flo
     return ScoreReference(len(v), med, mad, slow_threshold(z, len(v)))
 
 
-def _band_edge(
-    v: npt.NDArray[np.float64], quantile: Callable[[npt.NDArray[np.float64], float], float], drop: float
-) -> float:
+def _band_edge(v: npt.NDArray[np.float64], drop: float) -> float:
     """Where the healthy peers of sorted `v` begin: HEALTHY_BAND spreads, and at least `drop` of the
     centre, below the centre of the healthy units (module docstring, step 1).
 
@@ -247,7 +245,7 @@ def _band_edge(
     15% slow at 3.5% spread it stops near a quarter, and the spread is still twice the healthy one (2.9
     times before the refit), so three reports' combined score finds that batch and one report does not.
     """
-    hi, lo = quantile(v, UPPER_Q), quantile(v, LOWER_Q)
+    hi, lo = _quantile(v, UPPER_Q), _quantile(v, LOWER_Q)
 
     def edge(share: float) -> float:
         z_hi = _NORMAL.inv_cdf((UPPER_Q - share) / (1.0 - share))

@@ -88,10 +88,7 @@ class MatmulGolden(SelftestMixin):
             a0 = torch.randint(-lim, lim + 1, (p["m"], p["k"]), generator=g, dtype=torch.int64)
             b0 = torch.randint(-lim, lim + 1, (p["k"], p["n"]), generator=g, dtype=torch.int64)
             ref0 = golden_reference(a0, b0)  # exact, on the CPU, independent of the unit's float units
-        self.uncovered = _uncovered_fp8(p["dtypes"], ctx.device)
-        if TF32_SLOT in p["dtypes"]:
-            why = tf32.missing(ctx.device, p["m"], p["k"], p["n"])
-            self.uncovered.update({TF32_SLOT: why} if why else {})
+        self.uncovered = _uncovered(p, ctx.device)
         for slot, why in self.uncovered.items():
             ctx.note(f"matmul_golden: {slot} is not covered on this unit ({why}); its cases check nothing")
         # Kept as fp32 (exact for these small integers): permuting 4-byte words per case is cheap.
@@ -177,16 +174,20 @@ def _product(slot: str, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> 
         torch.matmul(a, b, out=out)
 
 
-def _uncovered_fp8(dtypes: list[str], device: torch.device) -> dict[str, str]:
-    """The fp8 slots of `dtypes` this device cannot multiply (fp8 tensor cores came with sm_89), each with
-    torch's reason, found by one 16 x 16 product: a slot the datapath lacks is not covered, not failed."""
+def _uncovered(p: Mapping[str, Any], device: torch.device) -> dict[str, str]:
+    """The slots of `p["dtypes"]` this device has no datapath for, each with the reason: fp8 (its tensor
+    cores came with sm_89; torch's reason, from one 16 x 16 product) and TF32 (`tf32.missing`). A slot
+    the datapath lacks is not covered, never failed."""
     missing = {}
-    for slot in dict.fromkeys(d for d in dtypes if d in fp8.OPERANDS):
+    for slot in dict.fromkeys(d for d in p["dtypes"] if d in fp8.OPERANDS):
         ones = torch.ones((16, 16), device=device)
         try:
             fp8.scaled_mm(*fp8.operands(ones, ones, slot))
         except (RuntimeError, NotImplementedError) as err:
             missing[slot] = str(err).splitlines()[0][:200] or type(err).__name__
+    if TF32_SLOT in p["dtypes"]:
+        why = tf32.missing(device, p["m"], p["k"], p["n"])
+        missing.update({TF32_SLOT: why} if why else {})
     return missing
 
 
