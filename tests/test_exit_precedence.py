@@ -109,7 +109,7 @@ def test_a_closed_stderr_pipe_or_a_full_disk_never_changes_the_exit_code(tmp_pat
     """`sdcscan run ... 2>&1 | head -1` (the reader leaves after one line) and stderr on /dev/full
     (every write fails with ENOSPC): exit 0, the report written; a usage error with a full stderr: 2."""
     env = {**child_env(), "XDG_STATE_HOME": str(tmp_path / "state")}
-    args = ("run", "--units", "cpu:0", "--workloads", "matmul_golden", "--budget", "4s", "--no-history")
+    args = ("run", "--units", "cpu:0", "--workloads", "matmul_golden", "--budget", "8s", "--no-history")
     proc = subprocess.Popen(sdcscan_cmd(*args, "-o", str(tmp_path / "a.json")), stderr=subprocess.PIPE,
                             stdout=subprocess.DEVNULL, env=env, cwd=tmp_path)  # fmt: skip
     assert proc.stderr is not None

@@ -355,7 +355,7 @@ def test_two_sigterms_a_second_apart_end_in_143_with_the_report(tmp_path):
 @needs_two_cpus
 def test_sigterm_during_the_re_runs_ends_in_143_with_every_case(tmp_path):
     """A bit flip on every case of cpu:1 makes disputes; SIGTERM once the re-runs have begun."""
-    trial = Trial(tmp_path, budget="5s", extra=("--inject", f"{TWO.split(',')[1]}:bitflip"))
+    trial = Trial(tmp_path, budget="8s", extra=("--inject", f"{TWO.split(',')[1]}:bitflip"))
     trial.wait_for_line("re-running disputed cases")
     trial.proc.send_signal(signal.SIGTERM)
     assert trial.finish() == 143, trial.stderr

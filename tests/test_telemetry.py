@@ -317,7 +317,7 @@ def test_a_run_samples_telemetry_as_often_as_asked(tmp_path: Path) -> None:
     from tests.helpers.cli import child_env, sdcscan_cmd
 
     out = tmp_path / "r.json"
-    args = ("run", "--units", "cpu:0", "--workloads", "matmul_golden", "--budget", "4s", "--telemetry-interval",
+    args = ("run", "--units", "cpu:0", "--workloads", "matmul_golden", "--budget", "8s", "--telemetry-interval",
             "0.1", "-o", str(out), "--no-history")  # fmt: skip
     env = {**child_env(), "XDG_STATE_HOME": str(tmp_path / "state")}
     proc = subprocess.run(
