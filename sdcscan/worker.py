@@ -372,7 +372,7 @@ def configure_torch(unit: Unit, threads: int) -> ModuleType:
     import torch
 
     torch.set_num_threads(threads)
-    torch.use_deterministic_algorithms(True)
+    _deterministic(torch)
     if unit.kind == "cuda":
         torch.cuda.set_device(unit.index)
         torch.backends.cudnn.deterministic = True
@@ -382,6 +382,17 @@ def configure_torch(unit: Unit, threads: int) -> ModuleType:
         torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
         torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
     return torch
+
+
+def _deterministic(torch: ModuleType) -> None:
+    """Deterministic algorithms on, without `torch.use_deterministic_algorithms`: that imports
+    torch._inductor to set its flag (1.1 s of every unit's start-up on a Xeon core, torch 2.13), and
+    sdcscan compiles nothing with inductor (its Triton kernels are its own)."""
+    setter = getattr(torch._C, "_set_deterministic_algorithms", None)
+    if setter is None:  # a torch without the private setter: the public call, at its cost
+        torch.use_deterministic_algorithms(True)
+    else:
+        setter(True, warn_only=False)
 
 
 def _outcome_dict(o: Outcome) -> OutcomeRecord:

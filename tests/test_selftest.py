@@ -106,3 +106,20 @@ def test_bad_options_exit_2_with_one_clear_line(args, message):
     r = CliRunner().invoke(selftest, args)
     assert r.exit_code == 2
     assert r.stderr.startswith("Error:") and message in r.stderr and r.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("attrs", "mark", "shown"), [({}, "ok", "100.0% (bit 30)"), ({"detects": False}, "FAIL", "0.0% (bit 30)")]
+)
+def test_the_table_has_a_line_per_site_with_the_fault_nearest_its_floor(monkeypatch, attrs, mark, shown):
+    """What a person reads: clean, output and input lines for the fake's four rows; the output line
+    shows the fault nearest its floor (a failed one first) and is marked as its rows are."""
+    fake = type("FakeAbft", (_Fake,), attrs)
+    monkeypatch.setitem(SPECS, "fake_abft", fake.spec)
+    monkeypatch.setitem(REGISTRY, "fake_abft", fake)
+    r = CliRunner().invoke(selftest, ["-w", "fake_abft", "--trials", "3"])
+    cells = [[c.strip() for c in ln.split("│")[1:-1]] for ln in r.stderr.splitlines() if "fake_abft" in ln]
+    table = [c for c in cells if len(c) == 9]
+    assert [c[2] for c in table] == ["clean", "output", "input"], r.stderr
+    assert (table[1][3], table[1][4], table[1][6], table[1][8]) == ("2", "6", shown, mark)
+    assert table[2][7] == "silent" and table[2][8] == "ok"

@@ -5,6 +5,8 @@ never becomes ready is stopped with the step it was in."""
 from __future__ import annotations
 
 import multiprocessing
+import subprocess
+import sys
 from io import StringIO
 
 from rich.console import Console
@@ -77,3 +79,15 @@ def test_a_worker_stopped_before_it_was_ready_is_said_to_have_been_in_its_last_s
     )
     assert _step_note(UnitState(CPU0)) == ""  # no step said yet: nothing to add
     assert _step_note(UnitState(CPU0, ready=True, step=("measuring plain-op peaks", 7, 7))) == ""
+
+
+def test_configuring_torch_makes_it_deterministic_without_importing_inductor() -> None:
+    """The worker's own configure_torch, in a fresh interpreter: deterministic algorithms are on, and
+    torch._inductor (1.1 s of every start-up when `use_deterministic_algorithms` imports it) is not."""
+    code = (
+        "import sys; from sdcscan.units import Unit; from sdcscan.worker import configure_torch\n"
+        "torch = configure_torch(Unit(id='cpu:0', kind='cpu', index=0, model='t'), 1)\n"
+        "print(torch.are_deterministic_algorithms_enabled(), 'torch._inductor' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == ["True", "False"], done.stderr[-2000:]

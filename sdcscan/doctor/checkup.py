@@ -1,8 +1,8 @@
 """The doctor's steps in order, inside its budget: `checkup(opts, setup, say)` -> the summary.
 
 Each step runs real sdcscan commands as children (`children.run_child`), judges what they left
-(`judge`), and gets its share of the time actually left (`schedule.Allotter`). A step that cannot get
-the time it needs says what it skipped. A SIGINT or SIGTERM stops the step that is running (its
+(`judge`), and gets its floor and a share of the time actually left (`schedule.Allotter`). A step
+that cannot get the time it needs says what it skipped. A SIGINT or SIGTERM stops the step that is running (its
 child writes what it has), and the summary of what ran is still written.
 """
 
@@ -102,14 +102,15 @@ class _Doctor:
         step = self.step("detectors")
         t0 = time.monotonic()
         for unit in schedule.first_of_each_kind(self.setup.units):
-            seconds = self.allot.take(f"selftest {unit.kind}", time.monotonic())
-            if seconds < schedule.MIN_SELFTEST_S:
-                step.skipped.append(
-                    f"self-test on {unit.id}: {seconds:.0f} s left, it needs {schedule.MIN_SELFTEST_S:.0f}"
-                )
+            item = f"selftest {unit.kind}"
+            floor = self.allot.floor_of(item)
+            seconds = self.allot.take(item, time.monotonic())
+            if seconds < floor:
+                step.skipped.append(f"self-test on {unit.id}: {seconds:.0f} s left, it needs {floor:.0f}")
                 continue
             label = f"selftest {unit.id}"
             result = self.child(label, schedule.selftest_argv(unit.id, seconds), seconds + SELFTEST_SLACK_S)
+            self.allot.took("selftest", seconds, result.seconds)
             outcome = self._selftest_result(label, result)
             if isinstance(outcome, str):
                 step.reasons.append(f"{unit.id}: {outcome}")
@@ -176,14 +177,16 @@ class _Doctor:
     ) -> tuple[Report | None, ChildResult, float] | None:
         """One `sdcscan run` on the doctor's units: (its report or None, how it ended, its bound), or
         None when too little time is left for it (said on the step)."""
+        floor = self.allot.floor_of(label)
         seconds = self.allot.take(label, time.monotonic())
-        if seconds < schedule.MIN_RUN_S:
-            step.skipped.append(f"{label}: {seconds:.0f} s left, a run needs {schedule.MIN_RUN_S:.0f}")
+        if seconds < floor:
+            step.skipped.append(f"{label}: {seconds:.0f} s left, this run needs {floor:.0f}")
             return None
         out = self.work / f"{_slug(label)}.json"
         argv = schedule.run_argv(self.setup.units, seconds, str(out), profile=profile, inject=inject)
         bound = end_bound_s(schedule.budget_of(argv)) + RUN_SLACK_S
         result = self.child(label, argv, bound + RUN_SLACK_S)
+        self.allot.took("run", seconds, result.seconds)
         return _read_report(out), result, bound
 
     def _clean_run(self, step: Step, label: str) -> Report | None:

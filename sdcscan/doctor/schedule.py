@@ -1,14 +1,15 @@
 """What the doctor runs: its units, how its budget is shared, and each child's command line. Pure.
 
-The budget is shared as the doctor goes (`Allotter`): each item gets its weight's share of the time
-actually left, so a child that ran long is paid for by the items after it, and the doctor ends near
-its budget whatever this host's speed.
+The budget is shared as the doctor goes (`Allotter`): each item is first sure of its floor, the least
+that shows something, and gets its weight's share of the time actually left beyond the floors of
+every item still to come; so a child that ran long is paid for by the spare time of the items after
+it, not by their floors, and the doctor ends near its budget whatever this host's speed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sdcscan.errors import UsageError
 from sdcscan.units import Unit, select_units
@@ -28,14 +29,24 @@ INJECTIONS = ("bitflip", "nan", "hang", "crash")
 # Rates: a flip or a NaN in half the cases shows an intermittent unit is caught; a hang or a crash
 # strikes the first case, so the watchdog, not chance, decides how long the drill takes.
 RATES = {"bitflip": 0.5, "nan": 0.5, "hang": 1.0, "crash": 1.0}
-RESERVE_S = 4.0  # kept for judging, the summary and the bundles at the end
-MIN_RUN_S = 9.0  # a run shorter than this is start-up, and a hang would not be seen
-MIN_SELFTEST_S = 8.0
+RESERVE_S = 2.0  # kept for judging, the summary and the bundles at the end (under 0.1 s on a 2-vCPU Xeon)
 RUN_START_S = 1.0  # a run's budget counts from its own start: leave its interpreter's exit this long
 SELFTEST_START_S = 3.0  # importing torch and preparing each variant, outside the selftest's budget
 UNITS_PER_KIND = 2  # one to strike and a peer that must pass; two also make a cohort to compare
 
-# Shares of the time left; the items run in this order.
+# Floors: below these an item shows nothing, and is skipped with the reason.
+MIN_SELFTEST_S = 8.0
+# The doctor profile's start-up (7.3 s on a 2-vCPU Xeon, `scripts/bench_startup.py --profile doctor`;
+# 9.8-12.2 s seen on a slow CI host) and one case of each workload on both units.
+MIN_DETERMINISM_RUN_S = 12.0
+# quick's start-up (1.4 s on that Xeon) and a few cases: the bitflip, NaN and crash drills named the
+# struck unit with `--budget 5s` there. A hang is seen only after the watchdog's 5 s floor.
+MIN_DRILL_S = {"bitflip": 7.0, "nan": 7.0, "hang": 9.0, "crash": 7.0}
+# What a run takes beyond the seconds it was given (its interpreter, its report), until one is seen:
+# 0-1.5 s on the Xeon and the CI host.
+RUN_OVERRUN_S = 1.0
+
+# Shares of the time beyond the floors; the items run in this order.
 WEIGHT_SELFTEST = 0.16  # all kinds together
 WEIGHT_DETERMINISM_RUN = 0.18  # each of two runs
 WEIGHT_DRILL_RUN = 0.12  # each of four runs
@@ -88,25 +99,55 @@ def first_of_each_kind(units: Sequence[Unit]) -> list[Unit]:
     return [firsts[k] for k in sorted(firsts)]
 
 
+@dataclass(frozen=True)
+class Item:
+    """One child the doctor runs: its share of the spare time, its floor, and what kind of child it is
+    (items of one family take alike beyond the seconds they are given)."""
+
+    weight: float
+    floor: float
+    family: str  # "selftest" or "run"
+
+
 @dataclass
 class Allotter:
-    """Shares the time until `ends_at` (less RESERVE_S) among named items, in order, by weight."""
+    """Shares the time until `ends_at` (less RESERVE_S) among named items, in order: each its floor and
+    its weight's share of what is left beyond the floors (and expected overruns) of those after it."""
 
     ends_at: float
-    weights: dict[str, float]
+    items: dict[str, Item]
+    overrun: dict[str, float] = field(default_factory=lambda: {"run": RUN_OVERRUN_S, "selftest": 0.0})
 
     @classmethod
     def for_kinds(cls, kinds: Sequence[str], ends_at: float) -> Allotter:
-        items = {f"selftest {k}": WEIGHT_SELFTEST / len(kinds) for k in kinds}
-        items.update({f"determinism {i}": WEIGHT_DETERMINISM_RUN for i in (1, 2)})
-        items.update({f"drill {kind}": WEIGHT_DRILL_RUN for kind in INJECTIONS})
+        items = {
+            f"selftest {k}": Item(WEIGHT_SELFTEST / len(kinds), MIN_SELFTEST_S, "selftest") for k in kinds
+        }
+        items.update(
+            {f"determinism {i}": Item(WEIGHT_DETERMINISM_RUN, MIN_DETERMINISM_RUN_S, "run") for i in (1, 2)}
+        )
+        items.update(
+            {f"drill {kind}": Item(WEIGHT_DRILL_RUN, MIN_DRILL_S[kind], "run") for kind in INJECTIONS}
+        )
         return cls(ends_at, items)
 
-    def take(self, item: str, now: float) -> float:
-        """Seconds for `item` now: its weight's share of what is left; it leaves the queue."""
-        total = sum(self.weights.values())
-        weight = self.weights.pop(item)
-        return max(0.0, self.ends_at - RESERVE_S - now) * weight / total
+    def take(self, name: str, now: float) -> float:
+        """Seconds for item `name` now; it leaves the queue. When the time left cannot hold every floor,
+        it gets its floor while the time lasts, and the items after it what remains."""
+        item = self.items.pop(name)
+        left = self.ends_at - RESERVE_S - now - self.overrun[item.family]
+        room = left - sum(i.floor + self.overrun[i.family] for i in self.items.values())
+        if room <= item.floor:
+            return max(0.0, min(item.floor, left))
+        weights = item.weight + sum(i.weight for i in self.items.values())
+        return item.floor + (room - item.floor) * item.weight / weights
+
+    def took(self, family: str, given: float, spent: float) -> None:
+        """A child of `family` given `given` seconds took `spent`: what comes after expects as much."""
+        self.overrun[family] = max(self.overrun[family], spent - given)
+
+    def floor_of(self, name: str) -> float:
+        return self.items[name].floor
 
 
 def selftest_argv(device: str, seconds: float) -> list[str]:

@@ -16,33 +16,42 @@ def _pct(x: float | None) -> str:
 
 
 def selftest_table(result: dict[str, Any]) -> Table:
-    """One line per (workload, variant, site, bit); clean trials first within each variant."""
+    """One line per (workload, variant, site): its faults taken together, the worst against its floor.
+
+    Every (site, bit) row is in `--json`, and each failed one is named under the table: 1,281 rows in a
+    terminal scroll away, and rich took 2.8 s to lay them out (2-vCPU Xeon), inside the doctor's budget.
+    """
     table = Table(title=f"sdcscan selftest (seed {result['seed']}, {result['trials']} trials)")
-    for col in ("workload", "variant", "site", "fault", "trials", "detected", "rate", "floor", ""):
-        table.add_column(
-            col, justify="right" if col in ("fault", "trials", "detected", "rate", "floor") else "left"
-        )
+    for col in ("workload", "variant", "site", "faults", "trials", "detected", "lowest", "floor", ""):
+        table.add_column(col, justify="left" if col in ("workload", "variant", "site", "") else "right")
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for r in result["rows"]:
-        mark = Text("ok", style="green") if r["passed"] else Text("FAIL", style="red")
-        if r["site"] == "clean":
-            detected, rate = f"{r['false_positives']} FP", f"{r['rows_checked']} rows"
-            floor = "0 FP"
+        groups.setdefault((r["workload"], r["variant"], r["site"]), []).append(r)
+    for (workload, variant, site), rows in groups.items():
+        passed = all(r["passed"] for r in rows)
+        mark = Text("ok", style="green") if passed else Text("FAIL", style="red")
+        trials = sum(r["trials"] for r in rows)
+        if site == "clean":
+            cells = ("", str(trials), f"{sum(r['false_positives'] for r in rows)} FP", "", "0 FP")
         else:
-            detected, rate = str(r["detected"]), _pct(r["rate"])
-            floor = "silent" if r["negative_control"] else _pct(r["floor"])
-        bit = "" if r["bit"] is None else str(r["bit"])
-        table.add_row(
-            cell(r["workload"]),
-            cell(r["variant"]),
-            cell(r["site"]),
-            bit,
-            str(r["trials"]),
-            detected,
-            rate,
-            floor,
-            mark,
-        )
+            worst = _worst(rows)
+            floor = "silent" if worst["negative_control"] else _pct(worst["floor"])
+            lowest = f"{_pct(worst['rate'])} ({_fault_label(worst['bit'])})"
+            cells = (str(len(rows)), str(trials), str(sum(r["detected"] for r in rows)), lowest, floor)
+        table.add_row(cell(workload), cell(variant), cell(site), *cells, mark)
     return table
+
+
+def _worst(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The row to show for a site: a failed one if any, else the one nearest its limit (the lowest
+    detection, or on a negative control, which must stay silent, the highest)."""
+    failed = [r for r in rows if not r["passed"]]
+    if failed:
+        return failed[0]
+    rated = [r for r in rows if r["rate"] is not None] or rows
+    if rows[0]["negative_control"]:
+        return max(rated, key=lambda r: r["rate"] or 0.0)
+    return min(rated, key=lambda r: r["rate"] if r["rate"] is not None else 1.0)
 
 
 def render_selftest(result: dict[str, Any], console: Console) -> None:
