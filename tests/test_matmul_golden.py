@@ -293,8 +293,8 @@ def test_the_fp8_slots_rules_refuse_values_or_shapes_they_cannot_hold() -> None:
 
 def test_the_fp8_plain_op_is_the_scaled_product() -> None:
     """Efficiency divides by the rate of the op the slot runs: the peak times `_scaled_mm` on fp8."""
-    from sdcscan.peaks.plain_ops import PlainOp
     from sdcscan.peaks.rates import _matmul_call
+    from sdcscan.workloads.workload_spec import PlainOp
 
     call, flops = _matmul_call(PlainOp("matmul", "float8_e4m3fn", (32, 64, 32), 1.0), torch.device("cpu"))
     out = call()

@@ -16,10 +16,11 @@ from sdcscan import worker
 from sdcscan.errors import ReportError
 from sdcscan.judgement.assemble import judge_and_build
 from sdcscan.peaks import rates
-from sdcscan.peaks.plain_ops import PlainOp, case_peak, combined_rate, plain_ops
+from sdcscan.peaks.plain_ops import case_peak, combined_rate, plain_ops
 from sdcscan.peaks.rates import PeakSource, workload_peak
 from sdcscan.report import SCHEMA_PATH, validate_report
 from sdcscan.workloads import SPECS
+from sdcscan.workloads.workload_spec import PlainOp
 
 CPU = torch.device("cpu")
 OP = PlainOp("matmul", "float32", (8, 16, 8), 1.0)

@@ -19,11 +19,13 @@ from sdcscan.judgement.assemble import judge_and_build
 from sdcscan.outputs.prom import prom_text
 from sdcscan.render.run import proof_lines, render_summary
 from sdcscan.report import validate_report
+from sdcscan.workloads import SPECS
 from tests.helpers.reports import make_report
 
 RUN = {"id": "r", "profile": {"name": "burnin", "sha256": "0" * 64}, "seed": 1, "budget_s": 1.0,
        "started_at": "2025-01-01T00:00:00Z", "ended_at": "2025-01-01T00:00:01Z", "duration_s": 1.0}  # fmt: skip
 SELFTESTED = ("gemm_int8", "gemm_fp", "embbag_int8", "matmul_golden")
+COVERAGE = {name: spec.coverage for name, spec in SPECS.items() if spec.coverage is not None}
 
 
 def _hardware_floors(workload: str) -> list[float]:
@@ -31,7 +33,7 @@ def _hardware_floors(workload: str) -> list[float]:
     workload's coverage applies to (its `applies`, else every variant)."""
     mixin = importlib.import_module(f"sdcscan.workloads.{workload}.selftest_spec").SelftestMixin
     spec = importlib.import_module(f"sdcscan.workloads.{workload}.spec").SPEC
-    applies = proof.COVERAGE[workload].applies
+    applies = COVERAGE[workload].applies
     floors = []
     for variant, params in mixin.selftest_variants.items():
         if any({**spec.defaults, **params}.get(k) != v for k, v in applies.items()):
@@ -50,14 +52,14 @@ def test_each_detection_is_the_lowest_selftest_floor_of_the_hardware_fault_model
     """d is derived from selftest_spec: a floor changed there fails here until the table follows."""
     floors = _hardware_floors(workload)
     assert floors, f"{workload}: no floored hardware fault model in the variants its bound applies to"
-    assert proof.COVERAGE[workload].detection == min(floors)
+    assert COVERAGE[workload].detection == min(floors)
 
 
 def test_the_invariant_workloads_are_the_selftested_ones_and_digests_are_never_bounded() -> None:
     """Only workloads a self-test floors carry a detection; digest coverage never does."""
-    invariant = {w for w, c in proof.COVERAGE.items() if c.evidence == "invariant"}
+    invariant = {w for w, c in COVERAGE.items() if c.evidence == "invariant"}
     assert invariant == set(SELFTESTED)
-    assert all(c.detection is None for c in proof.COVERAGE.values() if c.evidence == "digest")
+    assert all(c.detection is None for c in COVERAGE.values() if c.evidence == "digest")
 
 
 def test_the_bound_is_the_rule_of_three_over_checked_ops_and_detection() -> None:
@@ -83,21 +85,21 @@ def test_sentences_name_the_op_and_round_the_bound_up() -> None:
 
 def test_checked_ops_reuse_the_throughput_count() -> None:
     """GEMM ops count 2 per multiply-add; an embbag lookup pools `dim` elements; others are not counted."""
-    assert proof.checked_ops("gemm_int8", 2e9, {}) == 1e9
-    assert proof.checked_ops("train", 6e9, {}) == 3e9
-    assert proof.checked_ops("embbag_int8", 1000.0, {"dim": 128}) == 128_000
-    assert proof.checked_ops("embbag_int8", 1000.0, {}) is None
-    assert proof.checked_ops("collective", 1e6, {}) is None
-    assert proof.checked_ops("gemm_fp", 0.0, {}) is None
+    assert COVERAGE["gemm_int8"].checked_ops(2e9, {}) == 1e9
+    assert COVERAGE["train"].checked_ops(6e9, {}) == 3e9
+    assert COVERAGE["embbag_int8"].checked_ops(1000.0, {"dim": 128}) == 128_000
+    assert COVERAGE["embbag_int8"].checked_ops(1000.0, {}) is None
+    assert "collective" not in COVERAGE
+    assert COVERAGE["gemm_fp"].checked_ops(0.0, {}) is None
 
 
 def test_a_floor_holds_only_for_the_selftests_parameters() -> None:
     """gemm_int8 mod 127 and gemm_fp off its self-test's inputs are not held to the floor."""
-    assert proof.floor_holds("gemm_int8", {"scheme": "mod2_32"})
-    assert not proof.floor_holds("gemm_int8", {"scheme": "mod127"})
-    assert proof.floor_holds("gemm_fp", {"inputs": "abs_normal"})
-    assert not proof.floor_holds("gemm_fp", {"inputs": "normal"})
-    assert proof.floor_holds("matmul_golden", {}) and not proof.floor_holds("collective", {})
+    assert COVERAGE["gemm_int8"].holds_for({"scheme": "mod2_32"})
+    assert not COVERAGE["gemm_int8"].holds_for({"scheme": "mod127"})
+    assert COVERAGE["gemm_fp"].holds_for({"inputs": "abs_normal"})
+    assert not COVERAGE["gemm_fp"].holds_for({"inputs": "normal"})
+    assert COVERAGE["matmul_golden"].holds_for({})
 
 
 # --- the report -----------------------------------------------------------------------------------
@@ -230,11 +232,10 @@ def test_many_units_show_the_weakest_passing_unit_per_workload() -> None:
     )
 
 
-def test_every_per_unit_workload_states_its_coverage() -> None:
-    """A workload registered without a COVERAGE entry would report no checked operations and no bound,
-    silently: every per-unit workload has one (the distributed ones, judged by their ranks' agreement,
-    have none), and no entry names a workload that does not exist."""
-    from sdcscan.workloads import SPECS
-
+def test_every_per_unit_workload_states_its_coverage_and_plain_ops() -> None:
+    """A workload registered without coverage would report no checked operations and no bound, and one
+    without plain ops no efficiency, silently: every per-unit workload's spec states both (the
+    distributed ones, judged by their ranks' agreement, have neither)."""
     per_unit = {name for name, spec in SPECS.items() if not spec.distributed}
-    assert set(proof.COVERAGE) == per_unit
+    assert set(COVERAGE) == per_unit
+    assert {name for name, spec in SPECS.items() if spec.plain_ops is not None} == per_unit

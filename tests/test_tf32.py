@@ -189,8 +189,8 @@ def test_where_the_unit_has_tf32_its_selftest_holds_every_floor(monkeypatch) -> 
 
 def test_the_tf32_plain_op_is_an_fp32_product_taken_in_tf32(monkeypatch) -> None:
     """Efficiency divides by the rate of the op the slot runs: the peak times the product with TF32 on."""
-    from sdcscan.peaks.plain_ops import PlainOp
     from sdcscan.peaks.rates import _matmul_call
+    from sdcscan.workloads.workload_spec import PlainOp
 
     seen = []
 

@@ -44,6 +44,8 @@ from sdcscan.report.document import (
 from sdcscan.report.document import (
     Retest as RetestDoc,
 )
+from sdcscan.workloads import SPECS
+from sdcscan.workloads.workload_spec import Coverage
 
 MAX_MISMATCHES_PER_UNIT = 50  # enough to see a pattern; the per-case status column has the full count
 MAX_RETEST_RECORDS = 20
@@ -334,21 +336,24 @@ def _throughput_doc(
 
 
 def _checked_doc(cases: list[Outcome], statuses: list[StatusWord], verdict: str) -> dict[str, Checked]:
-    """Per workload with coverage (`sdcscan.proof.COVERAGE`): the ops of the cases whose checks ran (ok or
+    """Per workload with coverage (its spec's `coverage`): the ops of the cases whose checks ran (ok or
     mismatch; a case that raised checked nothing), from the same `ops` the throughput sums, and the rate
     bound a pass proves. A workload gets no bound where a case lies outside its self-test's floor."""
     ops: defaultdict[str, float] = defaultdict(float)
     floored: dict[str, bool] = {}
+    coverage: dict[str, Coverage] = {}
     for o, status in zip(cases, statuses, strict=True):
         w, detail = o["workload"], o.get("detail") or {}
-        n = proof.checked_ops(w, o.get("ops") or 0.0, detail)
-        if n is None or status == STATUS_ERROR:
+        cov = SPECS[w].coverage if w in SPECS else None
+        n = None if cov is None else cov.checked_ops(o.get("ops") or 0.0, detail)
+        if cov is None or n is None or status == STATUS_ERROR:
             continue
         ops[w] += n
-        floored[w] = floored.get(w, True) and proof.floor_holds(w, detail)
+        coverage[w] = cov
+        floored[w] = floored.get(w, True) and cov.holds_for(detail)
     out: dict[str, Checked] = {}
     for w in sorted(ops):
-        cov, n = proof.COVERAGE[w], float(round(ops[w]))
+        cov, n = coverage[w], float(round(ops[w]))
         detection = cov.detection if floored[w] else None
         out[w] = {
             "checked_ops": n,

@@ -30,7 +30,8 @@ from sdcscan.checks import fp8, tf32
 from sdcscan.checks.limits import TF32_SLOT
 from sdcscan.errors import ReportError
 from sdcscan.files import default_state_dir, make_state_dir, read_json, write_json_atomic
-from sdcscan.peaks.plain_ops import PeakOp, PlainOp, WorkloadPeak, combined_rate, plain_ops
+from sdcscan.peaks.plain_ops import PeakOp, WorkloadPeak, combined_rate, plain_ops
+from sdcscan.workloads.workload_spec import PlainOp
 
 CACHE_SCHEMA = "sdcscan-peak/1"
 MAX_CACHE_BYTES = 64 * 1024

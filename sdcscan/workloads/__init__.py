@@ -7,14 +7,19 @@ code, which imports those constants from `spec.py`. The parent process (profile 
 `sdcscan workloads`) reads only the specs; the worker calls `load(name)`, which imports
 `<name>/workload.py` and returns the class it registered.
 
-Adding a workload: its package (`__init__.py`, `spec.py`, `workload.py`), its name in `NAMES` below,
-its row in README's table, and a profile that runs it.
+The spec also states what a pass of the workload proves (`coverage`: checked ops and the detection a rate bound assumes) and the
+plain ops its efficiency is measured against (`plain_ops`, for `sdcscan.peaks`). Adding a workload:
+its package (`__init__.py`, `spec.py`, `workload.py`, and `selftest_spec.py` for an ABFT workload:
+README "Adding a workload"), its row in README's table, and a profile that runs it. The package is
+found here by its `spec.py`; nothing else lists it.
 """
 
 from __future__ import annotations
 
 import difflib
 import importlib
+import importlib.util
+import pkgutil
 from typing import TYPE_CHECKING
 
 from sdcscan.errors import UsageError
@@ -26,8 +31,20 @@ if TYPE_CHECKING:
 
 __all__ = ["NAMES", "SPECS", "Quality", "WorkloadSpec", "load", "spec"]
 
+
+def _packages() -> tuple[str, ...]:
+    """Every package under sdcscan/workloads/ that has a spec.py, by name."""
+    return tuple(
+        sorted(
+            m.name
+            for m in pkgutil.iter_modules(__path__)
+            if m.ispkg and importlib.util.find_spec(f"{__name__}.{m.name}.spec") is not None
+        )
+    )
+
+
 # Every workload, in the order `SPECS` lists them: each is the package sdcscan/workloads/<name>/.
-NAMES = ("train", "train_dp", "matmul_golden", "gemm_int8", "embbag_int8", "gemm_fp", "collective")
+NAMES = _packages()
 
 
 def _declared(name: str) -> WorkloadSpec:

@@ -8,7 +8,7 @@ from typing import Any
 from sdcscan.checks.limits import CHECK_KERNELS
 from sdcscan.outcomes import CONSENSUS, INVARIANT
 from sdcscan.workloads.params import Choice, Flag, Int, ListOf
-from sdcscan.workloads.workload_spec import Quality, WorkloadSpec
+from sdcscan.workloads.workload_spec import Coverage, PlainOp, Quality, WorkloadSpec
 
 MODES = ("exact", "realistic")
 MAX_POOLING = (2**16 - 1) // 3  # 21,845: pooling[1] * 3 < 2^16
@@ -31,6 +31,29 @@ def _memory(p: Mapping[str, Any]) -> int:
     """The int32 id pool of one batch and its float32 output (the table's rows fit themselves to
     memory in `prepare`, so `rows` is not counted)."""
     return int(4 * p["bags"] * p["pooling"][1] + 4 * p["bags"] * p["dim"])
+
+
+def _plain_ops(p: Mapping[str, Any], device: object) -> list[PlainOp]:
+    """One batch of `bags` bags per bit width: widths are cycled case by case with the same number of
+    lookups (equal weights), and a case's `repeats` batches look up at that batch's rate."""
+    low, high = p["pooling"]
+    return [
+        PlainOp("embedding_bag", f"int{bits}", (p["rows"], p["dim"], p["bags"], low, high), 1.0)
+        for bits in p["bits"]
+    ]
+
+
+# What a pass proves (sdcscan.proof; README "How to read pass").
+COVERAGE = Coverage(
+    op="pooled element",
+    per_op=1.0,
+    times="dim",  # a lookup pools one row of `dim` elements
+    evidence="invariant",
+    detection=0.99,
+    why="the lower of its modes' floors: exact mode holds 1.0 for bursts, wrong rows and stuck signs, "
+    "realistic mode 0.99 for wrong rows and layout models at an exponent bit; several elements of one "
+    "bag that cancel on the 2^-7 grid are exact mode's blind spot",
+)
 
 
 SPEC = WorkloadSpec(
@@ -77,4 +100,6 @@ SPEC = WorkloadSpec(
     },
     rules=(_rules,),
     memory=_memory,
+    coverage=COVERAGE,
+    plain_ops=_plain_ops,
 )

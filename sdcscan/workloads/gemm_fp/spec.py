@@ -7,6 +7,7 @@ clean rows."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,7 +18,7 @@ from sdcscan.calibration.table import OUT_OF_RANGE
 from sdcscan.checks.limits import SIGMA_C
 from sdcscan.outcomes import CONSENSUS, INVARIANT, REPEAT
 from sdcscan.workloads.params import CalibrationPath, Choice, Int, ListOf, Number, Shape, one_per_dtype
-from sdcscan.workloads.workload_spec import DTYPE_BYTES, Quality, WorkloadSpec
+from sdcscan.workloads.workload_spec import DTYPE_BYTES, Coverage, PlainOp, Quality, WorkloadSpec
 
 # Checksum precisions any dtype is calibrated with (float32, float64)
 CHECKERS = tuple(dict.fromkeys(c for checkers in CALIBRATED_CHECKERS.values() for c in checkers))
@@ -48,6 +49,27 @@ def _memory(p: Mapping[str, Any]) -> int:
         DTYPE_BYTES[dtype] * int(m * k + k * n + m * n)
         for dtype, (m, k, n) in zip(p["dtypes"], p["shapes"], strict=False)
     )
+
+
+def _plain_ops(p: Mapping[str, Any], device: object) -> list[PlainOp]:
+    """One GEMM per dtype slot, at its shape and repeats."""
+    return [
+        PlainOp("matmul", dt, tuple(shape), 2.0 * math.prod(shape) * reps)
+        for dt, shape, reps in zip(p["dtypes"], p["shapes"], p["repeats"], strict=True)
+    ]
+
+
+# What a pass proves (sdcscan.proof; README "How to read pass").
+COVERAGE = Coverage(
+    op="multiply-add",
+    per_op=0.5,
+    evidence="invariant",
+    detection=0.99,
+    applies={"inputs": "abs_normal"},
+    why="V-ABFT on |N|+0.5 inputs: warp runs, strides and tiles at the lowest exponent bit and stuck "
+    "sign or exponent bits (every change at least a factor of 2) are floored at 0.99 in every dtype; "
+    "changes within the rounding (random mantissa bits) and zero-mean inputs are reported, not floored",
+)
 
 
 SPEC = WorkloadSpec(
@@ -84,4 +106,6 @@ SPEC = WorkloadSpec(
     },
     rules=(_rules,),
     memory=_memory,
+    coverage=COVERAGE,
+    plain_ops=_plain_ops,
 )

@@ -10,7 +10,7 @@ from typing import Any
 from sdcscan.checks.limits import FP8_DIMENSION_MULTIPLE, FP8_EXACT_INT, FP8_SLOTS, TF32_EXACT_INT, TF32_SLOT
 from sdcscan.outcomes import CONSENSUS, INVARIANT, REPEAT
 from sdcscan.workloads.params import Choice, Int, ListOf, one_per_dtype
-from sdcscan.workloads.workload_spec import Quality, WorkloadSpec
+from sdcscan.workloads.workload_spec import Coverage, PlainOp, Quality, WorkloadSpec
 
 # The fp8 slots (opt-in: no profile lists them yet) multiply fp8 operands into fp32 (sdcscan.checks.fp8);
 # the TF32 slot multiplies fp32 operands in TF32 (sdcscan.checks.tf32).
@@ -80,6 +80,25 @@ def _memory(p: Mapping[str, Any]) -> int:
     return int(size * (p["m"] * p["k"] + p["k"] * p["n"] + p["m"] * p["n"]))
 
 
+def _plain_ops(p: Mapping[str, Any], device: object) -> list[PlainOp]:
+    """One product per dtype slot, each at its repeats."""
+    m, k, n = p["m"], p["k"], p["n"]
+    return [
+        PlainOp("matmul", dt, (m, k, n), 2.0 * m * k * n * reps)
+        for dt, reps in zip(p["dtypes"], p["repeats"], strict=True)
+    ]
+
+
+# What a pass proves (sdcscan.proof; README "How to read pass").
+COVERAGE = Coverage(
+    op="multiply-add",
+    per_op=0.5,  # flops: 2·m·n·k per product
+    evidence="invariant",
+    detection=1.0,
+    why="every output value is compared with an exact integer golden: every fault model, every bit, 1.0",
+)
+
+
 SPEC = WorkloadSpec(
     name="matmul_golden",
     description=(
@@ -115,4 +134,6 @@ SPEC = WorkloadSpec(
     },
     rules=(_rules,),
     memory=_memory,
+    coverage=COVERAGE,
+    plain_ops=_plain_ops,
 )

@@ -7,7 +7,7 @@ from typing import Any
 
 from sdcscan.outcomes import CONSENSUS, INVARIANT, REPEAT
 from sdcscan.workloads.params import Choice, Int, Number
-from sdcscan.workloads.workload_spec import DTYPE_BYTES, Quality, WorkloadSpec
+from sdcscan.workloads.workload_spec import DTYPE_BYTES, Coverage, PlainOp, Quality, WorkloadSpec
 
 DTYPES = ("float32", "float64", "bfloat16")  # weights, data and AdamW's state
 # "bfloat16"/"float16": forward and loss under torch.autocast, so matmuls run on the matrix units at that
@@ -30,6 +30,32 @@ def _memory(p: Mapping[str, Any]) -> int:
     weights = p["inputs"] * p["hidden"] + p["hidden"] ** 2 + p["hidden"] * p["classes"]
     size = 4 if p["autocast"] != "none" else DTYPE_BYTES[p["dtype"]]
     return int(4 * size * weights + 4 * p["steps"] * p["batch"] * p["inputs"])
+
+
+def _plain_ops(p: Mapping[str, Any], device: object) -> list[PlainOp]:
+    """Each Linear layer: forward x·Wᵀ, backward dY·W and dYᵀ·x, 2·batch·in·out flops each."""
+    b, dt = p["batch"], p["dtype"]
+    layers = [(p["inputs"], p["hidden"]), (p["hidden"], p["hidden"]), (p["hidden"], p["classes"])]
+    ops = []
+    for fan_in, fan_out in layers:
+        flops = 2.0 * b * fan_in * fan_out
+        ops += [
+            PlainOp("matmul", dt, (b, fan_in, fan_out), flops),
+            PlainOp("matmul", dt, (b, fan_out, fan_in), flops),
+            PlainOp("matmul", dt, (fan_in, b, fan_out), flops),
+        ]
+    return ops
+
+
+# What a pass proves (sdcscan.proof; README "How to read pass").
+COVERAGE = Coverage(
+    op="multiply-add",
+    per_op=0.5,  # 6 flops per weight and sample: 3 multiply-adds
+    evidence="digest",
+    detection=None,
+    why="its digest proves nothing until compared with peers or a golden, and no self-test measures "
+    "which corruptions of a training step reach it",
+)
 
 
 SPEC = WorkloadSpec(
@@ -69,4 +95,6 @@ SPEC = WorkloadSpec(
     },
     rules=(_rules,),
     memory=_memory,
+    coverage=COVERAGE,
+    plain_ops=_plain_ops,
 )
