@@ -34,7 +34,7 @@ def _modules_loaded_by(code: str) -> set[str]:
         "import sdcscan.cli, sdcscan.fleet, sdcscan.report, sdcscan.outcomes",
         # The parent process of `sdcscan run`: options, profile validation, the run core, outputs.
         "import sdcscan.scan, sdcscan.cli.run, sdcscan.profile; sdcscan.profile.load_profile('burnin')",
-        "import sdcscan.fleet.compare, sdcscan.fleet.golden, sdcscan.cli.rebuild, sdcscan.outputs.publish",
+        "import sdcscan.fleet.compare, sdcscan.fleet.golden, sdcscan.judgement.rebuild, sdcscan.outputs.publish",
         "from sdcscan.cli import cli; from click.testing import CliRunner; CliRunner().invoke(cli, ['workloads'])",
         # The commands that read reports and the history, as a user runs them on a real report.
         "from sdcscan.cli import cli; from click.testing import CliRunner; import tempfile, os\n"

@@ -313,6 +313,18 @@ def test_when_floors_cannot_all_be_held_the_items_in_order_keep_theirs_and_the_l
     assert allot.take("drill nan", 60.0) == 0.0
 
 
+def test_a_run_plan_is_the_command_line_its_child_gets_and_carries_its_budget():
+    """The doctor reads a run's budget from its plan (the bound it judges the run by), never back out of
+    the command line."""
+    plan = schedule.run_plan([CPU0, CPU1], 12.7, "o.json", profile="quick", inject=["cpu:0:hang@1.0"])
+    assert plan.budget_s == 11  # less RUN_START_S for the interpreter, whole seconds
+    assert plan.argv() == [
+        "run", "-p", "quick", "--units", "cpu:0,cpu:1", "--seed", str(schedule.SEED), "--budget", "11s",
+        "-o", "o.json", "--no-history", "--inject", "cpu:0:hang@1.0",
+    ]  # fmt: skip
+    assert schedule.run_plan([CPU0], 0.5, "o.json").budget_s == 1
+
+
 def test_the_default_units_are_two_of_each_kind():
     gpus = [Unit(f"cuda:{i}", "cuda", i, "GPU") for i in range(3)]
     cpus = [Unit(f"cpu:{i}", "cpu", i, "CPU") for i in range(8)]

@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from sdcscan.cli.rebuild import report_from_journal
 from sdcscan.errors import ReportError, RunError, UsageError
 from sdcscan.files import STATE_DIR_MODE, check_output_target, make_state_dir, write_text_atomic
 from sdcscan.journal import Journal, read_journal
+from sdcscan.judgement.rebuild import report_from_journal
 from sdcscan.outputs.publish import Outputs, publish
 from tests.helpers.cli import one_error_line
 from tests.helpers.reports import make_report

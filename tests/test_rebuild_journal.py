@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sdcscan.cli.rebuild import report_from_journal
+from sdcscan.judgement.rebuild import report_from_journal
 from sdcscan.timefmt import iso_utc
 
 T0 = 1_764_000_000.0

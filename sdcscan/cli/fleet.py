@@ -200,8 +200,8 @@ def compare(
         sdcscan compare 'reports/2025-W23/*.json' --json > findings.json
         sdcscan compare reports/ --hosts fleet.txt --html fleet.html
     """
-    from sdcscan.fleet.compare import compare_files, compare_from
-    from sdcscan.fleet.engine import Engine
+    from sdcscan.fleet.compare import Source
+    from sdcscan.fleet.compare import compare as compare_fleet
     from sdcscan.fleet.golden import index_golden, load_golden
     from sdcscan.fleet.reading import read_hosts
     from sdcscan.fleet.summary import Options
@@ -209,16 +209,8 @@ def compare(
     from sdcscan.render.fleet import render_compare
     from sdcscan.render.fleet_progress import FleetProgressBar
 
-    if bool(paths) == bool(from_dir):
-        raise UsageError("give report PATHS, or --from DIR (a dataset written by `sdcscan ingest`), not both")
-    if engine_name == "spark" and not from_dir:
-        raise UsageError(
-            "--engine spark judges a dataset: ingest the reports, then compare --from DIR --engine spark"
-        )
-    if (spark_master or spark_remote) and engine_name != "spark":
-        raise UsageError("--spark-master and --spark-remote go with --engine spark")
-    if spark_master and spark_remote:
-        raise UsageError("give --spark-master or --spark-remote, not both")
+    source = Source(paths, from_dir, engine_name, spark_master, spark_remote)
+    source.check()
     inputs = fleet_inputs(paths, from_dir, hosts_file, golden_path)
     check_html_target(html_path, inputs)  # exit 2 before work
     check_html_target(csv_path, [*inputs, ("--html", html_path)], option="--csv")
@@ -236,16 +228,8 @@ def compare(
         fail_on_undecided="undecided" in fail_on,
         overview=html_path is not None,  # what the page draws beside the findings (not in the JSON)
     )
-    engine = Engine(threads=jobs or None)
     with FleetProgressBar(stderr_console(), wanted=not as_json) as progress:
-        if from_dir and engine_name == "spark":
-            from sdcscan.fleet.engine_spark import compare_from_spark
-
-            summary = compare_from_spark(from_dir, opts, master=spark_master, remote=spark_remote)
-        elif from_dir:
-            summary = compare_from(from_dir, opts, engine, progress)
-        else:
-            summary = compare_files(paths, opts, jobs=jobs or None, engine=engine, progress=progress)
+        summary = compare_fleet(source, opts, jobs=jobs or None, progress=progress)
     if as_json:  # first: a failure while drawing the table must not cost automation its JSON
         emit_json(summary.to_dict())
         sys.stdout.flush()

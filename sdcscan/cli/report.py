@@ -45,8 +45,8 @@ def report_cmd(
         sdcscan report burnin.json --html burnin.html
         sdcscan report --from-journal report.20261123T080000Z-1a2b3c4d.journal.jsonl -o report.json
     """
-    from sdcscan.cli.rebuild import report_from_journal
     from sdcscan.files import check_output_target, write_json_atomic
+    from sdcscan.judgement.rebuild import report_from_journal
     from sdcscan.outcomes import printable
     from sdcscan.render.console import stderr_console
     from sdcscan.render.run import render_header, render_summary

@@ -183,9 +183,9 @@ class _Doctor:
             step.skipped.append(f"{label}: {seconds:.0f} s left, this run needs {floor:.0f}")
             return None
         out = self.work / f"{_slug(label)}.json"
-        argv = schedule.run_argv(self.setup.units, seconds, str(out), profile=profile, inject=inject)
-        bound = end_bound_s(schedule.budget_of(argv)) + RUN_SLACK_S
-        result = self.child(label, argv, bound + RUN_SLACK_S)
+        plan = schedule.run_plan(self.setup.units, seconds, str(out), profile=profile, inject=inject)
+        bound = end_bound_s(plan.budget_s) + RUN_SLACK_S
+        result = self.child(label, plan.argv(), bound + RUN_SLACK_S)
         self.allot.took("run", seconds, result.seconds)
         return _read_report(out), result, bound
 

@@ -156,20 +156,32 @@ def selftest_argv(device: str, seconds: float) -> list[str]:
     return ["selftest", "--device", device, "--budget", f"{budget}s", "--json"]
 
 
-def run_argv(
+@dataclass(frozen=True)
+class RunPlan:
+    """One `sdcscan run` the doctor starts: its plan, units, budget and report, typed, so the doctor
+    reads its budget from here and never back out of a command line."""
+
+    units: tuple[str, ...]
+    profile: str
+    budget_s: int  # whole seconds: `--budget` as the child gets it
+    out: str
+    inject: tuple[str, ...] = ()
+
+    def argv(self) -> list[str]:
+        """The child's command line (after `sdcscan`)."""
+        argv = ["run", "-p", self.profile, "--units", ",".join(self.units), "--seed", str(SEED)]
+        argv += ["--budget", f"{self.budget_s}s", "-o", self.out, "--no-history"]
+        for spec in self.inject:
+            argv += ["--inject", spec]
+        return argv
+
+
+def run_plan(
     units: Sequence[Unit], seconds: float, out: str, *, profile: str = PROFILE, inject: Sequence[str] = ()
-) -> list[str]:
+) -> RunPlan:
     """`sdcscan run` of the doctor's fixed plan on `units` for about `seconds`, its report at `out`."""
-    argv = ["run", "-p", profile, "--units", ",".join(u.id for u in units), "--seed", str(SEED)]
-    argv += ["--budget", f"{max(1, int(seconds - RUN_START_S))}s", "-o", out, "--no-history"]
-    for spec in inject:
-        argv += ["--inject", spec]
-    return argv
-
-
-def budget_of(argv: Sequence[str]) -> float:
-    """The `--budget` seconds of a command line built here."""
-    return float(argv[argv.index("--budget") + 1].rstrip("s"))
+    budget_s = max(1, int(seconds - RUN_START_S))
+    return RunPlan(tuple(u.id for u in units), profile, budget_s, out, tuple(inject))
 
 
 def injection_specs(kind: str, struck: Sequence[Unit]) -> list[str]:

@@ -19,6 +19,7 @@ import os
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,14 +27,13 @@ from sdcscan.errors import UsageError
 from sdcscan.fleet.assemble import assemble
 from sdcscan.fleet.convert import convert_all, report_tables
 from sdcscan.fleet.dataset import DatasetWriter, check_marker
-from sdcscan.fleet.engine import DuckDB, Engine, Rows, duckdb_dataset, duckdb_tables
+from sdcscan.fleet.engine import DuckDB, Engine, duckdb_dataset, duckdb_tables, require_reports
 from sdcscan.fleet.inputs import expand_paths
 from sdcscan.fleet.model import HostReport, Skipped
 from sdcscan.fleet.progress import JUDGING, Counter, ProgressSink, no_progress
 from sdcscan.fleet.reading import first_reasons, worker_count
 from sdcscan.fleet.summary import FleetSummary, Options
-from sdcscan.fleet.tables import MARKER, TABLES, arrow, report_id, require_fleet_extra
-from sdcscan.outcomes import printable
+from sdcscan.fleet.tables import TABLES, arrow, report_id, require_fleet_extra
 
 # Arrow bytes of converted reports kept in memory (about 44 per case row: 10,000 hosts of 8 units and
 # 100 cases are 350 MB); beyond this `compare FILES` writes them to a temporary dataset and DuckDB reads
@@ -84,6 +84,55 @@ def judged_reports(
     tables, refused = report_tables(numbered, without=UNREAD_CASE_COLUMNS)
     with duckdb_tables(tables or {}, [*skipped, *refused], opts.golden, engine or Engine()) as db:
         yield db
+
+
+@dataclass(frozen=True)
+class Source:
+    """What `sdcscan compare` judges: report files (`paths`), or a dataset `sdcscan ingest` wrote
+    (`dataset`), judged by DuckDB in this process or on Spark (`engine`)."""
+
+    paths: tuple[str, ...] = ()
+    dataset: str | None = None
+    engine: str = "duckdb"  # or "spark": a dataset only
+    spark_master: str | None = None
+    spark_remote: str | None = None
+
+    def check(self) -> None:
+        """Raises: UsageError for a combination that cannot be judged (exit 2, before any work)."""
+        if bool(self.paths) == bool(self.dataset):
+            raise UsageError(
+                "give report PATHS, or --from DIR (a dataset written by `sdcscan ingest`), not both"
+            )
+        if self.engine == "spark" and not self.dataset:
+            raise UsageError(
+                "--engine spark judges a dataset: ingest the reports, then compare --from DIR --engine spark"
+            )
+        if (self.spark_master or self.spark_remote) and self.engine != "spark":
+            raise UsageError("--spark-master and --spark-remote go with --engine spark")
+        if self.spark_master and self.spark_remote:
+            raise UsageError("give --spark-master or --spark-remote, not both")
+
+
+def compare(
+    source: Source,
+    options: Options | None = None,
+    *,
+    jobs: int | None = None,
+    progress: ProgressSink = no_progress,
+) -> FleetSummary:
+    """`sdcscan compare`: the one entry point, whatever the source and the engine (see `compare_files`,
+    `compare_from` and `engine_spark.compare_from_spark` for what each raises)."""
+    source.check()
+    if source.dataset is not None and source.engine == "spark":
+        from sdcscan.fleet.engine_spark import compare_from_spark  # pyspark: an optional extra
+
+        return compare_from_spark(
+            source.dataset, options, master=source.spark_master, remote=source.spark_remote
+        )
+    engine = Engine(threads=jobs)
+    if source.dataset is not None:
+        return compare_from(source.dataset, options, engine, progress)
+    return compare_files(source.paths, options, jobs=jobs, engine=engine, progress=progress)
 
 
 def compare_files(
@@ -153,15 +202,6 @@ def compare_from(
     with duckdb_dataset(root, opts.golden, engine or Engine()) as db:
         require_reports(db)
         return assemble(db, opts)
-
-
-def require_reports(db: Rows) -> None:
-    """Raises UsageError (exit 2) when the engine holds no usable report, naming the first skipped."""
-    if db.rows("SELECT COUNT(*) FROM current_reports")[0][0]:
-        return
-    rows = db.rows("SELECT path, reason FROM skipped ORDER BY path, reason LIMIT 3")
-    first = "; ".join(printable(f"{p}: {r}") for p, r in rows) or f"no report was ingested ({MARKER} only)"
-    raise UsageError(f"no usable report to compare in the dataset: {first}")
 
 
 def _checked(options: Options | None) -> Options:

@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from sdcscan.errors import ReportError
+from sdcscan.errors import ReportError, UsageError
 from sdcscan.fleet.case_rows import digest_key
 from sdcscan.fleet.model import Skipped
 from sdcscan.fleet.steps import GOLDEN_COLUMNS, STEPS
-from sdcscan.fleet.tables import SCHEMA, SKIPPED_TABLE, TABLES, arrow, arrow_schema, comparison_group
+from sdcscan.fleet.tables import MARKER, SCHEMA, SKIPPED_TABLE, TABLES, arrow, arrow_schema, comparison_group
 from sdcscan.outcomes import printable
 
 if TYPE_CHECKING:
@@ -254,3 +254,12 @@ class DuckDB:
 def _literal(text: str) -> str:
     """A string inside a single-quoted SQL literal."""
     return text.replace("'", "''")
+
+
+def require_reports(db: Rows) -> None:
+    """Raises UsageError (exit 2) when the engine holds no usable report, naming the first skipped."""
+    if db.rows("SELECT COUNT(*) FROM current_reports")[0][0]:
+        return
+    rows = db.rows("SELECT path, reason FROM skipped ORDER BY path, reason LIMIT 3")
+    first = "; ".join(printable(f"{p}: {r}") for p, r in rows) or f"no report was ingested ({MARKER} only)"
+    raise UsageError(f"no usable report to compare in the dataset: {first}")

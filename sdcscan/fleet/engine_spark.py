@@ -31,9 +31,8 @@ import numpy.typing as npt
 from sdcscan.errors import ReportError, UsageError
 from sdcscan.files import default_state_dir, make_state_dir
 from sdcscan.fleet.assemble import assemble
-from sdcscan.fleet.compare import require_reports
 from sdcscan.fleet.dataset import check_marker
-from sdcscan.fleet.engine import PROFILE_ENV, Rows, dataset_files, golden_rows
+from sdcscan.fleet.engine import PROFILE_ENV, Rows, dataset_files, golden_rows, require_reports
 from sdcscan.fleet.steps import GOLDEN_COLUMNS, STEPS
 from sdcscan.fleet.summary import FleetSummary, Options
 from sdcscan.fleet.tables import SCHEMA, SKIPPED_TABLE, TABLES

@@ -3,13 +3,15 @@
 The journal's first record describes the run (profile, seed, units, host); unit records carry cohorts
 and notes; case records carry every finished outcome. The rebuilt report is judged by the same code as
 a live run, and its verdict is `interrupted`: the run did not end normally, so nothing in it is a pass.
+Records are read as JSON values (`object`) and each field is checked before it is used: a journal is
+a file anyone may have edited. `sdcscan report --from-journal` is the command.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 from sdcscan.errors import ReportError
 from sdcscan.journal import read_journal
@@ -53,22 +55,28 @@ def report_from_journal(path: str | os.PathLike[str]) -> Report:
         raise ReportError(f"{p}: malformed journal record ({type(err).__name__}: {err})") from None
 
 
-def _build(run: dict[str, Any], records: list[dict[str, Any]]) -> Report:
-    unit_recs = {r["unit"]: r for r in records if r.get("type") == "unit" and isinstance(r.get("unit"), str)}
+Record = dict[str, object]
+
+
+def _build(run: Record, records: list[Record]) -> Report:
+    unit_recs = {u: r for r in records if r.get("type") == "unit" and isinstance(u := r.get("unit"), str)}
     problems: dict[str, str] = {}
     for r in records:
-        if r.get("type") == "problem" and isinstance(r.get("unit"), str):
-            problems.setdefault(r["unit"], str(r.get("reason")))
+        if r.get("type") == "problem" and isinstance(u := r.get("unit"), str):
+            problems.setdefault(u, str(r.get("reason")))
     outcomes = [r for r in records if r.get("type") == "case" and _is_case(r)]
-    units: list[dict[str, Any]] = [
-        {
-            **u,
-            "cohort": unit_recs.get(u["id"], {}).get("cohort") or "",
-            "notes": list(unit_recs.get(u["id"], {}).get("notes") or []),
-            "peaks": _peaks(unit_recs.get(u["id"], {}).get("peaks")),
-        }
-        for u in run["units"]
-    ]
+    units: list[Record] = []
+    for u in cast(list[Record], run["units"]):  # checked to be a list by the caller; a unit not a dict
+        rec = unit_recs.get(str(u["id"]), {})  # raises TypeError, reported as a malformed record
+        notes = rec.get("notes")
+        units.append(
+            {
+                **u,
+                "cohort": rec.get("cohort") or "",
+                "notes": list(notes) if isinstance(notes, list) else [],
+                "peaks": _dict(rec.get("peaks")),
+            }
+        )
     started = _time(run)
     last_t = max([t for r in records if (t := _time(r)) is not None] + [started or 0.0])
     run_doc = {k: v for k, v in run.items() if k not in ("type", "t", "hostname", "host", "units")}
@@ -77,11 +85,16 @@ def _build(run: dict[str, Any], records: list[dict[str, Any]]) -> Report:
         duration_s=round(max(0.0, last_t - (last_t if started is None else started)), 3),
         interrupted_by="journal",  # rebuilt: the run never wrote its own report
     )
+    software = next((sw for r in unit_recs.values() if isinstance(sw := r.get("software"), dict)), None)
     return judge_and_build(  # the run record's keys were checked above (_RUN_KEYS); its units are the run's
         run=cast(Run, run_doc),
-        host=cast(Host, {**(run.get("host") or {}), "hostname": run["hostname"]}),
-        software=next((r["software"] for r in unit_recs.values() if isinstance(r.get("software"), dict)), {}),
-        cohorts={r["cohort"]: r.get("cohort_fields") or {} for r in unit_recs.values() if r.get("cohort")},
+        host=cast(Host, {**_dict(run.get("host")), "hostname": run["hostname"]}),
+        software=_dict(software),
+        cohorts={
+            c: _dict(r.get("cohort_fields"))
+            for r in unit_recs.values()
+            if isinstance(c := r.get("cohort"), str) and c
+        },
         units=cast(list[UnitFacts], units),
         outcomes=cast(list[CaseOutcome], outcomes),  # each one passed _is_case
         problems=problems,
@@ -89,7 +102,7 @@ def _build(run: dict[str, Any], records: list[dict[str, Any]]) -> Report:
     )
 
 
-def _time(r: dict[str, Any]) -> float | None:
+def _time(r: Record) -> float | None:
     """A record's time (`t`, seconds since the epoch), or None when absent or not a finite number: a
     damaged time must not cost the rebuilt report the cases around it."""
     t = r.get("t")
@@ -98,7 +111,7 @@ def _time(r: dict[str, Any]) -> float | None:
     return float(t)
 
 
-def _is_case(r: dict[str, Any]) -> bool:
+def _is_case(r: Record) -> bool:
     """A well-formed case record; anything else (a hand-edited or foreign line) is skipped."""
     return (
         isinstance(r.get("unit"), str)
@@ -109,6 +122,7 @@ def _is_case(r: dict[str, Any]) -> bool:
     )
 
 
-def _peaks(value: Any) -> dict[str, Any]:
-    """The unit's plain-op peaks as the journal kept them; anything but an object counts as none."""
-    return value if isinstance(value, dict) else {}
+def _dict(value: object) -> Record:
+    """An object of the journal as it was kept (the unit's peaks, its cohort's fields, the host);
+    anything but an object counts as none."""
+    return cast(Record, value) if isinstance(value, dict) else {}
