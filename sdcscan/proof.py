@@ -37,7 +37,7 @@ def rate_bound(checked: float, detection: float | None) -> float | None:
     """The 95% upper bound on silent corruptions per op after `checked` ops without a failure, each
     corruption caught with probability at least `detection`: RULE_OF_THREE / (checked · detection).
     None when nothing was checked or no detection is known."""
-    if detection is None or not _positive(detection) or not _positive(checked):
+    if detection is None or not positive(detection) or not positive(checked):
         return None
     return RULE_OF_THREE / (checked * detection)
 
@@ -85,5 +85,6 @@ def sci(x: float, *, up: bool = False) -> str:
     return text if exp == 0 else f"{text}e{exp}"
 
 
-def _positive(x: object) -> bool:
+def positive(x: object) -> bool:
+    """A finite number above 0 (not a bool): what a count of ops or a detection must be to enter a bound."""
     return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) and x > 0

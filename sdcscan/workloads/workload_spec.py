@@ -9,11 +9,11 @@ efficiency is measured against (`PlainOp`, timed by `sdcscan.peaks`), so a workl
 from __future__ import annotations
 
 import enum
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict
 
+from sdcscan.proof import positive
 from sdcscan.workloads.params import Param
 
 # Rule: a check of the merged parameters (defaults < profile < command line) that no single one decides;
@@ -54,14 +54,14 @@ class Coverage:
     def checked_ops(self, ops: float, detail: Mapping[str, object]) -> float | None:
         """The checked ops of one case that did `ops` (in its workload's ops_unit); None: not counted
         (no ops, or a detail without the value `times` names)."""
-        if not _positive(ops):
+        if not positive(ops):
             return None
         factor = self.per_op
         if self.times is not None:
             times = detail.get(self.times)
-            if not _positive(times):
+            if not positive(times):
                 return None
-            factor *= float(times)  # type: ignore[arg-type]  # _positive made it a number
+            factor *= float(times)  # type: ignore[arg-type]  # positive made it a number
         return ops * factor
 
     def holds_for(self, detail: Mapping[str, object]) -> bool:
@@ -165,7 +165,3 @@ class WorkloadSpec:
             if found:
                 return found
         return None
-
-
-def _positive(x: object) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) and x > 0
