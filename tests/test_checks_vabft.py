@@ -19,8 +19,10 @@ def _result(d: list[float], t: list[float]) -> vabft.CheckResult:
 def test_tiles_are_eight_wide_where_eight_divides_the_line_else_the_whole_line():
     assert [vabft.tile_width(n) for n in (8, 16, 256, 12, 5, 1)] == [8, 8, 8, 12, 5, 1]
     x = torch.arange(32.0).view(2, 16)
-    assert vabft.tile_sums(x).tolist() == [[28.0, 92.0], [156.0, 220.0]]
-    assert vabft.tile_sums(torch.ones(3, 5)).tolist() == [[5.0]] * 3
+    assert vabft.checksums(x).tolist() == [[28.0, 92.0, 120.0], [156.0, 220.0, 376.0]]
+    assert vabft.checksums(torch.ones(3, 5)).tolist() == [[5.0]] * 3
+    # columns: tiles of 8 rows, then the whole column
+    assert vabft.checksums(x.t(), dim=-2).tolist() == [[28.0, 156.0], [92.0, 220.0], [120.0, 376.0]]
 
 
 @pytest.mark.parametrize("size", [8, 64, 40, 12])

@@ -32,13 +32,6 @@ from sdcscan.checks.limits import (  # torch-free there: the catalogue and the c
 )
 
 
-def tile_sums(x: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
-    """Sums of the last dimension's tiles: (..., n) -> (..., n / tile_width(n)), accumulated in `dtype`
-    (x's own when None): a wider checker reads x once, with no converted copy of it."""
-    w = tile_width(x.shape[-1])
-    return x.reshape(*x.shape[:-1], x.shape[-1] // w, w).sum(dim=-1, dtype=dtype)
-
-
 def with_total(tiles: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """Tile sums along `dim` and, where there are several, their total (the whole line) after them: a
     tile sees an error in one element above 8 outputs' rounding; the whole line sees an error spread
@@ -48,9 +41,23 @@ def with_total(tiles: torch.Tensor, dim: int = -1) -> torch.Tensor:
     return torch.cat([tiles, tiles.sum(dim=dim, keepdim=True)], dim=dim)
 
 
-def checksums(x: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
-    """The checksums of each line of x (its last dimension), in `dtype`: its tiles' sums, then its total."""
-    return with_total(tile_sums(x, dtype))
+def checksums(x: torch.Tensor, dtype: torch.dtype | None = None, *, dim: int = -1) -> torch.Tensor:
+    """The checksums of each line of x along `dim` (-1: its rows; -2: its columns), in `dtype`: its tiles'
+    sums (accumulated in `dtype`, x's own when None: a wider checker reads x once, with no converted copy
+    of it), then its total. Both are summed into one tensor: no concatenated copy (issue 42)."""
+    dim %= x.dim()
+    size = x.shape[dim]
+    w = tile_width(size)
+    count = size // w
+    tiles = x.reshape(*x.shape[:dim], count, w, *x.shape[dim + 1 :])
+    if count == 1:
+        return tiles.sum(dim=dim + 1, dtype=dtype)
+    shape = list(x.shape)
+    shape[dim] = count + 1
+    out = x.new_empty(shape, dtype=dtype or x.dtype)
+    torch.sum(tiles, dim=dim + 1, dtype=dtype, out=out.narrow(dim, 0, count))
+    torch.sum(out.narrow(dim, 0, count), dim=dim, keepdim=True, out=out.narrow(dim, count, 1))
+    return out
 
 
 def checksum_widths(n: int) -> list[int]:
@@ -96,6 +103,9 @@ class CheckResult:
     d: torch.Tensor  # checker dtype: Σ_{j in tile} C_ij − A_i·(B·1_tile)
     t: torch.Tensor  # float64 thresholds
     bad: torch.Tensor  # bool: ~(|d| <= t), so NaN and inf residuals fail
+    # |d| at its largest over a stack's repeats, shaped as t (`judged`): the ratio then divides one
+    # repeat's worth of residuals instead of every repeat's, with the same result
+    peak: torch.Tensor | None = None
 
     def ratio(self) -> float:
         """max |d|/t over the checked tiles: how close a clean case came to its threshold (inf if any fail)."""
@@ -105,10 +115,12 @@ class CheckResult:
         """`ratio` as a 0-dim float64 tensor where d lives: computing it does not wait for the device.
 
         |d| / t is divided in float64 inside the kernel (t is float64), and a NaN residual makes the max
-        NaN, read as inf: one pass over d and one over the ratios."""
+        NaN, read as inf. Dividing the peak over repeats gives the same bits as dividing every repeat's
+        |d| and taking the max: a correctly rounded division by a positive t keeps the order of |d|."""
         if not self.d.numel():
             return self.t.new_zeros(())
-        return torch.nan_to_num(torch.amax(self.d.abs() / self.t.clamp_min(1e-300)), nan=math.inf)
+        magnitude = self.d.abs() if self.peak is None else self.peak
+        return torch.nan_to_num(torch.amax(magnitude / self.t.clamp_min(1e-300)), nan=math.inf)
 
     def failing_lines(self) -> torch.Tensor:
         """(..., lines) bool: the rows (or columns) with a failing tile."""
@@ -258,15 +270,20 @@ def verify(c_out: torch.Tensor, exp: Expected) -> tuple[CheckResult, CheckResult
     expectations; NaN-safe. For a stack, d and bad are (R, M, tiles) and (R, N, tiles): one reduction per
     side for the whole stack, which is what makes checking small products cheap (few eager ops per repeat)."""
     checker = exp.rows.dtype  # both sides read C once each, accumulating in the checker's precision
-    d_rows = checksums(c_out, checker) - exp.rows
-    m = c_out.shape[-2]
-    h = tile_width(m)  # the column side's tiles, summed in place (no transposed copy of C)
-    col_tiles = c_out.reshape(*c_out.shape[:-2], m // h, h, c_out.shape[-1]).sum(dim=-2, dtype=checker)
-    d_cols = with_total(col_tiles, dim=-2).transpose(-1, -2) - exp.cols
-    return (
-        CheckResult(d=d_rows, t=exp.row_t, bad=failing(d_rows, exp.row_t)),
-        CheckResult(d=d_cols, t=exp.col_t, bad=failing(d_cols, exp.col_t)),
-    )
+    d_rows = checksums(c_out, checker).sub_(exp.rows)  # in place: the sums are this call's own
+    # the column side's tiles, summed in place (no transposed copy of C)
+    d_cols = checksums(c_out, checker, dim=-2).transpose(-1, -2).sub_(exp.cols)
+    return judged(d_rows, exp.row_t), judged(d_cols, exp.col_t)
+
+
+def judged(d: torch.Tensor, t: torch.Tensor) -> CheckResult:
+    """The check of residuals d (one product's, or a stack's (R, lines, tiles)) against thresholds t:
+    |d| taken once for the verdict and for its peak over the repeats, which `ratio_tensor` divides
+    (on a GPU each pass over d costs as much as a quarter of reading a bf16 output, issue 42)."""
+    magnitude = d.abs()
+    stacked = tuple(range(d.dim() - t.dim()))
+    peak = torch.amax(magnitude, dim=stacked) if stacked else magnitude  # amax keeps NaN
+    return CheckResult(d=d, t=t, bad=~(magnitude <= t), peak=peak)
 
 
 @dataclass(frozen=True, slots=True)
