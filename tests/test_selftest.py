@@ -10,7 +10,8 @@ from click.testing import CliRunner
 
 from sdcscan.calibration import measure as calibrate
 from sdcscan.cli.abft import selftest
-from sdcscan.selftest.sweep import selftest_workloads
+from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Outcome
+from sdcscan.selftest.sweep import REDRAWS, selftest_workloads
 from sdcscan.workloads import SPECS
 from sdcscan.workloads.base import REGISTRY, has_selftest
 from tests.helpers.selftest import FakeAbft as _Fake
@@ -123,3 +124,43 @@ def test_the_table_has_a_line_per_site_with_the_fault_nearest_its_floor(monkeypa
     assert [c[2] for c in table] == ["clean", "output", "input"], r.stderr
     assert (table[1][3], table[1][4], table[1][6], table[1][8]) == ("2", "6", shown, mark)
     assert table[2][7] == "silent" and table[2][8] == "ok"
+
+
+class _ZeroOutput(_Fake):
+    """Its output is all zeros: a stuck-at-0 bit there changes no value on any draw."""
+
+    def run(self, ctx, case):
+        import torch
+
+        ctx.fault("input", torch.ones(self.p["size"]))
+        y = ctx.fault("output", torch.zeros(self.p["size"]))
+        return Outcome(status=STATUS_MISMATCH if bool(y.any()) else STATUS_OK, digest="0")
+
+    @classmethod
+    def selftest_bits(cls, variant, site):
+        return ["stuck0"] if site == "output" else [31]
+
+    @classmethod
+    def selftest_floor(cls, variant, site, bit):
+        return 1.0 if bit == "stuck0" else None
+
+
+def test_a_fault_that_never_changes_a_value_is_named_not_exercised_and_the_selftest_passes(monkeypatch):
+    """`sdcscan selftest -w matmul_golden --trials 2` exited 1: both draws of float64's stuck0 left
+    every value equal, and zero trials read as a missed floor."""
+    monkeypatch.setitem(SPECS, "fake_abft", _ZeroOutput.spec)
+    monkeypatch.setitem(REGISTRY, "fake_abft", _ZeroOutput)
+    r = CliRunner().invoke(selftest, ["-w", "fake_abft", "--trials", "3", "--json"])
+    assert r.exit_code == 0, r.stderr
+    stuck = next(x for x in json.loads(r.stdout)["rows"] if x["bit"] == "stuck0")
+    draws = 3 * (1 + REDRAWS)
+    assert (stuck["trials"], stuck["unchanged"], stuck["exercised"], stuck["passed"]) == (
+        0,
+        draws,
+        False,
+        True,
+    )
+    assert (
+        f"not exercised: fake_abft/only: output stuck0: all {draws} draws left every value equal" in r.stderr
+    )
+    assert "selftest: pass" in r.stderr

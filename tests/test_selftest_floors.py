@@ -1,17 +1,22 @@
-"""A self-test row misses a floor below 1.0 only beyond chance, and a floor of 1.0 on any miss."""
+"""A self-test row misses a floor below 1.0 only beyond chance, and a floor of 1.0 on any miss; a fault
+that changes no value is drawn again, and one that never does is not exercised, not failed."""
 
 from __future__ import annotations
 
 import math
 from fractions import Fraction
+from typing import cast
 
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sdcscan.outcomes import STATUS_MISMATCH, Case, Outcome
 from sdcscan.selftest import floors
 from sdcscan.selftest.floors import below_floor, binomial_cdf
-from sdcscan.selftest.sweep import _Tally
+from sdcscan.selftest.sweep import REDRAWS, _fault_trial, _Tally
+from sdcscan.workloads.base import Context, Workload
 
 
 def _exact_cdf(k: int, n: int, p: Fraction) -> Fraction:
@@ -54,3 +59,46 @@ def test_a_row_judged_by_the_sweep_uses_the_same_rule() -> None:
 
     assert row(2, 3, 0.96) and not row(1, 3, 0.96) and not row(2, 3, 1.0) and row(0, 3, None)
     assert not row(0, 0, 0.96)  # no trial shows nothing
+
+
+def test_a_fault_whose_every_draw_changed_no_value_is_not_exercised_and_not_failed() -> None:
+    """A stuck-at-0 bit already 0 wherever it struck, on every draw: nothing to judge against its floor."""
+    record = _Tally("output", "stuck0", 1.0, False, unchanged=9).record("matmul_golden", "float64")
+    assert record["passed"] and not record["exercised"] and record["rate"] is None
+    judged = _Tally("output", "stuck0", 1.0, False, trials=3, detected=3, unchanged=9).record("w", "v")
+    assert judged["passed"] and judged["exercised"]
+    unreached = _Tally("output", "stuck0", 1.0, False, unchanged=9, not_reached=1).record("w", "v")
+    assert not unreached["passed"]  # a site never passed through is a workload bug, exercised or not
+
+
+class _StubWorkload:
+    """Its fault changes a value only from the `changes_from`-th draw of a trial on; it records each draw."""
+
+    def __init__(self, changes_from: int) -> None:
+        self.changes_from = changes_from
+        self.seeds: list[int] = []
+
+    def run(self, ctx: Context, case: Case) -> Outcome:
+        assert ctx._armed is not None
+        self.seeds.append(ctx._armed.seed)
+        ctx.injected = {"value_changed": len(self.seeds) >= self.changes_from}
+        return Outcome(status=STATUS_MISMATCH, digest="0")
+
+
+@pytest.mark.parametrize(
+    ("floor", "changes_from", "trials", "unchanged"),
+    [
+        (1.0, 3, 1, 2),  # drawn again twice: the third draw is the trial
+        (1.0, 99, 0, 1 + REDRAWS),  # never changes: every draw counted as unchanged, then given up
+        (None, 3, 0, 1),  # no floor to judge: one draw, as it is (relative errors below a dtype's resolution)
+    ],
+)
+def test_a_fault_with_a_floor_is_drawn_again_while_it_changes_no_value(
+    floor: float | None, changes_from: int, trials: int, unchanged: int
+) -> None:
+    stub = _StubWorkload(changes_from)
+    ctx = Context(unit="cpu:0", device=torch.device("cpu"), run_seed=0, params={})
+    tally = _Tally("output", "stuck0", floor, False)
+    _fault_trial(cast(Workload, stub), ctx, Case(0, "stub", 12345, 0, {}), tally)
+    assert (tally.trials, tally.detected, tally.unchanged) == (trials, trials, unchanged)
+    assert len(set(stub.seeds)) == len(stub.seeds) == trials + unchanged  # each draw from a new seed

@@ -63,6 +63,15 @@ def render_selftest(result: dict[str, Any], console: Console) -> None:
             for spot in spots:
                 console.print(cell(f"  {workload}: {spot}"))
     for r in result["rows"]:
+        # a row with a floor whose every draw changed no value: nothing judged (one without a floor, such
+        # as a relative error below bf16's resolution, is there to show that)
+        if r["site"] != "clean" and r["floor"] is not None and not r.get("exercised", True):
+            console.print(
+                cell(
+                    f"not exercised: {r['workload']}/{r['variant']}: {r['site']} {_fault_label(r['bit'])}: "
+                    f"all {r['unchanged']} draws left every value equal"
+                )
+            )
         if not r["passed"]:
             what = "clean trials fired" if r["site"] == "clean" else f"{r['site']} {_fault_label(r['bit'])}"
             console.print(

@@ -33,6 +33,10 @@ from sdcscan.workloads.base import Context, SelftestWorkload, Workload, has_self
 DEFAULT_TRIALS = 100
 DEFAULT_SEED = 0
 MIN_TRIALS = 3  # a variant under a time budget still runs this many: fewer would show nothing
+# A fault judged against a floor is drawn again, from a new seed, while it changes no value (a stuck-at-0
+# bit that is already 0 everywhere it strikes, as on matmul_golden's small integers): the floor is a rate
+# among faults that change a value, and a trial of the others shows nothing.
+REDRAWS = 8
 
 
 class _Record(TypedDict):
@@ -55,6 +59,7 @@ class FaultRecord(_Record):
     negative_control: bool
     unchanged: int
     not_reached: int
+    exercised: bool  # False: every draw left the values equal, so no trial was counted
 
 
 class CleanRecord(_Record):
@@ -80,11 +85,13 @@ class _Tally:
 
     def record(self, workload: str, variant: str) -> FaultRecord:
         rate = self.detected / self.trials if self.trials else None
+        unexercised = self.trials == 0 and self.unchanged > 0  # every draw left the values equal
         if self.negative:
             passed = self.detected == 0 and self.not_reached == 0
-        else:
+        else:  # an unexercised fault has nothing to judge, and nothing failed
             passed = self.not_reached == 0 and (
                 self.floor is None
+                or unexercised
                 or (self.trials > 0 and not below_floor(self.detected, self.trials, self.floor))
             )
         return {
@@ -99,6 +106,7 @@ class _Tally:
             "negative_control": self.negative,
             "unchanged": self.unchanged,
             "not_reached": self.not_reached,
+            "exercised": not unexercised,
             "passed": passed,
         }
 
@@ -270,16 +278,21 @@ def _clean_trial(workload: Workload, ctx: Context, case: Case, clean: _Clean) ->
 
 
 def _fault_trial(workload: Workload, ctx: Context, case: Case, tally: _Tally) -> None:
-    fault_seed = _derive(case.seed, tally.site, str(tally.bit))
-    ctx.begin_case(from_label(tally.bit, tally.site, fault_seed))
-    outcome = workload.run(ctx, case)
-    if ctx.injected is None:
-        tally.not_reached += 1
-    elif not ctx.injected["value_changed"]:
+    """One trial of a (site, bit): a fault judged against a floor is drawn up to REDRAWS more times while
+    it changes no value; each draw that changes none is counted as `unchanged`."""
+    draws = 1 + (REDRAWS if tally.floor is not None else 0)
+    for draw in range(draws):
+        parts = (case.seed, tally.site, str(tally.bit), *((draw,) if draw else ()))
+        ctx.begin_case(from_label(tally.bit, tally.site, _derive(*parts)))
+        outcome = workload.run(ctx, case)
+        if ctx.injected is None:
+            tally.not_reached += 1
+            return
+        if ctx.injected["value_changed"]:
+            tally.trials += 1
+            tally.detected += outcome.status == STATUS_MISMATCH
+            return
         tally.unchanged += 1
-    else:
-        tally.trials += 1
-        tally.detected += outcome.status == STATUS_MISMATCH
 
 
 def _clean_record(workload: str, variant: str, clean: _Clean) -> CleanRecord:
