@@ -44,7 +44,19 @@ it, efficiency (achieved over the unit's own plain-op peak); see `MEASURES`.
    peers, and a host that was fixed stops being slow.
 7. Combined evidence (`fleet.slow`): a unit whose every workload is slow in each of its host's recent
    reports is judged on one score over all of them, standardized by the cohort's own spread of that
-   score (`score_reference`), against the same t_n.
+   score (`score_reference`), against the same t_n; its loss, on average over those reports too, must
+   be at least `drop` (one run slowed by other work does not make a throttle).
+8. The cohort's own tails (`tail_cut`). t_n assumes normal tails. Runs now and then slowed by other
+   work have a long tail on the slow side, and with them a healthy fleet of 10,000 hosts had 153
+   units named slow (scripts/bench_slow.py --noise skewed). So each cohort's healthy tail is read from
+   its units whose other workloads lie above their medians (a slow unit is slow on every workload, so
+   these are healthy units, whatever share of the cohort is slow), and a threshold moves deeper than
+   t_n where that tail puts more healthy units past it than the normal model's budget: per workload
+   for steps 2-4 (a majority of workloads that far down), and for a unit with one report, on its
+   combined score (every workload that far down). It never moves a threshold up. It assumes that the
+   noise slowing a healthy unit's workloads is independent from one workload to the next; where a
+   unit's clock moves them all, the tail read this way is shorter than the true one, and t_n's own
+   standardization (step 7) is what holds.
 
 The price of step 2: a loss is only found when it is t_n spreads deep. A 25% loss is 8 spreads deep
 in a fleet with 3% spread, and every such unit is found (scripts/bench_slow.py). With 5% spread it is
@@ -66,7 +78,7 @@ The host-level consensus (`compare`) makes it, not this module.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Any, NamedTuple
@@ -87,6 +99,10 @@ HEALTHY_BAND = 3.0  # healthy peers lie within this many first-estimate spreads 
 BATCH_SHARE = 0.01
 MAX_SLOW_SHARE = 0.6  # the refit holds while fewer units than this are slow: q75 and q90 stay healthy
 REFERENCE_MIN_UNITS = 20  # fewest units whose combined scores can show their own spread
+# A cohort's own tail is read only where it rests on this many healthy units per workload: shallower
+# than that, a cut would stand on one or two units (`tail_cut`).
+MIN_TAIL_COUNT = 5
+CALM = 0.0  # robust z above which a unit's other workloads show it healthy (`tail_cut`'s samples)
 
 Reading = tuple[str, float, str]  # (workload, value, value unit), higher is better
 # Measures (the `measure` column of the samples), each a list of readings per workload. A workload is
@@ -227,6 +243,66 @@ def score_reference(scores: Sequence[float] | npt.NDArray[np.float64], *, z: flo
     if not mad > 0:
         return None
     return ScoreReference(len(v), med, mad, slow_threshold(z, len(v)))
+
+
+def tail_budget(z: float) -> float:
+    """Healthy units any cohort's threshold may flag by the normal model: REFERENCE_PEERS·Phi(-z)
+    (`slow_threshold` keeps the expected number at this for every cohort size)."""
+    return REFERENCE_PEERS * _NORMAL.cdf(-z)
+
+
+def tail_cut(
+    samples: Sequence[npt.NDArray[np.float64]], units: int, needed: int, budget: float
+) -> float | None:
+    """The robust z at and below which `needed` of a unit's workloads must lie for the cohort's own tails
+    to put at most `budget` of its `units` healthy units there (module docstring, step 8). Where that
+    depth rests on fewer than MIN_TAIL_COUNT units of some workload, the deepest point that rests on
+    that many: as deep as the cohort can show its tail (a normal cohort's lies above t_n, and t_n
+    stands). None when no point does.
+
+    Args:
+        samples: per workload, the robust z of the newest readings of the units whose other workloads
+            all lie above CALM. A slow unit is slow on every workload, so these are healthy units: their
+            spread below the median is the healthy tail, which a slow batch, however large, does not
+            reach. Where a unit's workloads are slowed independently (other work, measurement noise),
+            P(k workloads at or below c) <= C(W, k) · the product of the k largest tails at c.
+        units: the cohort's units.  needed: workloads that must be at or below the cut.
+        budget: `tail_budget`.
+    """
+    tails = [np.sort(np.asarray(x, dtype=np.float64)) for x in samples if len(x)]
+    if len(tails) < needed or needed < 1:
+        return None
+    scale = units * math.comb(len(tails), needed)
+
+    def at(c: float) -> tuple[float, int]:
+        """Healthy units the cohort's tails put at c, and the fewest samples that estimate rests on."""
+        counts = [(int(np.searchsorted(t, c, side="right")), len(t)) for t in tails]
+        worst = sorted(counts, key=lambda kn: kn[0] / kn[1])[-needed:]
+        return scale * math.prod(k / n for k, n in worst), min(k for k, _ in worst)
+
+    candidates = np.unique(np.concatenate(tails))  # both only change at a sample; both grow with c
+
+    def last(ok: Callable[[float], bool]) -> int:
+        """The index of the largest candidate where `ok` holds (it holds up to some point), or -1."""
+        lo, hi = -1, len(candidates) - 1
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if ok(float(candidates[mid])) else (lo, mid - 1)
+        return lo
+
+    def first(ok: Callable[[float], bool]) -> int:
+        """The index of the smallest candidate where `ok` holds (it holds from some point on), or len."""
+        lo, hi = 0, len(candidates)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if ok(float(candidates[mid])) else (mid + 1, hi)
+        return lo
+
+    shown = first(lambda c: at(c)[1] >= MIN_TAIL_COUNT)  # the deepest point resting on enough units
+    if shown == len(candidates):
+        return None
+    within = last(lambda c: at(c)[0] <= budget)
+    return float(candidates[max(within, shown)])
 
 
 def _band_edge(v: npt.NDArray[np.float64], drop: float) -> float:

@@ -1,4 +1,5 @@
-"""Slow units from an engine's `slow_samples` rows: the rules of `fleet.perf`, two ways of finding one.
+"""Slow units from an engine's `slow_samples` rows: the rules of `fleet.perf`, two ways of finding one
+(1, 2) and the cohort's own tails that both answer to (3).
 
 1. Per workload (`perf` steps 1 to 4): in its host's newest report, the unit is slow on a strict
    majority of its judged workloads, each t_n robust spreads and `drop` below the healthy peers.
@@ -11,13 +12,19 @@
    least `drop` below their healthy medians (slow now, by a relevant amount: a fixed unit stops being
    slow with its next report). On average, not each: with two workloads at 3.5% noise, requiring each
    to show a 15% loss as 10% kept one slow unit in ten out (recall 87-90%, issue 44); the score already
-   asks every workload to be slow, through its least slow one.
+   asks every workload to be slow, through its least slow one. The loss averaged over its recent
+   reports must be `drop` too: a healthy unit whose one run was slowed by other work is not a throttle.
+3. The cohort's tails (`perf.tail_cut`, `Tails`): where a cohort's healthy units show a longer tail
+   than the normal model allows, rule 1's thresholds and, for a unit with one report, rule 2's cut move
+   down to where that tail keeps the expected healthy units named within the normal model's budget.
 
-Either makes the unit slow; the host roll-up (`perf.add_host_or_units`) is the same for both. The
-combination happens before the cohort-size correction: one score per unit, one t_n per cohort.
+Either of 1 and 2 makes the unit slow; the host roll-up (`perf.add_host_or_units`) is the same for
+both. The combination happens before the cohort-size correction: one score per unit, one t_n per cohort.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass, replace
 
 from sdcscan.fleet import perf
 from sdcscan.fleet.engine import Rows
@@ -30,9 +37,27 @@ REFERENCE_COLUMNS = (
     ("profile_sha256", "string"),
     ("cohort", "string"),
     ("workload", "string"),
+    ("measure", "string"),
     ("median", "float64"),
     ("scale", "float64"),  # MAD / 0.6745: one robust standard deviation
 )
+CohortKey = tuple[str, str, str]  # (profile sha256, cohort, measure)
+
+
+def _tail_samples(refs: str) -> str:
+    """The robust z of each newest reading whose unit's other workloads (same measure) all lie above
+    `perf.CALM`, for `perf.tail_cut`: a unit judged on one workload has no others to show it healthy."""
+    return f"""
+SELECT profile_sha256, cohort, measure, workload, z FROM (
+  SELECT s.profile_sha256, s.cohort, s.measure, s.workload, (s.reading - f.median) / f.scale AS z,
+         SUM(CASE WHEN (s.reading - f.median) / f.scale <= {perf.CALM} THEN 1 ELSE 0 END)
+             OVER (PARTITION BY s.report, s.unit, s.measure) AS low,
+         COUNT(*) OVER (PARTITION BY s.report, s.unit, s.measure) AS judged
+  FROM slow_samples s
+  JOIN {refs} f ON s.profile_sha256 = f.profile_sha256 AND s.cohort = f.cohort AND s.workload = f.workload
+                AND s.measure = f.measure
+  WHERE s.{NEWEST}) t
+WHERE judged >= 2 AND low = CASE WHEN z <= {perf.CALM} THEN 1 ELSE 0 END"""
 
 
 def _unit_scores(refs: str) -> str:
@@ -44,29 +69,99 @@ SELECT host_key, unit, profile_sha256, cohort,
        SUM(least_z) / COUNT(*) AS score,
        COUNT(*) AS reports,
        MIN(CASE WHEN recency = 1 THEN report END) AS newest_report,
-       MIN(CASE WHEN recency = 1 THEN mean_loss END) AS newest_loss
+       MIN(CASE WHEN recency = 1 THEN mean_loss END) AS newest_loss,
+       SUM(mean_loss) / COUNT(*) AS recent_loss
 FROM (SELECT s.host_key, s.unit, s.profile_sha256, s.cohort, s.report, s.recency,
              MAX((s.reading - f.median) / f.scale) AS least_z,
              AVG(1.0 - s.reading / f.median) AS mean_loss
       FROM slow_samples s
       JOIN {refs} f ON s.profile_sha256 = f.profile_sha256 AND s.cohort = f.cohort AND s.workload = f.workload
+                    AND s.measure = f.measure
       WHERE s.measure = 'ops_per_s'
       GROUP BY s.host_key, s.unit, s.profile_sha256, s.cohort, s.report, s.recency) r
 GROUP BY host_key, unit, profile_sha256, cohort"""
 
 
+@dataclass(frozen=True, slots=True)
+class Tails:
+    """Where a cohort's own tails put the cuts of one measure (`perf.tail_cut`; None: too few calm units
+    to show any tail, and the normal model's threshold stands alone)."""
+
+    majority: float | None  # robust z a strict majority of a unit's workloads must reach (rule 1)
+    every: float | None  # robust z every workload must reach: the combined rule's, for one report
+
+
 def slow_findings(db: Rows, opts: Options, reports: ReportBook, col: Collector) -> None:
     """Add the `slow` findings of the samples `db` holds."""
-    refs = references(db, opts)
+    refs, tails = references_and_tails(db, opts)
     suspects = _per_workload_suspects(db, opts, refs)
-    combined = _combined_suspects(db, opts, refs)
+    combined = _combined_suspects(db, opts, refs, tails)
     if suspects or combined:
         _add(db, reports, col, suspects | set(combined), refs, combined)
 
 
 def references(db: Rows, opts: Options) -> dict[perf.GroupKey, perf.Reference]:
-    """Each (profile, cohort, workload, measure)'s healthy reference, from the newest samples (also what
-    the fleet page draws: `fleet.overview_rows`)."""
+    """Each (profile, cohort, workload, measure)'s healthy reference, its threshold as deep as the
+    cohort's own tails need (also what the fleet page draws: `fleet.overview_rows`)."""
+    return references_and_tails(db, opts)[0]
+
+
+def references_and_tails(
+    db: Rows, opts: Options
+) -> tuple[dict[perf.GroupKey, perf.Reference], dict[CohortKey, Tails]]:
+    """The references of the newest samples, each threshold moved down to the cohort's majority tail
+    cut where that lies deeper than the normal model's t_n; and each cohort's `Tails`."""
+    refs = _normal_references(db, opts)
+    tails = _cohort_tails(db, opts, refs)
+    for key, ref in refs.items():
+        found = tails.get((key[0], key[1], key[3]))
+        if found is not None and found.majority is not None and -found.majority > ref.z_threshold:
+            refs[key] = replace(ref, z_threshold=-found.majority)
+    return refs, tails
+
+
+def _reference_rows(
+    refs: dict[perf.GroupKey, perf.Reference],
+) -> list[tuple[str, str, str, str, float, float]]:
+    """The REFERENCE_COLUMNS rows of the references whose healthy peers vary (a robust z exists)."""
+    return [
+        (sha, cohort, workload, measure, ref.median, ref.mad / perf.MAD_TO_SIGMA)
+        for (sha, cohort, workload, measure), ref in sorted(refs.items())
+        if ref.mad > 0
+    ]
+
+
+def _cohort_tails(
+    db: Rows, opts: Options, refs: dict[perf.GroupKey, perf.Reference]
+) -> dict[CohortKey, Tails]:
+    """Each (profile, cohort, measure)'s `Tails`, from its healthy units' newest readings."""
+    rows = _reference_rows(refs)
+    groups: dict[CohortKey, list[str]] = {}
+    for sha, cohort, workload, measure, _, _ in rows:
+        groups.setdefault((sha, cohort, measure), []).append(workload)
+    out: dict[CohortKey, Tails] = {}
+    if not any(len(workloads) > 1 for workloads in groups.values()):
+        return out  # one workload: no other workload can show a unit healthy
+    budget = perf.tail_budget(opts.slow_z)
+    in_group = "profile_sha256 = ? AND cohort = ? AND measure = ? AND workload = ?"
+    with db.table(REFERENCE_COLUMNS, rows) as table, db.kept(_tail_samples(table)) as samples:
+        for (sha, cohort, measure), workloads in sorted(groups.items()):
+            if len(workloads) < 2:
+                continue
+            found = [
+                db.column(f"SELECT z FROM {samples} WHERE {in_group}", [sha, cohort, measure, w])
+                for w in workloads
+            ]
+            units = max(refs[(sha, cohort, w, measure)].peers for w in workloads)
+            out[(sha, cohort, measure)] = Tails(
+                majority=perf.tail_cut(found, units, len(workloads) // 2 + 1, budget),
+                every=perf.tail_cut(found, units, len(workloads), budget),
+            )
+    return out
+
+
+def _normal_references(db: Rows, opts: Options) -> dict[perf.GroupKey, perf.Reference]:
+    """Each (profile, cohort, workload, measure)'s healthy reference, with the normal model's t_n."""
     refs: dict[perf.GroupKey, perf.Reference] = {}
     in_group = f"{NEWEST} AND profile_sha256 = ? AND cohort = ? AND workload = ? AND measure = ?"
     for sha, cohort, workload, measure, n in db.rows(
@@ -100,14 +195,10 @@ def _per_workload_suspects(
 
 
 def _combined_suspects(
-    db: Rows, opts: Options, refs: dict[perf.GroupKey, perf.Reference]
+    db: Rows, opts: Options, refs: dict[perf.GroupKey, perf.Reference], tails: dict[CohortKey, Tails]
 ) -> dict[tuple[int, str], dict[str, object]]:
     """(newest report, unit) -> the combined evidence, of the units rule 2 finds slow."""
-    rows = [
-        (sha, cohort, workload, ref.median, ref.mad / perf.MAD_TO_SIGMA)
-        for (sha, cohort, workload, measure), ref in sorted(refs.items())
-        if measure == "ops_per_s" and ref.mad > 0
-    ]
+    rows = [row for row in _reference_rows(refs) if row[3] == "ops_per_s"]
     if not rows:
         return {}
     out: dict[tuple[int, str], dict[str, object]] = {}
@@ -123,10 +214,14 @@ def _combined_suspects(
             )
             if ref is None:
                 continue
-            for report, unit, score, reports, loss in db.rows(
-                f"SELECT newest_report, unit, score, reports, newest_loss FROM {scores} "
-                f"WHERE {where} AND score <= ? AND newest_loss >= ?",
-                [sha, cohort, ref.cut, opts.slow_drop],
+            # one report: its score is its least slow workload's z, which the cohort's tails may need deeper
+            every = tails.get((sha, cohort, "ops_per_s"), Tails(None, None)).every
+            one_report_cut = ref.cut if every is None else min(ref.cut, every)
+            for report, unit, score, reports, loss, recent_loss in db.rows(
+                f"SELECT newest_report, unit, score, reports, newest_loss, recent_loss FROM {scores} "
+                f"WHERE {where} AND score <= ? AND (reports > 1 OR score <= ?) AND newest_loss >= ? "
+                "AND recent_loss >= ?",
+                [sha, cohort, ref.cut, one_report_cut, opts.slow_drop, opts.slow_drop],
             ):
                 z = ref.z(score)
                 out[(report, unit)] = {
@@ -136,7 +231,10 @@ def _combined_suspects(
                     "units": ref.units,
                     "reports": reports,
                     "loss": round(loss, 4),
+                    "recent_loss": round(recent_loss, 4),
                 }
+                if reports == 1 and one_report_cut < ref.cut:
+                    out[(report, unit)]["tail_cut"] = round(one_report_cut, 2)
     return out
 
 

@@ -59,10 +59,12 @@ def _evidence(f: FleetFinding) -> str:
             )
         c = e.get("combined")
         if c is not None and not e["slow_workloads"]:  # found by the combined score alone (fleet.slow)
+            recent = f" ({c['recent_loss']:.0%} over them)" if c["reports"] > 1 and "recent_loss" in c else ""
+            tail = f", {c['tail_cut']} by the cohort's own tail" if "tail_cut" in c else ""
             return (
                 f"its workloads {c['loss']:.0%} below their healthy medians on average in its newest report; "
-                f"over {c['reports']} report(s) its combined z is {c['z']} (limit -{c['z_threshold']} among "
-                f"{c['units']} units); {e['workload']}: {e['value']:.4g} {e['value_unit']}"
+                f"over {c['reports']} report(s){recent} its combined z is {c['z']} (limit -{c['z_threshold']} "
+                f"among {c['units']} units{tail}); {e['workload']}: {e['value']:.4g} {e['value_unit']}"
             )
         z = "healthy peers agree exactly" if e["z"] is None else f"z {e['z']}, limit -{e['z_threshold']}"
         worst = (e["workload"], e["measure"])
