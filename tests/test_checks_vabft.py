@@ -193,3 +193,24 @@ def test_verify_of_a_stack_is_verify_of_each_product():
     assert rows.failing_lines().nonzero().tolist() == [[1, 2]]
     assert cols.failing_lines().nonzero().tolist() == [[1, 3]]
     assert rows.bad[1, 2].tolist() == [True, False, False, True]  # column 3's tile, and the row's total
+
+
+def test_where_torchs_sum_copies_its_input_into_a_wider_dtype() -> None:
+    """`sum_converts`, as gemm_fp's verify and the cost model read it: a copy for every widening sum on a
+    CPU (the profiler shows torch's `aten::to` inside `aten::sum`), none for half and bfloat16 into
+    float32 on a GPU (or the model's meta device, which stands for one)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cpu, cuda, meta = (torch.device(d) for d in ("cpu", "cuda", "meta"))
+    assert vabft.sum_converts(torch.float32, torch.float64, cpu)
+    assert vabft.sum_converts(torch.float32, torch.float64, cuda)
+    assert vabft.sum_converts(torch.bfloat16, torch.float32, cpu)
+    assert not vabft.sum_converts(torch.bfloat16, torch.float32, cuda)
+    assert not vabft.sum_converts(torch.float16, torch.float32, meta)
+    assert vabft.sum_converts(torch.bool, torch.int64, meta)
+    assert not vabft.sum_converts(torch.float64, torch.float64, cpu)
+    for source, result in ((torch.float32, torch.float64), (torch.bfloat16, torch.float32)):
+        x = torch.ones(4, 16, dtype=source)
+        with profile(activities=[ProfilerActivity.CPU]) as p:
+            x.sum(-1, dtype=result)
+        assert ("aten::to" in {e.name for e in p.events()}) == vabft.sum_converts(source, result, cpu)

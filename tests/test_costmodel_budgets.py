@@ -162,3 +162,17 @@ def test_no_gpu_int8_product_has_a_dimension_that_gets_the_slow_kernel(
     assert _int8_product_kinds("doctor") == {"int8"}
     monkeypatch.setattr("sdcscan.checks.int8.GPU_ROW_MULTIPLE", 8)
     assert "int8/unaligned" in _int8_product_kinds("doctor")
+
+
+def test_gemm_fp_converts_an_output_its_checker_widens_once_for_both_sides() -> None:
+    """The fp32 slot (fp64 checker): torch's sum would copy the output into fp64 for the row side and
+    again for the column side; one conversion serves both. bf16 summed into fp32 is widened as it is
+    read on a GPU: no copy at all."""
+    (m, _, n), repeats = (
+        gpu_params("doctor")["gemm_fp"]["shapes"][0],
+        gpu_params("doctor")["gemm_fp"]["repeats"],
+    )
+    for case, width in zip(_modelled("doctor", "gemm_fp").cases, (4, 8, 2, 2), strict=True):
+        copied = sum(k.read for k in case.phase("check").kernels if k.op == "_to_copy")
+        output = m * n * width * repeats[case.occurrence]
+        assert copied <= 1.01 * output if width == 4 else copied < 0.01 * output, case.occurrence

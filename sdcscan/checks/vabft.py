@@ -43,8 +43,8 @@ def with_total(tiles: torch.Tensor, dim: int = -1) -> torch.Tensor:
 
 def checksums(x: torch.Tensor, dtype: torch.dtype | None = None, *, dim: int = -1) -> torch.Tensor:
     """The checksums of each line of x along `dim` (-1: its rows; -2: its columns), in `dtype`: its tiles'
-    sums (accumulated in `dtype`, x's own when None: a wider checker reads x once, with no converted copy
-    of it), then its total. Both are summed into one tensor: no concatenated copy (issue 42)."""
+    sums (accumulated in `dtype`, x's own when None; `sum_converts` says where torch copies x for that),
+    then its total. Both are summed into one tensor: no concatenated copy (issue 42)."""
     dim %= x.dim()
     size = x.shape[dim]
     w = tile_width(size)
@@ -265,11 +265,24 @@ def expected(
     return Expected(a.to(checker).contiguous() @ enc.rowsum, row_t, cols, col_t)
 
 
+def sum_converts(source: torch.dtype, result: torch.dtype, device: torch.device) -> bool:
+    """Whether torch's `sum(x, dtype=result)` first copies x into `result`'s dtype: always when they
+    differ, except half and bfloat16 summed into float32 on a GPU, which its kernels widen as they read
+    (ATen's `make_reduction_from_out_ty`; on a CPU the profiler shows the `aten::to` for both). The cost
+    model's meta device stands for a GPU."""
+    if source == result:
+        return False
+    widened_as_read = source in (torch.float16, torch.bfloat16) and result == torch.float32
+    return not (device.type in ("cuda", "meta") and widened_as_read)
+
+
 def verify(c_out: torch.Tensor, exp: Expected) -> tuple[CheckResult, CheckResult]:
     """(row check, column check) of one product, or of a stack of them (R, M, N), against its
     expectations; NaN-safe. For a stack, d and bad are (R, M, tiles) and (R, N, tiles): one reduction per
     side for the whole stack, which is what makes checking small products cheap (few eager ops per repeat)."""
     checker = exp.rows.dtype  # both sides read C once each, accumulating in the checker's precision
+    if sum_converts(c_out.dtype, checker, c_out.device):
+        c_out = c_out.to(checker)  # each side's sum would make this copy: one serves both
     d_rows = checksums(c_out, checker).sub_(exp.rows)  # in place: the sums are this call's own
     # the column side's tiles, summed in place (no transposed copy of C)
     d_cols = checksums(c_out, checker, dim=-2).transpose(-1, -2).sub_(exp.cols)

@@ -29,6 +29,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
 from sdcscan.checks import tf32
+from sdcscan.checks.vabft import sum_converts
 
 aten = torch.ops.aten
 DEVICE = "meta"  # the unit's device in the model
@@ -198,6 +199,7 @@ class CostCounter(TorchDispatchMode):
             widening = _widening_copy(func, args, out)
             if widening:
                 self.tally.kernels.append(widening)
+                moved_in = widening.written  # the sum reads the widened copy, not its source
             self.tally.kernels.append(Kernel(_name(func), moved_in, moved_out, flops, dtype))
         else:
             self.tally.host_ops[_name(func)] += 1
@@ -289,9 +291,7 @@ def _widening_copy(func: Any, args: tuple[Any, ...], out: Any) -> Kernel | None:
     if func.overloadpacket not in (aten.sum, aten.nansum) or not isinstance(out, torch.Tensor):
         return None
     source = args[0]
-    if source.dtype == out.dtype or (
-        source.dtype in (torch.float16, torch.bfloat16) and out.dtype == torch.float32
-    ):
+    if not sum_converts(source.dtype, out.dtype, torch.device(DEVICE)):
         return None
     count = source.numel()
     return Kernel("_to_copy", count * source.element_size(), count * out.element_size())

@@ -32,6 +32,7 @@ import torch
 from sdcscan.checks import counter_rng, limits, triton_kernels
 from sdcscan.checks.digest import Fingerprint
 from sdcscan.checks.embbag import exact, exact_fused, id_pool, packing, realistic, table_families
+from sdcscan.checks.masks import count_true
 from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
 from sdcscan.workloads.base import Context, register
 from sdcscan.workloads.embbag_int8.selftest_spec import SelftestMixin
@@ -291,7 +292,7 @@ class _BadBags:
 
     def add(self, batch: int, bad: torch.Tensor, expected: torch.Tensor, out: torch.Tensor) -> None:
         """Fold in one batch: (B,) bad flags, (B,) expected sums and its (B, D) output; no wait."""
-        self.counts[batch] = bad.sum()
+        count_true(bad, out=self.counts[batch])  # no int64 copy of the flags (checks/masks.py)
         keep = min(MAX_RECORDED, bad.shape[0])
         if not keep:
             return
