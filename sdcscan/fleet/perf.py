@@ -275,10 +275,12 @@ def tail_cut(
     scale = units * math.comb(len(tails), needed)
 
     def at(c: float) -> tuple[float, int]:
-        """Healthy units the cohort's tails put at c, and the fewest samples that estimate rests on."""
-        counts = [(int(np.searchsorted(t, c, side="right")), len(t)) for t in tails]
-        worst = sorted(counts, key=lambda kn: kn[0] / kn[1])[-needed:]
-        return scale * math.prod(k / n for k, n in worst), min(k for k, _ in worst)
+        """Healthy units the cohort's tails put at c, and the samples that estimate rests on (the
+        `needed`-th largest count). Both are order statistics of counts that grow with c, so both grow
+        with c, as the searches below need."""
+        counts = [int(np.searchsorted(t, c, side="right")) for t in tails]
+        shares = sorted(k / len(t) for k, t in zip(counts, tails, strict=True))[-needed:]
+        return scale * math.prod(shares), sorted(counts)[-needed]
 
     candidates = np.unique(np.concatenate(tails))  # both only change at a sample; both grow with c
 
