@@ -13,7 +13,7 @@ from sdcscan.checks import vabft
 def _result(d: list[float], t: list[float]) -> vabft.CheckResult:
     """A check of len(d) lines of one tile each."""
     dt, tt = (torch.tensor(x, dtype=torch.float64).view(-1, 1) for x in (d, t))
-    return vabft.CheckResult(d=dt, t=tt, bad=vabft.failing(dt, tt))
+    return vabft.judged(dt, tt)
 
 
 def test_tiles_are_eight_wide_where_eight_divides_the_line_else_the_whole_line():

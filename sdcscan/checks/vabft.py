@@ -32,15 +32,6 @@ from sdcscan.checks.limits import (  # torch-free there: the catalogue and the c
 )
 
 
-def with_total(tiles: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    """Tile sums along `dim` and, where there are several, their total (the whole line) after them: a
-    tile sees an error in one element above 8 outputs' rounding; the whole line sees an error spread
-    over the line (a row or column offset), which no tile of 8 holds enough of."""
-    if tiles.shape[dim] == 1:
-        return tiles
-    return torch.cat([tiles, tiles.sum(dim=dim, keepdim=True)], dim=dim)
-
-
 def checksums(x: torch.Tensor, dtype: torch.dtype | None = None, *, dim: int = -1) -> torch.Tensor:
     """The checksums of each line of x along `dim` (-1: its rows; -2: its columns), in `dtype`: its tiles'
     sums (accumulated in `dtype`, x's own when None; `sum_converts` says where torch copies x for that),
@@ -133,14 +124,13 @@ def summarize(b: torch.Tensor) -> OperandSummary:
     Args:
         b: (K, N) the operand on the right of the GEMM.
     """
-    (k, n), w = b.shape, tile_width(b.shape[1])
-    tiles = b.to(torch.float64).reshape(k, n // w, w)  # float64: squares of fp32 values may overflow fp32
-    widths = torch.tensor(checksum_widths(n), dtype=torch.float64, device=b.device)
+    b64 = b.to(torch.float64)  # float64: squares of fp32 values may overflow fp32
+    widths = torch.tensor(checksum_widths(b.shape[1]), dtype=torch.float64, device=b.device)
     return OperandSummary(
         n=widths,
-        s1=(with_total(tiles.sum(dim=-1)) / widths).abs().sum(dim=0),
-        s1_cols=with_total(tiles.sum(dim=0).abs().sum(dim=-1)) / widths,
-        squares=with_total(tiles.square().sum(dim=-1)),
+        s1=(checksums(b64) / widths).abs().sum(dim=0),
+        s1_cols=checksums(b64.sum(dim=0).abs()) / widths,
+        squares=checksums(b64.square()),
     )
 
 
@@ -210,12 +200,6 @@ def row_residual(a: torch.Tensor, c_out: torch.Tensor, rowsum: torch.Tensor) -> 
     # contiguous: a product with a transposed matrix (the column check's Bᵀ) sums K terms one after
     # another on MKL, with 3x the rounding of a product with contiguous rows (docs/abft.md §3.2)
     return checksums(c_out, rowsum.dtype) - a.to(rowsum.dtype).contiguous() @ rowsum
-
-
-def failing(d: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-    """NaN-safe verdict: a residual fails unless it is provably within its threshold (inf/NaN fail).
-    The comparison runs in float64 inside the kernel (t is float64): |d| is exact in any float format."""
-    return ~(d.abs() <= t)
 
 
 def tiled_permutation(size: int, seed: int, device: torch.device | str = "cpu") -> torch.Tensor:
@@ -296,6 +280,8 @@ def judged(d: torch.Tensor, t: torch.Tensor) -> CheckResult:
     magnitude = d.abs()
     stacked = tuple(range(d.dim() - t.dim()))
     peak = torch.amax(magnitude, dim=stacked) if stacked else magnitude  # amax keeps NaN
+    # NaN-safe: a residual fails unless it is provably within its threshold (inf and NaN fail); compared
+    # in float64 inside the kernel (t is float64), where |d| is exact in any float format
     return CheckResult(d=d, t=t, bad=~(magnitude <= t), peak=peak)
 
 
