@@ -77,8 +77,9 @@ The host-level consensus (`compare`) makes it, not this module.
 
 from __future__ import annotations
 
+import bisect
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Any, NamedTuple
@@ -283,27 +284,12 @@ def tail_cut(
         return scale * math.prod(shares), sorted(counts)[-needed]
 
     candidates = np.unique(np.concatenate(tails))  # both only change at a sample; both grow with c
-
-    def last(ok: Callable[[float], bool]) -> int:
-        """The index of the largest candidate where `ok` holds (it holds up to some point), or -1."""
-        lo, hi = -1, len(candidates) - 1
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            lo, hi = (mid, hi) if ok(float(candidates[mid])) else (lo, mid - 1)
-        return lo
-
-    def first(ok: Callable[[float], bool]) -> int:
-        """The index of the smallest candidate where `ok` holds (it holds from some point on), or len."""
-        lo, hi = 0, len(candidates)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            lo, hi = (lo, mid) if ok(float(candidates[mid])) else (mid + 1, hi)
-        return lo
-
-    shown = first(lambda c: at(c)[1] >= MIN_TAIL_COUNT)  # the deepest point resting on enough units
+    where = range(len(candidates))
+    # the deepest point resting on enough units, and the first past the budget (bisect: both monotone)
+    shown = bisect.bisect_left(where, True, key=lambda i: at(float(candidates[i]))[1] >= MIN_TAIL_COUNT)
     if shown == len(candidates):
         return None
-    within = last(lambda c: at(c)[0] <= budget)
+    within = bisect.bisect_left(where, True, key=lambda i: at(float(candidates[i]))[0] > budget) - 1
     return float(candidates[max(within, shown)])
 
 
