@@ -81,7 +81,7 @@ class _Assembler:
         self._invalid()
         calibration_findings(self._calibration_reports(), self.col)
         sentinel_findings(db, self.reports.fetch, self.col)
-        slow_findings(db, opts, self.reports, self.col)
+        slow_refs = slow_findings(db, opts, self.reports, self.col)
         # Coverage looks at every kept report of a host, superseded ones too: an older report of the same
         # plan still covers a host whose newest one is dated in the future or tested nothing.
         if opts.hosts is not None and opts.now is not None:
@@ -107,7 +107,7 @@ class _Assembler:
             options_record(opts),
             tuple(_superseded_record(s) for s in superseded),
             opts.fail_on_undecided,
-            fleet_overview(db, opts, findings) if opts.overview else None,
+            fleet_overview(db, opts, findings, slow_refs) if opts.overview else None,
             checked_cohorts(db),
         )
 

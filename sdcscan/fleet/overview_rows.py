@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -37,10 +37,10 @@ from sdcscan.fleet.overview import (
     SlowMark,
     hostname_prefix,
 )
-from sdcscan.fleet.perf import Reference
+from sdcscan.fleet.perf import GroupKey, Reference
 from sdcscan.fleet.records import REPORT_COLUMNS, host_report
 from sdcscan.fleet.report_file import report_bytes
-from sdcscan.fleet.slow import NEWEST, references
+from sdcscan.fleet.slow import NEWEST
 from sdcscan.fleet.summary import FAILING_KINDS, Options
 from sdcscan.outcomes import printable
 from sdcscan.timefmt import iso_utc
@@ -52,11 +52,14 @@ AGE_STEPS_DAYS = (1.0, 2.0, 7.0, 14.0, 30.0, 91.0)  # bin widths, the narrowest 
 Failing = tuple[str, str, str, str]  # (host key, run id, unit, finding kind)
 
 
-def fleet_overview(db: Rows, opts: Options, findings: Sequence[FleetFinding]) -> FleetOverview:
-    """The overview of the reports `db` holds, judged with `opts`, whose findings are `findings`."""
+def fleet_overview(
+    db: Rows, opts: Options, findings: Sequence[FleetFinding], refs: Mapping[GroupKey, Reference]
+) -> FleetOverview:
+    """The overview of the reports `db` holds, judged with `opts`, whose findings are `findings`; `refs`
+    are the slow rule's references, as it judged by them (`slow.slow_findings`)."""
     failing = sorted(set(failing_units(findings)))
     hosts = _Hosts(db, opts.now)
-    distributions, left_out = _distributions(db, opts, findings)
+    distributions, left_out = _distributions(db, findings, refs)
     return FleetOverview(
         distributions=distributions,
         distributions_left_out=left_out,
@@ -83,11 +86,10 @@ def failing_units(findings: Iterable[FleetFinding]) -> Iterator[Failing]:
 
 
 def _distributions(
-    db: Rows, opts: Options, findings: Sequence[FleetFinding]
+    db: Rows, findings: Sequence[FleetFinding], refs: Mapping[GroupKey, Reference]
 ) -> tuple[tuple[Distribution, ...], int]:
     """One histogram per (profile, cohort, workload) of the newest throughput samples, groups holding a
     slow unit first, then the largest: the first MAX_DISTRIBUTIONS, and how many were left out."""
-    refs = references(db, opts)
     marks = _slow_marks(findings)
     names = dict(
         db.rows("SELECT profile_sha256, MIN(profile_name) FROM current_reports GROUP BY profile_sha256")

@@ -91,22 +91,20 @@ class Tails:
     every: float | None  # robust z every workload must reach: the combined rule's, for one report
 
 
-def slow_findings(db: Rows, opts: Options, reports: ReportBook, col: Collector) -> None:
-    """Add the `slow` findings of the samples `db` holds."""
-    refs, tails = references_and_tails(db, opts)
+def slow_findings(
+    db: Rows, opts: Options, reports: ReportBook, col: Collector
+) -> dict[perf.GroupKey, perf.Reference]:
+    """Add the `slow` findings of the samples `db` holds; return the references they were judged by (what
+    the fleet page draws: `fleet.overview_rows`)."""
+    refs, tails = _references_and_tails(db, opts)
     suspects = _per_workload_suspects(db, opts, refs)
     combined = _combined_suspects(db, opts, refs, tails)
     if suspects or combined:
         _add(db, reports, col, suspects | set(combined), refs, combined)
+    return refs
 
 
-def references(db: Rows, opts: Options) -> dict[perf.GroupKey, perf.Reference]:
-    """Each (profile, cohort, workload, measure)'s healthy reference, its threshold as deep as the
-    cohort's own tails need (also what the fleet page draws: `fleet.overview_rows`)."""
-    return references_and_tails(db, opts)[0]
-
-
-def references_and_tails(
+def _references_and_tails(
     db: Rows, opts: Options
 ) -> tuple[dict[perf.GroupKey, perf.Reference], dict[CohortKey, Tails]]:
     """The references of the newest samples, each threshold moved down to the cohort's majority tail
