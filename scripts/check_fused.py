@@ -3,12 +3,15 @@
 For a workload's `check_kernel: fused` to become its default, a lent GPU must give the same results as
 the torch ops: gemm_int8's five block sums (sdcscan/checks/int8_block.py) and embbag_int8's bad-bag
 flags and fingerprint (sdcscan/checks/embbag/exact_fused.py), on outputs of the GPU profiles' size, clean
-and struck, and the same verdict and digest for whole cases. Prints one JSON line per output shape
+and struck, and the same verdict and digest for whole cases. The fingerprint's own kernel
+(sdcscan/checks/keyed_sums.py), which a GPU unit takes by default after a start-up trial, is held
+to the torch sums the same way on a block of gemm_fp's bf16 outputs. Prints one JSON line per output shape
 (equal, what differed, and milliseconds of each path by device events, median of `--repeats` after a
-warm-up) and one per case of the profile's gemm_int8 and embbag_int8 with each kernel, then
+warm-up) and one per case of the profile's gemm_int8, embbag_int8 and gemm_fp with each kernel, then
 {"cases_equal": ...}. On a CPU it runs the kernels in Triton's interpreter (TRITON_INTERPRET=1, small
 shapes only: the tests run it so).
-Usage: python scripts/check_fused.py [--unit cuda:0] [--rows 65536] [--bags 200000] [--profile doctor]
+Usage: python scripts/check_fused.py [--unit cuda:0] [--rows 65536] [--bags 200000] [--words 16777216]
+    [--profile doctor]
 """
 
 from __future__ import annotations
@@ -39,6 +42,9 @@ def main() -> None:
     ap.add_argument(
         "--bags", type=int, default=200000, help="bags of an EmbeddingBag output (doctor's batch)"
     )
+    ap.add_argument(
+        "--words", type=int, default=2**24, help="64-bit words a row to fingerprint (one 8192² bf16 output)"
+    )
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--profile", default="doctor", help="whose cases to run with both kernels")
     ap.add_argument("--cases", type=int, default=2, help="cases of each workload and kernel (0: none)")
@@ -55,9 +61,10 @@ def main() -> None:
     for n, n_ext in widths:
         print(json.dumps(_int8_blocks(torch, device, args.rows, n, n_ext, args.repeats)), flush=True)
     print(json.dumps(_embbag_outputs(torch, device, args.bags, args.repeats)), flush=True)
+    print(json.dumps(_fingerprints(torch, device, args.words, args.repeats)), flush=True)
     found = [
         line
-        for name in ("gemm_int8", "embbag_int8")
+        for name in ("gemm_int8", "embbag_int8", "gemm_fp")
         for line in _cases(device, args.profile, name, args.cases)
     ]
     for line in found:
@@ -128,6 +135,26 @@ def _embbag_outputs(torch: Any, device: Any, bags: int, repeats: int) -> dict[st
     return _timing("embbag_int8", device, [bags, EMBBAG_DIM], differ, fused_s, torch_s, out.numel() * 4)
 
 
+def _fingerprints(torch: Any, device: Any, words: int, repeats: int) -> dict[str, Any]:
+    """A block of eight outputs' words: the kernel's keyed sums equal torch's, clean and struck."""
+    from sdcscan.checks import keyed_sums
+
+    g = torch.Generator(device=device).manual_seed(words)
+    halves = torch.randint(-(2**31), 2**31, (8, 2 * words), generator=g, device=device, dtype=torch.int64)
+    block = halves.to(torch.int32).view(torch.int64)
+    struck = block.clone()
+    struck[3, words // 2] ^= 1 << 40
+    struck[5, [0, words - 1]] = struck[5, [words - 1, 0]]
+    differ = [
+        label
+        for label, tried in (("clean", block), ("struck", struck))
+        if not torch.equal(keyed_sums.by_kernel(tried), keyed_sums.by_torch(tried))
+    ]
+    fused_s = _timed(torch, device, lambda: keyed_sums.by_kernel(block), repeats)
+    torch_s = _timed(torch, device, lambda: keyed_sums.by_torch(block), repeats)
+    return _timing("fingerprint", device, [8, words], differ, fused_s, torch_s, block.numel() * 8)
+
+
 def _timing(
     workload: str, device: Any, shape: list[int], differ: list[str], fused_s: float, torch_s: float, size: int
 ) -> dict[str, Any]:
@@ -145,6 +172,7 @@ def _timing(
 
 def _cases(device: Any, profile: str, name: str, cases: int) -> list[dict[str, Any]]:
     """The profile's first `cases` cases of `name` with each kernel: status, digest, phase seconds."""
+    from sdcscan.checks import keyed_sums
     from sdcscan.costmodel.cases import gpu_params
     from sdcscan.outcomes import Case
     from sdcscan.workloads import load
@@ -153,7 +181,10 @@ def _cases(device: Any, profile: str, name: str, cases: int) -> list[dict[str, A
     found = []
     workload_class = load(name)
     for kernel in ("torch", "fused") if cases else ():
-        params = {**gpu_params(profile)[name], "check_kernel": kernel}
+        keyed_sums.choose(device, kernel)  # every workload's digests: the kernel or torch
+        params = dict(gpu_params(profile)[name])
+        if "check_kernel" in params:
+            params["check_kernel"] = kernel
         if device.type == "cpu":
             params = {**params, **workload_class.spec.tiny}
         workload = workload_class(params)
@@ -167,7 +198,8 @@ def _cases(device: Any, profile: str, name: str, cases: int) -> list[dict[str, A
                     "workload": name,
                     "case": occurrence,
                     "check_kernel": kernel
-                    if getattr(workload, "fused", False) == (kernel == "fused")
+                    if getattr(workload, "fused", kernel == "fused") == (kernel == "fused")
+                    and keyed_sums.chosen(device) == (kernel == "fused")
                     else "?",
                     "status": out.status,
                     "digest": out.digest,

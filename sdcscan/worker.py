@@ -140,6 +140,11 @@ class _Engine:
         self.workloads: dict[str, Workload] = {}
         self.contexts: dict[str, Context] = {}
         self.notes: list[str] = []
+        from sdcscan.checks import keyed_sums
+
+        why = keyed_sums.choose(device)  # before any case: its start-up trial waits for the device
+        if why:
+            self.notes.append(why)
         for number, spec in enumerate(cfg.profile.workloads, start=2):
             conn.send(("preparing", cfg.unit.id, f"preparing {spec.name}", number, steps))
             params = {

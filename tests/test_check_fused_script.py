@@ -1,5 +1,6 @@
 """scripts/check_fused.py, the fused kernels' confirmation that scripts/gpu_check.sh runs on a lent GPU, run
-here on small shapes in Triton's interpreter: it finds every output equal and every case the same."""
+here on small shapes in Triton's interpreter: it finds every output equal and every case the same, the
+fingerprint kernel's included."""
 
 from __future__ import annotations
 
@@ -21,7 +22,20 @@ SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "check_fused.py"
 def test_the_gpu_confirmation_script_compares_outputs_and_cases_with_both_kernels() -> None:
     if importlib.util.find_spec("triton") is None:
         missing_tool("Triton", "pip install -e '.[test]' on Linux x86_64")
-    args = ["--unit", "cpu", "--rows", "24", "--widths", "40:48", "--bags", "40", "--repeats", "1"]
+    args = [
+        "--unit",
+        "cpu",
+        "--rows",
+        "24",
+        "--widths",
+        "40:48",
+        "--bags",
+        "40",
+        "--words",
+        "40",
+        "--repeats",
+        "1",
+    ]
     done = subprocess.run(
         [sys.executable, str(SCRIPT), *args],
         capture_output=True,
@@ -36,11 +50,12 @@ def test_the_gpu_confirmation_script_compares_outputs_and_cases_with_both_kernel
     assert [(o["workload"], o["output"], o["equal"]) for o in outputs] == [
         ("gemm_int8", [24, 48], True),
         ("embbag_int8", [40, 64], True),
+        ("fingerprint", [8, 40], True),
     ]
     cases = [line for line in lines if "case" in line]
     assert [(c["workload"], c["check_kernel"]) for c in cases] == [
         (name, kernel)
-        for name in ("gemm_int8", "embbag_int8")
+        for name in ("gemm_int8", "embbag_int8", "gemm_fp")
         for kernel in ("torch", "torch", "fused", "fused")
     ]
     assert lines[-1] == {"cases_equal": True}

@@ -22,18 +22,22 @@ import json, pathlib, re, subprocess, sys, tempfile
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource, compile
-from sdcscan.checks import int8_block, int8_triton
+from sdcscan.checks import keyed_sums, fingerprint_triton, int8_block, int8_triton
 from sdcscan.checks.embbag import exact_fused, exact_triton
 
-# Each kernel's runtime arguments as int8_triton.partials and exact_triton.partials pass them.
+# Each kernel's runtime arguments as int8_triton.partials, exact_triton.partials and
+# fingerprint_triton.partials pass them.
 INT8 = dict(words_ptr="*i64", row_ptr="*i64", weighted_ptr="*i64", pad_ptr="*i32", column_ptr="*i64",
             print_ptr="*i64", rows="i32", words_per_row="i32", n="i32", pad_start="i32", strips="i32")
 EMBBAG = dict(words_ptr="*i64", expected_ptr="*i32", weighted_ptr="*i32", weights_ptr="*i32",
               bad_ptr="*i8", print_ptr="*i64", bags="i32", half="i32")
+KEYED = dict(words_ptr="*i64", sums_ptr="*i64", width="i32", chunks="i32")
 kernels = {
     "int8_block": (int8_triton._kernel, INT8, int8_block.NUM_WARPS,
                    dict(ROWS=int8_block.ROWS, WORDS=int8_block.WORDS, ROW_TILES=int8_block.ROW_TILES)),
     "embbag_exact": (exact_triton._kernel, EMBBAG, 4, dict(BAGS=exact_fused.BAGS, HALF=32)),
+    "fingerprint": (fingerprint_triton._kernel, KEYED, keyed_sums.NUM_WARPS,
+                    dict(BLOCK=keyed_sums.BLOCK, TILES=keyed_sums.TILES)),
 }
 capability = int(sys.argv[1])
 cuobjdump = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
@@ -61,8 +65,11 @@ def test_each_fused_kernel_compiles_to_a_cubin(capability: int) -> None:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     found = json.loads(done.stdout.splitlines()[-1])
-    assert set(found) == {"int8_block", "embbag_exact"} and all(k["cubin"] for k in found.values())
+    assert set(found) == {"int8_block", "embbag_exact", "fingerprint"} and all(
+        k["cubin"] for k in found.values()
+    )
     if capability == 90 and "reg" in found["int8_block"]:
         # On an H200 the int8 kernel at 255 registers and a 248-byte spill ran at 745 GB/s (int8_block.py):
         # its tile now fits in half the registers, so an SM keeps twice the warps.
         assert found["int8_block"]["stack"] == 0 and found["int8_block"]["reg"] <= 128, found
+        assert found["fingerprint"]["stack"] == 0, found  # a streaming sum: nothing to spill

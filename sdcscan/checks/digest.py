@@ -175,31 +175,8 @@ def fingerprint_words(t: torch.Tensor) -> torch.Tensor:
 
 
 def _keyed_sums(words: torch.Tensor) -> torch.Tensor:
-    """(R,) int64: Σ_i w_ri·K_i mod 2^64 for each row of (R, W) int64 words, on their device."""
-    import torch
+    """(R,) int64: Σ_i w_ri·K_i mod 2^64 for each row of contiguous (R, W) int64 words, on their device
+    (`keyed_sums.of`, imported here: torch is not imported with this module)."""
+    from sdcscan.checks import keyed_sums
 
-    keys = fingerprint_keys(words.shape[1], words.device)
-    if words.device.type == "cpu":
-        return torch.mv(words, keys)  # integer matrix-vector product on the CPU: no temporary
-    return (words * keys).sum(1)  # int64 products and sums wrap mod 2^64 on every device
-
-
-_KEYS: dict[torch.device, torch.Tensor] = {}  # device -> the longest key vector built there so far
-
-
-def fingerprint_keys(count: int, device: torch.device) -> torch.Tensor:
-    """The first `count` keys K_i = splitmix64(i) | 1 (i = 1, 2, ...), the same on every host and device,
-    built once per device and kept (the cost model makes them ready before it counts a case).
-
-    Built where they are used, by a few elementwise kernels (sdcscan.checks.counter_rng): on a GPU the
-    host neither computes them nor copies them (2^26 keys took seconds of one host thread in numpy).
-    """
-    import torch
-
-    from sdcscan.checks.counter_rng import splitmix64
-
-    have = _KEYS.get(device)
-    if have is None or have.numel() < count:
-        size = 1 << max(10, (count - 1).bit_length())
-        have = _KEYS[device] = splitmix64(torch.arange(1, size + 1, dtype=torch.int64, device=device)) | 1
-    return have[:count]
+    return keyed_sums.of(words)

@@ -7,7 +7,7 @@ strip of WORDS words down ROW_TILES tiles of ROWS rows and writes
         column in the strip is non-zero;
     for each column of the strip: Σ over the program's rows;
     the keyed sum Σ w·K mod 2^64 of its words, K = splitmix64(flat word index + 1) | 1, as
-        `digest.fingerprint_keys` has them.
+        `keyed_sums.fingerprint_keys` has them.
 All of it in int64 (uint64 for the keyed sum, which wraps by design), exact: the largest sum,
 |Σ (j + 1)·C[i, j]| <= n(n + 1)/2 · 2^31, stays below 2^63 for every n the weighted checksum allows.
 Imported only where the kernel runs: it imports Triton.

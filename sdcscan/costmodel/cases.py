@@ -17,7 +17,6 @@ from typing import Any
 import torch
 
 from sdcscan.calibration import measure as calibration
-from sdcscan.checks import digest
 from sdcscan.costmodel.counting import DEVICE, CostCounter, Tally, counting
 from sdcscan.outcomes import Case
 from sdcscan.profile import load_profile
@@ -25,7 +24,6 @@ from sdcscan.workloads import load
 from sdcscan.workloads.base import Context
 
 RUN_SEED = 20261127
-KEYS_MODELLED = 1 << 34  # fingerprint keys made ready on the meta device: more than any output's words
 CASE_PHASES = ("setup", "compute", "check", "case")  # "case": run() outside any timed phase
 Params = Mapping[str, Any]
 
@@ -153,9 +151,6 @@ def model_workload(name: str, params: Params, *, occurrences: Sequence[int] | No
     shape = SHAPES[name]
     wanted = range(shape.kinds(params)) if occurrences is None else occurrences
     workload = load(name)(params)
-    # The fingerprint's keys are built once per unit, at its first fingerprint of a size, and kept: built
-    # here, outside the count, so that every modelled case sees them ready as a unit's later cases do.
-    digest.fingerprint_keys(KEYS_MODELLED, torch.device(DEVICE))
     with counting() as counter, _stand_in_thresholds():
         ctx = ModelContext(counter, params)
         began = time.perf_counter()

@@ -6,7 +6,7 @@ element it takes the count of 2^-7 units as `exact._exact_bad_block` does (x·12
 whether the count, back in fp32, is the element (on the grid); for each bag, the plain and the
 column-weighted sums of the counts, compared with their S_exp modulo 2^32 (taken in int64 here: the same
 residues as the torch path's wrapping int32 sums); and the keyed sum of its words,
-K = splitmix64(flat word index + 1) | 1, as `digest.fingerprint_keys` has them. Imported only where the
+K = splitmix64(flat word index + 1) | 1, as `keyed_sums.fingerprint_keys` has them. Imported only where the
 kernel runs: it imports Triton.
 """
 
