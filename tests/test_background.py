@@ -16,6 +16,10 @@ from sdcscan.background import host_pacing, idle_gates, priority
 from sdcscan.watchdog import CaseInFlight, Watchdog
 from tests.helpers.cli import CPUS, TWO, needs_two_cpus
 
+# Background mode screens cores that go idle and steps aside from busy ones: the tests need the machine to
+# themselves, not a second pytest worker beside them.
+pytestmark = pytest.mark.serial
+
 
 class FakeCore:
     """A core whose busy seconds and this process's own CPU seconds the test moves by hand."""

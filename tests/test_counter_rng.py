@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from sdcscan.checks import counter_rng
-from sdcscan.checks.digest import fingerprint_keys
+from sdcscan.checks.keyed_sums import fingerprint_keys
 from sdcscan.workloads.readout import float_of, read_once
 
 

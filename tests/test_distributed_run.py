@@ -22,7 +22,9 @@ import pytest
 
 from tests.helpers.cli import child_env, sdcscan_cmd
 
-pytestmark = pytest.mark.slow
+# A launch is a world of ranks on this machine's cores: under two pytest workers (`--dist loadgroup`), the
+# launches run one after another on one worker, never two worlds at once.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("launched_worlds")]
 
 BUDGET_S = 25  # start-up (torch, each workload prepared, its peak measured afresh), then cases
 SHUTDOWN_BOUND_S = 30  # the bound: a run ends within budget + 30 s, whatever dies or hangs

@@ -23,7 +23,9 @@ import pytest
 
 from tests.helpers.cli import child_env, sdcscan_cmd
 
-pytestmark = pytest.mark.slow
+# A launch is a world of ranks on this machine's cores: under two pytest workers (`--dist loadgroup`), the
+# launches run one after another on one worker, never two worlds at once.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("launched_worlds")]
 
 GRACE_S = 20.0  # a fork server still importing torch when its rank dies exits once the import is done
 CODES = {"pass": 0, "fail": 1, "invalid": 3}

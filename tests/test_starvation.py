@@ -16,6 +16,8 @@ import pytest
 from sdcscan.runner import starvation_note
 from tests.helpers.cli import child_env, needs_two_cpus, sdcscan_cmd
 
+pytestmark = pytest.mark.serial  # the tests load the cores themselves, and measure what a worker then gets
+
 HOG = "import os, sys, time\nos.sched_setaffinity(0, {0})\nos.nice(-19)\nend = time.time() + float(sys.argv[1])\nwhile time.time() < end:\n    pass\n"
 
 
