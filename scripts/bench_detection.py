@@ -5,7 +5,7 @@ Usage: python scripts/bench_detection.py --dtype float32 --shape 256 4096 256 --
 Prints JSON: the e_max and where it came from (as `sdcscan run` resolves it, or --e-max to force one),
 the clean trials that fired (false positives), then per fault the trials where it changed C and how many
 the row or column check caught. Faults are `sdcscan selftest` labels at the output site: a bit number,
-or a model such as `relerr:1e-3` (sdcscan/faults.py).
+or a model such as `relerr:1e-3` (sdcscan/faults/__init__.py).
 """
 
 from __future__ import annotations

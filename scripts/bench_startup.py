@@ -1,7 +1,7 @@
 """Benchmark: what a worker spends before its unit is ready, step by step, for one profile on one unit.
 
 A unit runs no case until torch is configured, every workload is prepared (pools drawn, weights encoded,
-gemm_fp calibrated) and the plain-op peaks are measured (sdcscan/worker.py, `_Engine`). On a GPU the
+gemm_fp calibrated) and the plain-op peaks are measured (sdcscan/run/worker.py, `_Engine`). On a GPU the
 pools are drawn on the CPU with the worker's one thread and moved, so this is where a large profile's
 start-up goes. Prints one JSON line per step as it ends (the device synchronised first), so a run cut
 short still says where its time went, then a line with the total.
@@ -31,8 +31,8 @@ def main() -> None:
     os.environ.setdefault("XDG_STATE_HOME", tempfile.mkdtemp(prefix="bench-startup-"))  # no cached e_max
     started = time.perf_counter()
     from sdcscan.profile import load_profile
+    from sdcscan.run.worker import _measure_peaks, configure_torch
     from sdcscan.units import Unit, unit_class
-    from sdcscan.worker import _measure_peaks, configure_torch
     from sdcscan.workloads import SPECS, load
     from sdcscan.workloads.base import Context
 

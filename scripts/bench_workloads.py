@@ -35,8 +35,8 @@ def main() -> None:
     torch.set_num_threads(1)
     from sdcscan.peaks.plain_ops import case_peak
     from sdcscan.peaks.rates import PeakSource, workload_peak
-    from sdcscan.plan import Plan
     from sdcscan.profile import load_profile
+    from sdcscan.run.plan import Plan
     from sdcscan.units import cpu_units, unit_class
     from sdcscan.workloads import load
     from sdcscan.workloads.base import Context

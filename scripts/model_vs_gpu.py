@@ -36,10 +36,10 @@ def main() -> None:
     from sdcscan.costmodel.cases import SHAPES, gpu_params, model_workload
     from sdcscan.costmodel.rates import DEVICES
     from sdcscan.outcomes import Case
-    from sdcscan.plan import Plan
     from sdcscan.profile import load_profile
+    from sdcscan.run.plan import Plan
+    from sdcscan.run.worker import configure_torch
     from sdcscan.units import Unit
-    from sdcscan.worker import configure_torch
     from sdcscan.workloads import load
     from sdcscan.workloads.base import Context
 

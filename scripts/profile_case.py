@@ -33,10 +33,10 @@ def main() -> None:
     import os
 
     os.environ.setdefault("XDG_STATE_HOME", tempfile.mkdtemp(prefix="profile-case-"))
-    from sdcscan.plan import Plan
     from sdcscan.profile import load_profile
+    from sdcscan.run.plan import Plan
+    from sdcscan.run.worker import configure_torch
     from sdcscan.units import Unit
-    from sdcscan.worker import configure_torch
     from sdcscan.workloads import load
     from sdcscan.workloads.base import Context
 

@@ -8,7 +8,7 @@ below 5% once p > 3/(n·d) (the rule of three: -ln 0.05 = 2.996, rounded up). So
 3/(n·d) per operation, at 95% confidence. A unit that failed miscomputed: it gets no bound.
 
 `d` is not measured here. It is the floor the self-test (`sdcscan selftest`, each workload's
-selftest_spec.py) holds for the fault models of how hardware fails (sdcscan/fault_models.py: bursts, warp
+selftest_spec.py) holds for the fault models of how hardware fails (sdcscan/faults/hardware.py: bursts, warp
 runs and strides, tiles, stuck bits, wrong rows), where the arithmetic guarantees one; models the self-test
 only reports (its stated blind spots, docs/fault_models.md) lie outside the bound. Each workload states
 its checked op and `d` in its spec (`WorkloadSpec.coverage`, a `Coverage`, which also counts a case's

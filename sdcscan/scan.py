@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
 
-from sdcscan import capacity, faults, interrupts, parts, units
+from sdcscan import faults, interrupts, parts, units
 from sdcscan.background import host_pacing, priority
 from sdcscan.calibration.peers import caches_to_forget
 from sdcscan.collectives.env import BARRIER_S, RankSetup
@@ -30,14 +30,15 @@ from sdcscan.judgement.assemble import UnitFacts, judge_and_build
 from sdcscan.judgement.evidence import PROBLEM_NOT_SCREENED, PROBLEM_STARVED, GoldenEntry, Problem
 from sdcscan.outputs import history
 from sdcscan.outputs.publish import Outputs, ReportOnlyPrinted, check_targets, history_path, publish, run_lock
-from sdcscan.plan import week_seed
 from sdcscan.profile import Profile
 from sdcscan.report.document import Distributed, Part, Report, Run, Telemetry
-from sdcscan.runner import Runner, RunResult, end_bound_s, warm_up_workers
+from sdcscan.run import capacity
+from sdcscan.run.plan import week_seed
+from sdcscan.run.runner import Runner, RunResult, end_bound_s, warm_up_workers
+from sdcscan.run.worker import WorkerConfig
 from sdcscan.sentinel import window as sentinel
 from sdcscan.telemetry.sampler import GPU_INTERVAL_S, CaseClock, Sampler, telemetry_findings
 from sdcscan.timefmt import iso_utc, parse_iso_utc
-from sdcscan.worker import WorkerConfig
 from sdcscan.workloads import SPECS
 
 TELEMETRY_INTERVAL_S = 5.0
@@ -158,7 +159,7 @@ def prepare(opts: ScanOptions) -> Setup:
             directory is missing or unwritable; the history is unreadable, empty, foreign or damaged
             (`publish.check_targets`); an injection names a unit that is not selected; the journal and
             outputs do not fit their filesystems' free space, or the open-file limit is too low
-            (`sdcscan.capacity`).
+            (`sdcscan.run.capacity`).
         ProfileError, ReportError: the units or the golden file (see `units`, `load_golden`); threads
             or case sizes the host cannot hold (`capacity.check_host_fits`).
     """
@@ -183,7 +184,7 @@ def prepare(opts: ScanOptions) -> Setup:
 def _check_capacity(opts: ScanOptions, chosen: list[units.Unit]) -> None:
     """The host can hold this run: threads and case sizes, disk space for the journal and the outputs,
     open files (the soft limit raised where the hard one allows), processes, a CPU quota. See
-    `sdcscan.capacity`."""
+    `sdcscan.run.capacity`."""
     capacity.check_host_fits(opts.profile, chosen)
     files = (("--out", opts.out), ("--junit", opts.outputs.junit), ("--prom", opts.outputs.prom))
     capacity.check_disk_space(capacity.run_claims(len(chosen), opts.budget, journal_dir(opts), files))

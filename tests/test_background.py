@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from sdcscan.background import host_pacing, idle_gates, priority
-from sdcscan.watchdog import CaseInFlight, Watchdog
+from sdcscan.run.watchdog import CaseInFlight, Watchdog
 from tests.helpers.cli import CPUS, TWO, needs_two_cpus
 
 # Background mode screens cores that go idle and steps aside from busy ones: the tests need the machine to

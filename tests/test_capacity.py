@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sdcscan import capacity
 from sdcscan.errors import ProfileError, UsageError
 from sdcscan.profile import builtin_profile_names, load_profile, profile_from_data
+from sdcscan.run import capacity
 from sdcscan.units import cpu_units
 from sdcscan.workloads import SPECS
 from tests.helpers.cli import CPUS, child_env, one_error_line, sdcscan_cmd

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from sdcscan import capacity
 from sdcscan.errors import UsageError
 from sdcscan.judgement.assemble import judge_and_build
-from sdcscan.runner import starvation_note
+from sdcscan.run import capacity
+from sdcscan.run.runner import starvation_note
 from sdcscan.scan import _problems
 from tests.helpers.cli import child_env, sdcscan_cmd
 from tests.helpers.reports import make_report

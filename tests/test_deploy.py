@@ -22,9 +22,9 @@ import yaml
 from sdcscan.outputs.history import record_run
 from sdcscan.profile import load_profile
 from sdcscan.report.document import Report
-from sdcscan.rerun_schedule import retest_window
-from sdcscan.runner import STOP_S, end_bound_s, starvation_note
-from sdcscan.watchdog import OVERRUN_S
+from sdcscan.run.rerun_schedule import retest_window
+from sdcscan.run.runner import STOP_S, end_bound_s, starvation_note
+from sdcscan.run.watchdog import OVERRUN_S
 from tests.helpers.reports import make_report
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"

@@ -1,4 +1,4 @@
-"""The fault models of the self-test and `--inject` (sdcscan.faults.MATRIX_KINDS, sdcscan.fault_models) do what they say."""
+"""The fault models of the self-test and `--inject` (sdcscan.faults.MATRIX_KINDS, sdcscan.faults.hardware) do what they say."""
 
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ def test_labels():
         corrupt_(torch.ones(2, 3, dtype=torch.int32), FaultSpec("relerr", "output", 1))
 
 
-# Fault models of how hardware fails (sdcscan/fault_models.py): each changes exactly the elements and
+# Fault models of how hardware fails (sdcscan/faults/hardware.py): each changes exactly the elements and
 # the bit it says, on float and integer tensors.
 
 WORD = {

@@ -11,8 +11,8 @@ import torch
 
 from sdcscan import faults
 from sdcscan.checks import int8
-from sdcscan.fault_models import ROW_ADDRESS_KINDS
 from sdcscan.faults import FaultSpec
+from sdcscan.faults.hardware import ROW_ADDRESS_KINDS
 from sdcscan.outcomes import Case
 from sdcscan.peaks.plain_ops import plain_ops
 from sdcscan.workloads import load

@@ -12,13 +12,13 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from sdcscan import worker
 from sdcscan.errors import ReportError
 from sdcscan.judgement.assemble import judge_and_build
 from sdcscan.peaks import rates
 from sdcscan.peaks.plain_ops import case_peak, combined_rate, plain_ops
 from sdcscan.peaks.rates import PeakSource, workload_peak
 from sdcscan.report import SCHEMA_PATH, validate_report
+from sdcscan.run import worker
 from sdcscan.workloads import SPECS
 from sdcscan.workloads.workload_spec import PlainOp
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
-from sdcscan.plan import Plan, week_seed
 from sdcscan.profile import load_profile
+from sdcscan.run.plan import Plan, week_seed
 
 
 def test_same_profile_and_seed_give_identical_cases():

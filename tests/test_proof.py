@@ -14,7 +14,7 @@ from rich.console import Console
 
 from sdcscan import proof
 from sdcscan.errors import ReportError
-from sdcscan.fault_models import HARDWARE_KINDS
+from sdcscan.faults.hardware import HARDWARE_KINDS
 from sdcscan.judgement.assemble import judge_and_build
 from sdcscan.outputs.prom import prom_text
 from sdcscan.render.run import proof_lines, render_summary

@@ -6,7 +6,7 @@ import pytest
 
 from sdcscan.judgement.evidence import CaseResult
 from sdcscan.judgement.verdict import retest_plan
-from sdcscan.rerun_schedule import (
+from sdcscan.run.rerun_schedule import (
     MAX_RETEST_CASES,
     RETEST_MAX_S,
     RETEST_MIN_S,

@@ -27,9 +27,9 @@ from sdcscan import interrupts
 from sdcscan.cli import cli
 from sdcscan.journal import Journal, read_journal
 from sdcscan.profile import WorkloadEntry, load_profile
-from sdcscan.runner import Runner
+from sdcscan.run.runner import Runner
+from sdcscan.run.worker import WorkerConfig
 from sdcscan.units import cpu_units
-from sdcscan.worker import WorkerConfig
 from tests.helpers.cli import TWO, child_env, needs_two_cpus, sdcscan_cmd
 
 # ---------------------------------------------------------------------------------------------------

@@ -14,9 +14,9 @@ from rich.console import Console
 from sdcscan.events import RunStarted, UnitPreparing
 from sdcscan.profile import load_profile
 from sdcscan.render.run import Progress
-from sdcscan.runner import UnitState, _step_note
+from sdcscan.run.runner import UnitState, _step_note
+from sdcscan.run.worker import WorkerConfig, worker_main
 from sdcscan.units import Unit
-from sdcscan.worker import WorkerConfig, worker_main
 from sdcscan.workloads import SPECS
 
 CPU0 = Unit(id="cpu:0", kind="cpu", index=0, model="test")
@@ -85,7 +85,7 @@ def test_configuring_torch_makes_it_deterministic_without_importing_inductor() -
     """The worker's own configure_torch, in a fresh interpreter: deterministic algorithms are on, and
     torch._inductor (1.1 s of every start-up when `use_deterministic_algorithms` imports it) is not."""
     code = (
-        "import sys; from sdcscan.units import Unit; from sdcscan.worker import configure_torch\n"
+        "import sys; from sdcscan.units import Unit; from sdcscan.run.worker import configure_torch\n"
         "torch = configure_torch(Unit(id='cpu:0', kind='cpu', index=0, model='t'), 1)\n"
         "print(torch.are_deterministic_algorithms_enabled(), 'torch._inductor' in sys.modules)"
     )

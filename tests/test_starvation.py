@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sdcscan.runner import starvation_note
+from sdcscan.run.runner import starvation_note
 from tests.helpers.cli import child_env, needs_two_cpus, sdcscan_cmd
 
 pytestmark = pytest.mark.serial  # the tests load the cores themselves, and measure what a worker then gets

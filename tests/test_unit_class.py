@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from sdcscan.errors import ProfileError
-from sdcscan.plan import Plan
 from sdcscan.profile import profile_from_data
+from sdcscan.run.plan import Plan
 from sdcscan.units import CPU_CLASSES, cpu_class
 
 AMX_FLAGS = ["avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_int8", "amx_tile"]

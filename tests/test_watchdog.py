@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sdcscan.watchdog import (
+from sdcscan.run.watchdog import (
     CASE_TIME_WINDOW,
     OVERRUN_S,
     READY_TIMEOUT_S,

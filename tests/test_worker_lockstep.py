@@ -13,7 +13,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from sdcscan import worker
+from sdcscan.run import worker
 
 
 class FakeClock:

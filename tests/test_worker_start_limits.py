@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from sdcscan.runner import cannot_start
+from sdcscan.run.runner import cannot_start
 from tests.helpers.cli import TWO, child_env, needs_two_cpus, sdcscan_cmd
 
 FAIL_START = """

@@ -26,7 +26,7 @@ from sdcscan.errors import EXIT_INVALID, EXIT_PASS, ReportError, SdcscanError
 from sdcscan.profile import load_profile
 from sdcscan.report import load_report
 from sdcscan.report.document import Report
-from sdcscan.runner import end_bound_s
+from sdcscan.run.runner import end_bound_s
 from sdcscan.timefmt import iso_utc
 from sdcscan.units import Unit, discover_units
 

@@ -12,13 +12,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sdcscan.errors import UsageError
-from sdcscan.fault_models import BIT_KINDS, HARDWARE_KINDS, corrupt_hardware_
+from sdcscan.faults.hardware import BIT_KINDS, HARDWARE_KINDS, corrupt_hardware_
 
 if TYPE_CHECKING:  # the parent parses --inject and must not import torch; workers flip the bits
     import torch
 
 # Corrupt values at a workload fault site: one bit, a NaN, or a fault model of how hardware fails
-# (sdcscan/fault_models.py: bursts, warp runs and strides, tiles, stuck bits, wrong rows).
+# (sdcscan/faults/hardware.py: bursts, warp runs and strides, tiles, stuck bits, wrong rows).
 DATA_KINDS = ("bitflip", "nan", *HARDWARE_KINDS)
 PROCESS_KINDS = ("hang", "crash")  # the worker stops answering / dies inside a case
 # The workload raises at its fault site, as a bug or a driver error would: proves that a raising
@@ -68,7 +68,7 @@ class FaultSpec:
 
     `repeat` picks which pass through the site strikes, for workloads that repeat work inside a case
     (None: drawn from the seed among the passes the workload declares). `param` is a matrix fault's
-    parameter (see MATRIX_KINDS), a burst's width or wrong_rows' count (sdcscan.fault_models).
+    parameter (see MATRIX_KINDS), a burst's width or wrong_rows' count (sdcscan.faults.hardware).
     """
 
     kind: str

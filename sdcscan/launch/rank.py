@@ -37,9 +37,9 @@ from sdcscan.launch.cluster_report import RankInfo, merge_rank_reports
 from sdcscan.outputs import history
 from sdcscan.outputs.publish import Outputs, publish
 from sdcscan.report.document import Report, Run
+from sdcscan.run.watchdog import OVERRUN_S
 from sdcscan.scan import ScanOptions, scan
 from sdcscan.timefmt import iso_utc
-from sdcscan.watchdog import OVERRUN_S
 
 DISTRIBUTED_WORKLOADS = ["collective", "train_dp"]  # what --distributed adds to the profile's workloads
 REPORT_WAIT_AFTER_S = 20.0  # rank 0 waits this long past the latest end of any rank for their reports

@@ -42,10 +42,10 @@ from sdcscan.judgement.evidence import CaseResult
 from sdcscan.judgement.verdict import retest_plan
 from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, CaseOutcome, OutcomeRecord
 from sdcscan.report.document import UnitPacing
-from sdcscan.rerun_schedule import MAX_RETEST_CASES, RerunSchedule, retest_window
+from sdcscan.run.rerun_schedule import MAX_RETEST_CASES, RerunSchedule, retest_window
+from sdcscan.run.watchdog import OVERRUN_S, CaseInFlight, Watchdog
+from sdcscan.run.worker import Command, WorkerConfig, WorkerMessage, worker_main
 from sdcscan.units import Unit, cohort_key
-from sdcscan.watchdog import OVERRUN_S, CaseInFlight, Watchdog
-from sdcscan.worker import Command, WorkerConfig, WorkerMessage, worker_main
 from sdcscan.workloads import SPECS
 
 # Shutdown bound: budget + watchdog.OVERRUN_S (a unit still busy or not started then is stopped as
@@ -68,7 +68,7 @@ def worker_context() -> ForkServerContext | SpawnContext:
     if "forkserver" not in mp.get_all_start_methods():
         return mp.get_context("spawn")
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["torch", "sdcscan.worker"])
+    ctx.set_forkserver_preload(["torch", "sdcscan.run.worker"])
     return ctx
 
 

@@ -42,7 +42,7 @@ if TYPE_CHECKING:  # the parent imports this module, and must not import torch
 
 HANG_SLEEP_S = 3600.0
 
-# The parent's commands to a worker (sdcscan.runner), over the worker's pipe.
+# The parent's commands to a worker (sdcscan.run.runner), over the worker's pipe.
 Command: TypeAlias = (
     tuple[Literal["plan"], float]  # run cases until this deadline (epoch seconds)
     | tuple[Literal["case"], int, int]  # run case `index` as `attempt` (a re-run)
@@ -131,7 +131,7 @@ class _Engine:
         steps = len(cfg.profile.workloads) + 2
         conn.send(("preparing", cfg.unit.id, "starting torch", 1, steps))
         torch = configure_torch(cfg.unit, cfg.threads)
-        from sdcscan.plan import Plan
+        from sdcscan.run.plan import Plan
         from sdcscan.workloads import load
         from sdcscan.workloads.base import Context
 

@@ -130,7 +130,7 @@ class WorkloadSpec:
             another way (other digests): it changes the plan's hash, so goldens recorded before do
             not apply.
         memory: the bytes one case holds at least (a bound from below: the tensors it cannot do
-            without), so that sizes the host cannot hold are refused before a run (`sdcscan.capacity`);
+            without), so that sizes the host cannot hold are refused before a run (`sdcscan.run.capacity`);
             None where the workload fits itself to memory or its sizes are bounded already.
         coverage: what a pass proves (its checked ops, and the detection `sdcscan.proof`'s bound
             assumes); every per-unit workload states it, a distributed one (judged by its ranks'

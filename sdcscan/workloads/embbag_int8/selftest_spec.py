@@ -19,7 +19,7 @@ _WIDE = {**_SMALL, "dim": 128, "bags": 64}
 # element by 1/16 of that or less and are reported only); every bit of a 4-bit byte, whose quantization
 # step is 1/15 of the row's range.
 _REALISTIC_TABLE_FLOORS = {8: dict.fromkeys(range(4, 8), 0.99), 4: dict.fromkeys(range(8), 0.99)}
-# Fault models of how hardware fails (sdcscan/fault_models.py): bursts in one output word or table
+# Fault models of how hardware fails (sdcscan/faults/hardware.py): bursts in one output word or table
 # byte, a wrong row fetched for four bags at once, and (wide variants) the layout models of the output.
 BURSTS = ("burst:2", "burst:4", "burst:8")
 LAYOUT_MODELS = ("run32", "stride32", "tile8", "tile16", "stuck0", "stuck1")

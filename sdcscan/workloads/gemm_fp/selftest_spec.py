@@ -18,7 +18,7 @@ MATRIX_MODELS = (
 )  # fmt: skip
 # (bits per element, lowest exponent bit) per dtype; the sign is the top bit
 _LAYOUT = {"float32": (32, 23), "float64": (64, 52), "bfloat16": (16, 7), "float16": (16, 10)}
-# Fault models of how hardware fails (sdcscan/fault_models.py): the XOR layout models at the lowest
+# Fault models of how hardware fails (sdcscan/faults/hardware.py): the XOR layout models at the lowest
 # exponent bit (every element they strike doubles or halves: the smallest change an exponent bit makes);
 # the sign stuck at 1 and the exponent's top bit stuck at 0, the stuck bits that change every element of
 # the paper's inputs (non-negative, |C| ≥ 2: the outputs of a case share their sign, exponent and

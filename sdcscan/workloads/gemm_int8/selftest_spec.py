@@ -15,7 +15,7 @@ _SMALL = [[8, 64, 40]]  # selftest shape: m = 8 rows make an all-zero activation
 # 32-column blocks need rows and columns beyond one warp (two warps down a column, eight along a row).
 _WIDE = [[64, 64, 256]]
 
-# Matrix fault models swept at the output site besides every bit of one word (sdcscan/faults.py). Each
+# Matrix fault models swept at the output site besides every bit of one word (sdcscan/faults/__init__.py). Each
 # defeats the row check alone: swaps and a compensating pair leave row sums unchanged; two flips of bit
 # 31 (or of bit 0, half the time) cancel mod 2^32; an offset of 2^29 on every one of the 40 columns
 # of the self-test shape adds 5·2^32 ≡ 0 to the row sum; 127 vanishes mod 127; a column offset of 127
@@ -37,7 +37,7 @@ OUTPUT_MODELS = (
     "row_address_bit:0",
     "row_address_bit:2",
 )
-# Fault models of how hardware fails (sdcscan/fault_models.py). Bursts strike one word anywhere, so
+# Fault models of how hardware fails (sdcscan/faults/hardware.py). Bursts strike one word anywhere, so
 # the small shape serves; the others need the wide one. Bit 31 (the sign of these small products) is
 # swept beside a random bit because 32 or 64 changes of ±2^31 in a row always cancel mod 2^32.
 BURSTS = tuple(f"burst:{width}" for width in range(2, 9))

@@ -2,7 +2,7 @@
 
 The golden is exact, so it needs no tolerance and no calibration: every output element whose value
 differs from the integer reference is a mismatch. The self-test shows that this holds for every bit of
-a word and for the fault models of how hardware fails (sdcscan/fault_models.py), whatever their layout.
+a word and for the fault models of how hardware fails (sdcscan/faults/hardware.py), whatever their layout.
 Torch-free, like spec.py beside it.
 """
 
