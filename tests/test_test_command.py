@@ -34,5 +34,7 @@ def test_each_pass_is_a_line_of_its_own_so_that_its_failure_stops_ci() -> None:
     """Under `set -e`, `a && b` with a failing `a` runs neither `b` nor stops the script: once, a failing
     parallel pass left the serial one unrun and CI exited 0."""
     assert "set -euo pipefail" in CI.read_text()
-    steps = [line for line in CI.read_text().splitlines() if line.startswith(("pip ", "python ", "python3 ", ". "))]
+    steps = [
+        line for line in CI.read_text().splitlines() if line.startswith(("pip ", "python ", "python3 ", ". "))
+    ]
     assert steps and all("&&" not in line and "||" not in line for line in steps), steps
