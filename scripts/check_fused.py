@@ -182,6 +182,7 @@ def _cases(device: Any, profile: str, name: str, cases: int) -> list[dict[str, A
     workload_class = load(name)
     for kernel in ("torch", "fused") if cases else ():
         keyed_sums.choose(device, kernel)  # every workload's digests: the kernel or torch
+        fused = kernel == "fused"
         params = dict(gpu_params(profile)[name])
         if "check_kernel" in params:
             params["check_kernel"] = kernel
@@ -197,9 +198,9 @@ def _cases(device: Any, profile: str, name: str, cases: int) -> list[dict[str, A
                 {
                     "workload": name,
                     "case": occurrence,
+                    # "?" where the workload's check or the fingerprint did not take the path asked for
                     "check_kernel": kernel
-                    if getattr(workload, "fused", kernel == "fused") == (kernel == "fused")
-                    and keyed_sums.chosen(device) == (kernel == "fused")
+                    if {getattr(workload, "fused", fused), keyed_sums.chosen(device)} == {fused}
                     else "?",
                     "status": out.status,
                     "digest": out.digest,
