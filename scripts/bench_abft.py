@@ -42,7 +42,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 from sdcscan.calibration import measure as calibration
-from sdcscan.checks import vabft
+from sdcscan.checks import tile_verdicts, vabft
 from sdcscan.checks.digest import RepeatDigest
 from sdcscan.profile import load_profile
 from sdcscan.workloads import SPECS
@@ -221,7 +221,7 @@ def _gemm_fp_case(
         for out in outs:
             torch.matmul(a, b, out=out)
         split.lap("compute")
-        tally.add(first, outs, *vabft.verify(outs, expect))
+        tally.add(first, outs, tile_verdicts.by_torch(outs, expect))
         split.lap("check")
         digest.add_stack(outs)
         split.lap("digest")

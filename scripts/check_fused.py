@@ -5,13 +5,15 @@ the torch ops: gemm_int8's five block sums (sdcscan/checks/int8_block.py) and em
 flags and fingerprint (sdcscan/checks/embbag/exact_fused.py), on outputs of the GPU profiles' size, clean
 and struck, and the same verdict and digest for whole cases. The fingerprint's own kernel
 (sdcscan/checks/keyed_sums.py), which a GPU unit takes by default after a start-up trial, is held
-to the torch sums the same way on a block of gemm_fp's bf16 outputs. Prints one JSON line per output shape
+to the torch sums the same way on a block of gemm_fp's bf16 outputs, and gemm_fp's block check
+(sdcscan/checks/tile_verdicts.py) to the torch verdicts and fingerprints on a block of its GPU cases'
+bf16 outputs, clean and struck (its ratio within 10^-3 of torch's). Prints one JSON line per output shape
 (equal, what differed, and milliseconds of each path by device events, median of `--repeats` after a
 warm-up) and one per case of the profile's gemm_int8, embbag_int8 and gemm_fp with each kernel, then
 {"cases_equal": ...}. On a CPU it runs the kernels in Triton's interpreter (TRITON_INTERPRET=1, small
 shapes only: the tests run it so).
 Usage: python scripts/check_fused.py [--unit cuda:0] [--rows 65536] [--bags 200000] [--words 16777216]
-    [--profile doctor]
+    [--tiles 8,4096,4096,4096] [--profile doctor]
 """
 
 from __future__ import annotations
@@ -45,6 +47,11 @@ def main() -> None:
     ap.add_argument(
         "--words", type=int, default=2**24, help="64-bit words a row to fingerprint (one 8192² bf16 output)"
     )
+    ap.add_argument(
+        "--tiles",
+        default="8,4096,4096,4096",
+        help="repeats,m,k,n of a block of gemm_fp's bf16 outputs (the GPU profiles': 4096³)",
+    )
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--profile", default="doctor", help="whose cases to run with both kernels")
     ap.add_argument("--cases", type=int, default=2, help="cases of each workload and kernel (0: none)")
@@ -62,6 +69,8 @@ def main() -> None:
         print(json.dumps(_int8_blocks(torch, device, args.rows, n, n_ext, args.repeats)), flush=True)
     print(json.dumps(_embbag_outputs(torch, device, args.bags, args.repeats)), flush=True)
     print(json.dumps(_fingerprints(torch, device, args.words, args.repeats)), flush=True)
+    tiles = tuple(int(v) for v in args.tiles.split(","))
+    print(json.dumps(_fp_tiles(torch, device, tiles, args.repeats)), flush=True)
     found = [
         line
         for name in ("gemm_int8", "embbag_int8", "gemm_fp")
@@ -153,6 +162,52 @@ def _fingerprints(torch: Any, device: Any, words: int, repeats: int) -> dict[str
     fused_s = _timed(torch, device, lambda: keyed_sums.by_kernel(block), repeats)
     torch_s = _timed(torch, device, lambda: keyed_sums.by_torch(block), repeats)
     return _timing("fingerprint", device, [8, words], differ, fused_s, torch_s, block.numel() * 8)
+
+
+def _fp_tiles(torch: Any, device: Any, shape: tuple[int, ...], repeats: int) -> dict[str, Any]:
+    """A block of gemm_fp's bf16 outputs: the kernel's failing rows, columns and repeats and its
+    fingerprints equal the torch path's, and its ratio within 10^-3 of torch's, clean and struck."""
+    import math
+
+    from sdcscan.checks import tile_verdicts, vabft
+    from sdcscan.checks.digest import RepeatDigest
+
+    r, m, k, n = shape
+    g = torch.Generator(device=device).manual_seed(m * n)
+    a = (torch.randn((m, k), generator=g, device=device).abs() + 0.5).to(torch.bfloat16)
+    b = (torch.randn((k, n), generator=g, device=device).abs() + 0.5).to(torch.bfloat16)
+    exp = vabft.expected(a, b, vabft.encode(b, torch.float32), torch.float32, 2.0**-6)  # e_max: 4 bf16 ulps
+    block = torch.stack([a @ b for _ in range(r)])
+    struck = block.clone()
+    struck[r - 1, m // 2, n // 3] *= 2  # a lowest exponent bit
+    struck[r // 2, m - 1, n - 1] = float("nan")
+    struck[0, 1, 0] *= -1  # a sign bit
+    differ = []
+    for label, tried in (("clean", block), ("struck", struck)):
+        fused, reference = tile_verdicts.by_kernel(tried, exp), tile_verdicts.by_torch(tried, exp)
+        digest = RepeatDigest()
+        digest.add_stack(tried)
+        assert fused.fingerprints is not None
+        for name, same in (
+            ("bad", torch.equal(fused.bad, reference.bad)),
+            ("failed", torch.equal(fused.failed, reference.failed)),
+            ("fingerprints", torch.equal(fused.fingerprints, digest.sums())),
+            ("ratio", math.isclose(float(fused.ratio), float(reference.ratio), rel_tol=1e-3)),
+            (
+                "caught",
+                fused.failed.tolist() == [label == "struck" and i in (0, r // 2, r - 1) for i in range(r)],
+            ),
+        ):
+            if not same:
+                differ.append(f"{label}: {name}")
+
+    def by_torch() -> None:
+        tile_verdicts.by_torch(block, exp)
+        RepeatDigest().add_stack(block)
+
+    fused_s = _timed(torch, device, lambda: tile_verdicts.by_kernel(block, exp), repeats)
+    torch_s = _timed(torch, device, by_torch, repeats)
+    return _timing("gemm_fp", device, [r, m, n], differ, fused_s, torch_s, block.numel() * 2)
 
 
 def _timing(

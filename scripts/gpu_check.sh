@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check to run when a GPU machine is at hand for a short while, as one command of about 9
 # minutes (issue 42): install; the cost model's predictions beside warm cases (scripts/model_vs_gpu.py);
-# torch._int_mm at inner dimensions and widths 8192, 8200 and 8224/8256, the fused check kernels (the fingerprint's too) compiled, bit for bit
+# torch._int_mm at inner dimensions and widths 8192, 8200 and 8224/8256, the fused check kernels (the fingerprint's and gemm_fp's too) compiled, bit for bit
 # against the torch checks and timed (scripts/check_fused.py, into int_mm.jsonl); a 30 s gemm_int8-only
 # run sampled every 100 ms; a GPU unit's start-up (scripts/bench_startup.py); then `sdcscan doctor` with what remains of 520 s.
 # Everything goes under OUT (default ./gpu-check), eight files at most: gpu_check.log, model_vs_gpu.jsonl,

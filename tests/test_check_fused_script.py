@@ -33,6 +33,8 @@ def test_the_gpu_confirmation_script_compares_outputs_and_cases_with_both_kernel
         "40",
         "--words",
         "40",
+        "--tiles",
+        "3,40,16,48",
         "--repeats",
         "1",
     ]
@@ -51,6 +53,7 @@ def test_the_gpu_confirmation_script_compares_outputs_and_cases_with_both_kernel
         ("gemm_int8", [24, 48], True),
         ("embbag_int8", [40, 64], True),
         ("fingerprint", [8, 40], True),
+        ("gemm_fp", [3, 40, 48], True),
     ]
     cases = [line for line in lines if "case" in line]
     assert [(c["workload"], c["check_kernel"]) for c in cases] == [

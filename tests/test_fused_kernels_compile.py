@@ -20,9 +20,11 @@ pytest.importorskip("triton")
 COMPILE = """
 import json, pathlib, re, subprocess, sys, tempfile
 import triton
+import triton.language as tl
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource, compile
 from sdcscan.checks import keyed_sums, fingerprint_triton, int8_block, int8_triton
+from sdcscan.checks import tile_verdicts, tile_verdicts_triton
 from sdcscan.checks.embbag import exact_fused, exact_triton
 
 # Each kernel's runtime arguments as int8_triton.partials, exact_triton.partials and
@@ -32,12 +34,25 @@ INT8 = dict(words_ptr="*i64", row_ptr="*i64", weighted_ptr="*i64", pad_ptr="*i32
 EMBBAG = dict(words_ptr="*i64", expected_ptr="*i32", weighted_ptr="*i32", weights_ptr="*i32",
               bad_ptr="*i8", print_ptr="*i64", bags="i32", half="i32")
 KEYED = dict(words_ptr="*i64", sums_ptr="*i64", width="i32", chunks="i32")
+TILES = dict(bits_ptr="*i16", rows_ptr="*fp32", row_t_ptr="*fp64", cols_ptr="*fp32", col_t_ptr="*fp64",
+             row_part_ptr="*fp32", col_part_ptr="*fp32", row_flag_ptr="*i8", col_flag_ptr="*i8",
+             ratio_ptr="*fp64", print_ptr="*i64", repeats="i32", m="i32", n="i32", row_sums="i32",
+             col_sums="i32")
+TILES_FP32 = TILES | dict(bits_ptr="*i32", rows_ptr="*fp64", cols_ptr="*fp64", row_part_ptr="*fp64",
+                          col_part_ptr="*fp64")
 kernels = {
     "int8_block": (int8_triton._kernel, INT8, int8_block.NUM_WARPS,
                    dict(ROWS=int8_block.ROWS, WORDS=int8_block.WORDS, ROW_TILES=int8_block.ROW_TILES)),
     "embbag_exact": (exact_triton._kernel, EMBBAG, 4, dict(BAGS=exact_fused.BAGS, HALF=32)),
     "fingerprint": (fingerprint_triton._kernel, KEYED, keyed_sums.NUM_WARPS,
                     dict(BLOCK=keyed_sums.BLOCK, TILES=keyed_sums.TILES)),
+    # bf16 outputs checked in fp32 (the doctor's and burnin's tensor-core slots), fp32 outputs in fp64
+    "fp_tiles_bf16": (tile_verdicts_triton._kernel, TILES, tile_verdicts.NUM_WARPS,
+                      dict(FLOAT=tl.bfloat16, UINT=tl.uint16, ACC=tl.float32, PER_WORD=4, TILE=8,
+                           BM=tile_verdicts.BLOCK[0], BN=tile_verdicts.BLOCK[1])),
+    "fp_tiles_fp32": (tile_verdicts_triton._kernel, TILES_FP32, tile_verdicts.NUM_WARPS,
+                      dict(FLOAT=tl.float32, UINT=tl.uint32, ACC=tl.float64, PER_WORD=2, TILE=8,
+                           BM=tile_verdicts.BLOCK[0], BN=tile_verdicts.BLOCK[1])),
 }
 capability = int(sys.argv[1])
 cuobjdump = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
@@ -65,11 +80,18 @@ def test_each_fused_kernel_compiles_to_a_cubin(capability: int) -> None:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     found = json.loads(done.stdout.splitlines()[-1])
-    assert set(found) == {"int8_block", "embbag_exact", "fingerprint"} and all(
-        k["cubin"] for k in found.values()
-    )
+    assert set(found) == {
+        "int8_block",
+        "embbag_exact",
+        "fingerprint",
+        "fp_tiles_bf16",
+        "fp_tiles_fp32",
+    } and all(k["cubin"] for k in found.values())
     if capability == 90 and "reg" in found["int8_block"]:
         # On an H200 the int8 kernel at 255 registers and a 248-byte spill ran at 745 GB/s (int8_block.py):
         # its tile now fits in half the registers, so an SM keeps twice the warps.
         assert found["int8_block"]["stack"] == 0 and found["int8_block"]["reg"] <= 128, found
         assert found["fingerprint"]["stack"] == 0, found  # a streaming sum: nothing to spill
+        # gemm_fp's block check: 134 (bf16) and 150 (fp32) registers at 32 x 32 outputs a program of 4
+        # warps, three programs an SM; 64 x 64 by 4 warps held 255 and spilled 1,376 bytes
+        assert found["fp_tiles_bf16"]["stack"] == found["fp_tiles_fp32"]["stack"] == 0, found

@@ -540,3 +540,42 @@ def test_a_cached_e_max_too_tight_for_clean_products_is_measured_again(tmp_path,
     assert any("cache entry was discarded" in n for n in ctx.notes), ctx.notes
     assert workload.thresholds[0] is not None and workload.thresholds[0].source == "fresh"
     assert run(workload, ctx, 1).status == "ok"
+
+
+@pytest.mark.parametrize("block", [1, REPEATS])
+@pytest.mark.parametrize(("dtype", "checker"), [("bfloat16", "float32"), ("float32", "float64")])
+@pytest.mark.parametrize("fault", list(FAULTS))
+def test_the_fused_block_check_finds_what_the_loop_that_read_every_repeat_finds(
+    dtype, checker, fault, block, table_path, monkeypatch
+):
+    """The fused kernel (sdcscan/checks/tile_verdicts.py, in Triton's interpreter) in the workload as a GPU
+    runs it: status, digest, failing rows and columns and the records as the reference loop's, the ratio
+    within the checker's rounding of its."""
+    m, _, n = SHAPES[dtype]
+    output_bytes = m * n * torch.empty((), dtype=gemm_fp.DTYPES[dtype]).element_size()
+    monkeypatch.setitem(base.CHECK_BLOCK_BYTES, "cpu", block * output_bytes)
+    monkeypatch.setattr(gemm_fp, "RepeatTally", functools.partial(gemm_fp.RepeatTally, every_block=True))
+    spec, flips = FAULTS[fault]
+    outcomes = []
+    for cls, kernel in ((gemm_fp.GemmFp, "fused"), (SynchronisingGemmFp, "torch")):
+        workload, ctx = make(
+            dtype, table_path, repeats=[REPEATS], checkers=[checker], check_kernel=kernel, workload_cls=cls
+        )
+        assert not ctx.notes, ctx.notes
+        flip_outputs(ctx, flips)
+        outcomes.append(run(workload, ctx, 3, spec))
+    new, old = outcomes
+    assert new.detail["check_kernel"] == "fused"
+    assert (new.status, new.digest) == (old.status, old.digest)
+    assert (new.detail["bad_rows"], new.detail["bad_columns"]) == (
+        old.detail["bad_rows"],
+        old.detail["bad_columns"],
+    )
+    assert new.detail["max_ratio"] == pytest.approx(old.detail["max_ratio"], rel=1e-3)
+    assert new.mismatches == first_repeat_records(old.mismatches)
+    assert (new.status == STATUS_MISMATCH) is (fault != "clean")
+
+
+def test_a_cpu_checks_its_blocks_by_torch_unless_the_kernel_is_asked_for(table_path):
+    workload, ctx = make("bfloat16", table_path)
+    assert run(workload, ctx, 1).detail["check_kernel"] == "torch"

@@ -72,6 +72,15 @@ class RepeatDigest:
         words = outs.detach().contiguous().view(len(outs), -1).view(torch.uint8).view(torch.int64)
         self._fingerprints.append(_keyed_sums(words))
 
+    def add_fingerprints(self, outs: torch.Tensor, sums: torch.Tensor) -> None:
+        """Fold in the next len(outs) repeats by their fingerprints (R,) int64, taken by the caller as
+        `add_stack` takes them (a fused check kernel reads each output once for its checks and these)."""
+        if not len(outs):
+            return
+        if self._first is None:
+            self._first = _header(outs[0])
+        self._fingerprints.append(sums)
+
     def sums(self) -> torch.Tensor:
         """(repeats,) int64 fingerprints on the device, for a caller that reads them with its own results
         in one wait (`hexdigest_of`)."""

@@ -58,6 +58,10 @@ class DeviceRates:
 # it is counted at the memory's rate. That is an estimate: a word costs it four 64-bit products and
 # splitmix64's shifts and xors, about 30 instructions, and 132 SMs issuing 128 lanes an instruction at
 # 1.98 GHz get through about 1.1e12 words a second, twice the 0.54e12 that 4.3 TB/s delivers.
+# gemm_fp's block check (fp_tile_partials, sdcscan/checks/tile_verdicts.py), not yet timed, is counted at
+# the memory's rate too, which is optimistic: besides the fingerprint's work on each word it sums each
+# output twice and compares 16 checksums per 64 outputs in float64, and at 134 registers a thread (sm_90)
+# an SM keeps 12 of its warps.
 MEASURED_ON_H200 = {
     "matrix": {"int8/unaligned": 296e12, "lookups/8bit": 0.771e9, "lookups/4bit": 1.20e9},
     "ops": {"int8_block_partials": 745e9, "embbag_exact_partials": 306e9},

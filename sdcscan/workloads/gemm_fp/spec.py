@@ -15,7 +15,7 @@ from sdcscan.calibration.table import CHECKERS as CALIBRATED_CHECKERS
 from sdcscan.calibration.table import DISTRIBUTION_NAMES as INPUTS
 from sdcscan.calibration.table import DTYPE_NAMES as DTYPES
 from sdcscan.calibration.table import OUT_OF_RANGE
-from sdcscan.checks.limits import SIGMA_C
+from sdcscan.checks.limits import CHECK_KERNELS, SIGMA_C
 from sdcscan.outcomes import CONSENSUS, INVARIANT, REPEAT
 from sdcscan.workloads.params import CalibrationPath, Choice, Int, ListOf, Number, Shape, one_per_dtype
 from sdcscan.workloads.workload_spec import DTYPE_BYTES, Coverage, PlainOp, Quality, WorkloadSpec
@@ -88,6 +88,7 @@ SPEC = WorkloadSpec(
         "inputs": "abs_normal",  # calibration.DISTRIBUTIONS name; |N(0,1)|+0.5 (docs/abft.md §3.2)
         "c": SIGMA_C,
         "calibration": "",  # path of a calibration table; "" = the one shipped with sdcscan
+        "check_kernel": "auto",
     },
     fault_sites=("output", "operand_b_encoded", "operand_a"),
     # 2: repeats digested by device-side fingerprints; 3: operands permuted from a per-worker pool;
@@ -103,6 +104,9 @@ SPEC = WorkloadSpec(
         "inputs": Choice(INPUTS),
         "c": Number(SIGMA_C),
         "calibration": CalibrationPath(),
+        # a block's verdicts and fingerprints by torch ops or by one fused kernel
+        # (sdcscan/checks/tile_verdicts.py); "auto" takes the kernel on a GPU (sdcscan/checks/triton_kernels.py)
+        "check_kernel": Choice(CHECK_KERNELS),
     },
     rules=(_rules,),
     memory=_memory,

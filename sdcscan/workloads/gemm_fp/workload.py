@@ -14,7 +14,8 @@ dtype from the run seed and takes their V-ABFT statistics once (`vabft.pool_stat
 permutations of them (rows of A, the inner index, columns of B) drawn from its seed, which costs two
 gathers and two matrix-vector products instead of drawing, encoding and summarising fresh operands on
 the host. The repeats write into a block of outputs that is checked and fingerprinted whole, so a small
-product pays a few eager ops per block rather than per repeat.
+product pays a few eager ops per block rather than per repeat. On a GPU one Triton kernel checks and
+fingerprints a bf16, fp16 or fp32 block in one read of it (`check_kernel`, sdcscan/checks/tile_verdicts.py).
 
 Every unit gets an e_max (`calibration.resolve`: a file, the cache, the shipped table or a fresh
 measurement, held against a ceiling the arithmetic sets). A unit whose e_max is refused reports each
@@ -30,7 +31,7 @@ from typing import Any, ClassVar
 import torch
 
 from sdcscan.calibration import measure as calibration
-from sdcscan.checks import confirm, counter_rng, vabft
+from sdcscan.checks import confirm, counter_rng, tile_verdicts, triton_kernels, vabft
 from sdcscan.checks.digest import Fingerprint, RepeatDigest
 from sdcscan.errors import InputRefused
 from sdcscan.outcomes import STATUS_ERROR, STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
@@ -75,6 +76,7 @@ class GemmFp(SelftestMixin):
             )
         self.thresholds: list[calibration.Threshold | None] = [None] * n  # set by prepare
         self.pools: list[_Pool | None] = [None] * n  # set by prepare, where the threshold is not refused
+        self.fused = False  # blocks checked by the fused kernel where it covers the dtype (prepare)
         self._memo: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None  # reuse_product: A, B, C
 
     @classmethod
@@ -85,6 +87,14 @@ class GemmFp(SelftestMixin):
     def prepare(self, ctx: Context) -> None:
         """Resolve e_max per (dtype, checker, shape) on this device; note where each came from."""
         p = self.p
+        self.fused, why = triton_kernels.choose(
+            p["check_kernel"],
+            ctx.device,
+            self.name,
+            lambda: tile_verdicts.tried(ctx.device),
+        )
+        if why:
+            ctx.note(why)
         for slot, (dtype, chk) in enumerate(zip(p["dtypes"], p["checkers"], strict=True)):
             shape = tuple(p["shapes"][slot])
             found = calibration.resolve(ctx.device, dtype, chk, shape, p["calibration"])
@@ -173,6 +183,7 @@ class GemmFp(SelftestMixin):
                 expect = vabft.permuted_expected(pool.stats, a, b, perms)
             ctx.fault("operand_b_encoded", b)  # after encoding: the checksums no longer match B
         tally, digest = RepeatTally(ctx.device), RepeatDigest()
+        fused = self.fused and tile_verdicts.covers(a.dtype, DTYPES[chk], m, n)
         block = check_block(ctx.device, repeats, m * n * a.element_size())
         with ctx.phase("check"):
             outputs = torch.empty((block, m, n), dtype=a.dtype, device=a.device)
@@ -183,16 +194,22 @@ class GemmFp(SelftestMixin):
                     self._product(a, b, out)
                 ctx.fault("output", out, repeat=first + i, repeats=repeats)
             with ctx.phase("check"):
-                tally.add(first, outs, *vabft.verify(outs, expect))
-                digest.add_stack(outs)
+                verdict = (tile_verdicts.by_kernel if fused else tile_verdicts.by_torch)(outs, expect)
+                tally.add(first, outs, verdict)
+                if verdict.fingerprints is None:
+                    digest.add_stack(outs)
+                else:
+                    digest.add_fingerprints(outs, verdict.fingerprints)
         totals, sums = read_totals([tally.totals(), digest.sums()])
         ratio, bad_rows, bad_cols, first_bad = tally.read(totals)
         found_at: list[Mismatch] = []
         confirmed = 0
-        if first_bad >= 0 and tally.kept:  # counts cover every repeat; nominated ones are confirmed
+        if (
+            first_bad >= 0 and tally.kept is not None
+        ):  # counts cover every repeat; nominated ones are confirmed
             # The clean pool's B: a B changed after its encoding (operand_b_encoded) is a fault too.
             clean_b = pool.case_operands(case.seed)[1]
-            for r, out in tally.nominated or [(first_bad, tally.kept[0])]:
+            for r, out in tally.nominated or [(first_bad, tally.kept)]:
                 found_at, confirmed = self._confirm(slot, (a, clean_b, out), r)
                 if confirmed:
                     break
@@ -209,6 +226,7 @@ class GemmFp(SelftestMixin):
                 "inputs": self.p["inputs"],  # the self-test's floors hold on abs_normal (sdcscan.proof)
                 "threshold": "vabft",
                 "threshold_source": found.source,
+                "check_kernel": "fused" if fused else "torch",
                 "k": k,
                 "e_max": found.e_max,
                 "e_mean": found.e_mean,
@@ -276,20 +294,19 @@ class RepeatTally:
         self.bad = torch.zeros(2, dtype=torch.int64, device=device)  # failing rows, failing columns
         # 1 + the first failing repeat; 0 while none failed (a device value read as 0 is a clean answer)
         self.first_bad = torch.zeros((), dtype=torch.int64, device=device)
-        # The first failing repeat's output and its row and column checks, for `_locate` (on a GPU repeat
-        # 0's while none failed, on a CPU none). Later failing repeats are counted, not located.
-        self.kept: tuple[torch.Tensor, vabft.CheckResult, vabft.CheckResult] | None = None
+        # The first failing repeat's output, to be confirmed (on a GPU repeat 0's while none failed, on a
+        # CPU none). Later failing repeats are counted, not confirmed.
+        self.kept: torch.Tensor | None = None
         # On a CPU, every nominated repeat's output (up to MAX_NOMINATED, in order), each to be confirmed:
         # a clean repeat that crossed the threshold must not hide a faulty one after it.
         self.nominated: list[tuple[int, torch.Tensor]] = []
 
-    def add(self, first: int, outs: torch.Tensor, rows: vabft.CheckResult, cols: vabft.CheckResult) -> None:
-        """Fold in repeats first .. first + len(outs) - 1: their outputs (R, M, N) and checks, whose
-        d and bad are (R, M) and (R, N). The caller may overwrite `outs` afterwards."""
-        self.ratio = torch.maximum(self.ratio, torch.maximum(rows.ratio_tensor(), cols.ratio_tensor()))
-        self.bad = self.bad + torch.stack([rows.failing_lines().sum(), cols.failing_lines().sum()])
-        # (R,) per repeat of the block: any failing checksum of any row or column
-        failed = rows.bad.flatten(1).any(dim=1) | cols.bad.flatten(1).any(dim=1)
+    def add(self, first: int, outs: torch.Tensor, verdict: tile_verdicts.BlockVerdict) -> None:
+        """Fold in repeats first .. first + len(outs) - 1: their outputs (R, M, N) and their checks'
+        verdict. The caller may overwrite `outs` afterwards."""
+        self.ratio = torch.maximum(self.ratio, verdict.ratio)
+        self.bad = self.bad + verdict.bad
+        failed = verdict.failed  # (R,) per repeat of the block: any failing checksum of any row or column
         # The block's first failing repeat (0 when none failed), and whether it is the case's first.
         at = torch.argmax(failed.to(torch.int8)).view(1)
         new = failed.any() & (self.first_bad == 0)
@@ -299,21 +316,9 @@ class RepeatTally:
                 self.nominated.append((first + r, outs[r].clone()))
             if not bool(new):
                 return
-        # Copies of one output per block instead of a wait: one pass over C per block of repeats.
-        picked = (
-            outs.index_select(0, at)[0],
-            _select(rows, at),
-            _select(cols, at),
-        )
-        if self.kept is None:
-            self.kept = picked
-            return
-        kept_out, kept_rows, kept_cols = self.kept
-        self.kept = (
-            torch.where(new, picked[0], kept_out),
-            _pick(new, picked[1], kept_rows),
-            _pick(new, picked[2], kept_cols),
-        )
+        # A copy of one output per block instead of a wait: one pass over C per block of repeats.
+        picked = outs.index_select(0, at)[0]
+        self.kept = picked if self.kept is None else torch.where(new, picked, self.kept)
 
     def totals(self) -> torch.Tensor:
         """(4,) float64 on the device: max ratio, failing rows, failing columns, 1 + first failing repeat."""
@@ -326,16 +331,6 @@ class RepeatTally:
             words = read_totals([self.totals()])[0]
         ratio, rows, cols, first = (float_of(w) for w in words)
         return ratio, int(rows), int(cols), int(first) - 1
-
-
-def _select(check: vabft.CheckResult, at: torch.Tensor) -> vabft.CheckResult:
-    """The check of one repeat of a block, by a 1-element index tensor (no wait)."""
-    return vabft.CheckResult(check.d.index_select(0, at)[0], check.t, check.bad.index_select(0, at)[0])
-
-
-def _pick(cond: torch.Tensor, new: vabft.CheckResult, old: vabft.CheckResult) -> vabft.CheckResult:
-    """`new` where the 0-dim `cond` holds, else `old` (same thresholds), without a wait."""
-    return vabft.CheckResult(torch.where(cond, new.d, old.d), new.t, torch.where(cond, new.bad, old.bad))
 
 
 @dataclass(frozen=True)
