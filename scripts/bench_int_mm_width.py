@@ -29,7 +29,7 @@ def main() -> None:
     ap.add_argument("--inner", default="8192,8200,8224", help="k")
     ap.add_argument("--repeats", type=int, default=20)
     args = ap.parse_args()
-    from sdcscan.run.worker import configure_torch
+    from sdcscan.torch_setup import configure_torch
     from sdcscan.units import Unit
     from sdcscan.workloads.gemm_int8.int_mm_path import takes_signed_path
 

@@ -31,7 +31,8 @@ def main() -> None:
     os.environ.setdefault("XDG_STATE_HOME", tempfile.mkdtemp(prefix="bench-startup-"))  # no cached e_max
     started = time.perf_counter()
     from sdcscan.profile import load_profile
-    from sdcscan.run.worker import _measure_peaks, configure_torch
+    from sdcscan.run.worker import _measure_peaks
+    from sdcscan.torch_setup import configure_torch
     from sdcscan.units import Unit, unit_class
     from sdcscan.workloads import SPECS, load
     from sdcscan.workloads.base import Context

@@ -7,7 +7,10 @@ predicted compute and check times on the chosen device class with the check's sh
 reason a workload is not there yet); per workload, the start-up estimate (host tensor work, copies and
 device kernels of `prepare`, predicted; budget 5 s). No GPU is needed; a lent one confirms it
 (scripts/gpu_check.sh).
-Usage: python scripts/gpu_model.py [--profile doctor] [--device h200] [--per-repeat] [--json]
+`--kernels fused` models every fused check kernel asked for, the ones no lent GPU has matched yet too
+(sdcscan/checks/triton_kernels.py: gemm_fp's block check and the fingerprint's kernel).
+Usage: python scripts/gpu_model.py [--profile doctor] [--device h200] [--kernels auto|fused] [--per-repeat]
+    [--json]
 """
 
 from __future__ import annotations
@@ -30,6 +33,12 @@ def main() -> None:
         help="device class of the rates",
     )
     ap.add_argument("--workloads", help="comma-separated names (default: every per-unit workload)")
+    ap.add_argument(
+        "--kernels",
+        choices=["auto", "fused"],
+        default="auto",
+        help="the check kernels a GPU takes by default, or every fused one asked for",
+    )
     ap.add_argument("--per-repeat", action="store_true", help="also model each case at twice its repeats")
     ap.add_argument("--json", action="store_true", help="one JSON object per line instead of a table")
     args = ap.parse_args()
@@ -48,7 +57,7 @@ def main() -> None:
     for name, params in gpu_params(args.profile).items():
         if wanted and name not in wanted:
             continue
-        cost = model_workload(name, params)
+        cost = model_workload(name, params, kernels=args.kernels)
         start = budgets.startup_figures(cost, rates)
         rows.append(
             {
@@ -76,7 +85,7 @@ def main() -> None:
             }
             if args.per_repeat:
                 row["kernels_per_repeat"] = round(
-                    budgets.kernels_per_repeat(name, params, case.occurrence), 2
+                    budgets.kernels_per_repeat(name, params, case.occurrence, kernels=args.kernels), 2
                 )
             rows.append(row)
     if args.json:

@@ -38,7 +38,7 @@ def main() -> None:
     from sdcscan.outcomes import Case
     from sdcscan.profile import load_profile
     from sdcscan.run.plan import Plan
-    from sdcscan.run.worker import configure_torch
+    from sdcscan.torch_setup import configure_torch
     from sdcscan.units import Unit
     from sdcscan.workloads import load
     from sdcscan.workloads.base import Context

@@ -35,7 +35,7 @@ def main() -> None:
     os.environ.setdefault("XDG_STATE_HOME", tempfile.mkdtemp(prefix="profile-case-"))
     from sdcscan.profile import load_profile
     from sdcscan.run.plan import Plan
-    from sdcscan.run.worker import configure_torch
+    from sdcscan.torch_setup import configure_torch
     from sdcscan.units import Unit
     from sdcscan.workloads import load
     from sdcscan.workloads.base import Context

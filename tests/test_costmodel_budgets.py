@@ -14,6 +14,7 @@ import json
 
 import pytest
 
+from sdcscan.checks import triton_kernels
 from sdcscan.costmodel import budgets
 from sdcscan.costmodel.cases import SHAPES, WorkloadCost, gpu_params, model_workload
 from sdcscan.costmodel.rates import GPUS, H200
@@ -139,11 +140,27 @@ def test_what_is_over_its_check_budgets_is_known_and_each_says_why() -> None:
     assert all(len(why) > 80 for why in budgets.OVER_BUDGET.values())
 
 
-@pytest.mark.parametrize("name", ["gemm_int8", "embbag_int8"])
-def test_a_gpu_case_is_modelled_with_the_fused_check_kernel_it_runs(name: str) -> None:
-    """check_kernel "auto" takes the fused kernel on a GPU, so the model (the meta device) counts it."""
-    op = {"gemm_int8": "int8_block_partials", "embbag_int8": "embbag_exact_partials"}[name]
-    assert any(k.op == op for k in _modelled("doctor", name).cases[0].phase("check").kernels)
+FUSED_OPS = {
+    "gemm_int8": "int8_block_partials",
+    "embbag_int8": "embbag_exact_partials",
+    "gemm_fp": "fp_tile_partials",
+    "train": "keyed_partials",
+}
+
+
+def _check_ops(name: str, kernels: str) -> set[str]:
+    cost = model_workload(name, gpu_params("doctor")[name], occurrences=[0], kernels=kernels)
+    return {k.op for k in cost.cases[0].phase("check").kernels}
+
+
+@pytest.mark.parametrize("name", list(FUSED_OPS))
+def test_a_gpu_case_is_modelled_with_the_check_kernels_it_runs(name: str) -> None:
+    """check_kernel "auto" takes a fused kernel on a GPU once a lent GPU has matched it (gemm_int8's and
+    embbag_int8's), so the model (the meta device) counts those by default; gemm_fp's block check and the
+    fingerprint's kernel (train's digest) only where asked for."""
+    matched = name in triton_kernels.MATCHED_ON_A_GPU
+    assert (FUSED_OPS[name] in _check_ops(name, "auto")) is matched
+    assert FUSED_OPS[name] in _check_ops(name, "fused")
 
 
 def _int8_product_kinds(profile: str) -> set[str]:

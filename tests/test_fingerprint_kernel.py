@@ -103,9 +103,15 @@ def test_the_digests_that_ship_are_the_same_by_either_path_and_the_kernel_ran(
     )
 
 
-def test_auto_keeps_torch_on_a_cpu_and_the_cost_model_counts_the_kernel() -> None:
+def test_auto_keeps_torch_until_a_gpu_has_matched_the_kernel_and_the_cost_model_counts_what_is_asked() -> (
+    None
+):
+    """No lent GPU has run the kernel (triton_kernels.MATCHED_ON_A_GPU): "auto" keeps torch on a CPU and on
+    a GPU, for which the meta device stands; asked for, the model counts the kernel."""
+    meta = torch.device("meta")
     assert keyed_sums.choose(CPU) == "" and not keyed_sums.chosen(CPU)
-    assert keyed_sums.chosen(torch.device("meta"))
+    assert keyed_sums.choose(meta) == "" and not keyed_sums.chosen(meta)
+    assert keyed_sums.choose(meta, "fused") == "" and keyed_sums.chosen(meta)
     sums = digest.RepeatDigest()
     sums.add_stack(torch.empty((4, 64, 64), dtype=torch.bfloat16, device="meta"))
     assert sums.sums().shape == (4,)

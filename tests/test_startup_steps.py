@@ -82,10 +82,10 @@ def test_a_worker_stopped_before_it_was_ready_is_said_to_have_been_in_its_last_s
 
 
 def test_configuring_torch_makes_it_deterministic_without_importing_inductor() -> None:
-    """The worker's own configure_torch, in a fresh interpreter: deterministic algorithms are on, and
+    """The workers' configure_torch (sdcscan.torch_setup), in a fresh interpreter: deterministic algorithms are on, and
     torch._inductor (1.1 s of every start-up when `use_deterministic_algorithms` imports it) is not."""
     code = (
-        "import sys; from sdcscan.units import Unit; from sdcscan.run.worker import configure_torch\n"
+        "import sys; from sdcscan.units import Unit; from sdcscan.torch_setup import configure_torch\n"
         "torch = configure_torch(Unit(id='cpu:0', kind='cpu', index=0, model='t'), 1)\n"
         "print(torch.are_deterministic_algorithms_enabled(), 'torch._inductor' in sys.modules)"
     )

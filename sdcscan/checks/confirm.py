@@ -17,7 +17,7 @@ partial products. It holds in any summation order and for any blocking, whatever
 
 The assumption, stated: bf16 and fp16 products accumulate in fp32. torch on a CPU does (oneDNN, AMX); on
 a GPU cuBLAS does when reduced-precision reductions are off, which every sdcscan worker sets
-(`sdcscan.run.worker.configure_torch`), as it keeps TF32 off for fp32.
+(`sdcscan.torch_setup.configure_torch`), as it keeps TF32 off for fp32.
 """
 
 from __future__ import annotations

@@ -8,8 +8,10 @@ computes each key where it reads the word; it is registered as `sdcscan::keyed_p
 model counts it as the kernel it is. Sums mod 2^64 do not depend on their order, so the kernel's are
 torch's bit for bit.
 
-Which path a device takes is chosen once per process (`choose`, by the worker as a unit starts): on a GPU
-where Triton is installed and the kernel agrees with torch on a small input, the kernel; elsewhere torch.
+Which path a device takes is chosen once per process (`choose`, by the worker as a unit starts, and by the
+cost model for the meta device). The kernel is not yet a GPU's default: no lent GPU has run it
+(`triton_kernels.MATCHED_ON_A_GPU`); scripts/check_fused.py asks for it ("fused") and compares it. Where it
+is asked for, it runs where Triton is installed and it agrees with torch on a small input; elsewhere torch.
 On a CPU the kernel runs only in Triton's interpreter, which is how the tests hold it to the torch path.
 """
 
@@ -42,9 +44,8 @@ def choose(device: torch.device, asked: str = "auto") -> str:
 
 
 def chosen(device: torch.device) -> bool:
-    """Whether keyed sums on `device` go through the kernel: as `choose` decided, and always on the meta
-    device, where the cost model counts what a GPU runs by default."""
-    return device.type == "meta" or _CHOSEN.get(device, False)
+    """Whether keyed sums on `device` go through the kernel, as `choose` last decided (torch until then)."""
+    return _CHOSEN.get(device, False)
 
 
 def by_kernel(words: torch.Tensor) -> torch.Tensor:

@@ -7,7 +7,7 @@ feeds it integers |x| <= max_abs with k·max_abs² < 2^24. Every integer up to 2
 every product is exact, and so is every fp32 partial sum: the product equals the int64 reference bit
 for bit on any correct unit, the same argument as for the other slots (docs/abft.md §4.3).
 
-sdcscan keeps TF32 off everywhere else (worker.configure_torch); `products` allows it around the slot's
+sdcscan keeps TF32 off everywhere else (sdcscan.torch_setup.configure_torch); `products` allows it around the slot's
 matmuls only. Whether a unit has the datapath at all is asked of the unit itself (`missing`): one product
 that TF32 rounds and fp32 does not. A CPU has none, so there the slot is reported as not covered.
 """

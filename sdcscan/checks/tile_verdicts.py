@@ -19,7 +19,8 @@ fp64 confirms it (sdcscan/checks/confirm.py), so a kernel that nominated wrongly
 The fingerprints are sums mod 2^64: the kernel's are the torch path's bit for bit.
 
 Which path a case takes is gemm_fp's `check_kernel` (sdcscan/checks/triton_kernels.py), decided once per
-unit with a trial on a small block (`agrees_on_a_small_block`), and `covers` for each dtype.
+unit with a trial on a small block (`agrees_on_a_small_block`), and `covers` for each dtype. No lent GPU
+has run the kernel yet, so "auto" keeps the torch ops on a GPU too; scripts/check_fused.py compares the two.
 """
 
 from __future__ import annotations

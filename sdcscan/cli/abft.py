@@ -162,6 +162,6 @@ def _configure_device(device: str) -> None:
     if unit is None:
         known = ", ".join(u.id for u in found[:8]) + (", …" if len(found) > 8 else "")
         raise UsageError(f"--device {device}: no such unit on this host (it has: {known})")
-    from sdcscan.run.worker import configure_torch
+    from sdcscan.torch_setup import configure_torch
 
     configure_torch(unit, threads=1)

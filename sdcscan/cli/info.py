@@ -124,7 +124,7 @@ def _peaks(found: list[Any], threads: int, profile_name: str) -> dict[str, Any]:
     first = {u.kind: u for u in reversed(found)}  # the first unit of each kind
     measured = []
     for unit in sorted(first.values(), key=lambda u: u.kind):
-        from sdcscan.run.worker import configure_torch  # torch: imported only when peaks are asked for
+        from sdcscan.torch_setup import configure_torch  # torch: imported only when peaks are asked for
 
         torch = configure_torch(unit, threads)
         from sdcscan.peaks.rates import host_peaks

@@ -111,14 +111,14 @@ def startup_figures(cost: WorkloadCost, rates: DeviceRates) -> StartupFigures:
     return StartupFigures(cost.name, device.host_s, device.kernels_s + device.waits_s, cost.prepare_host_s)
 
 
-def kernels_per_repeat(name: str, params: Params, occurrence: int) -> float:
+def kernels_per_repeat(name: str, params: Params, occurrence: int, *, kernels: str = "auto") -> float:
     """Kernels one more repeat adds to a case of this kind: the difference between the case at its
     repeats and at twice as many, per repeat. A per-repeat Python loop of k operations adds k."""
     shape = SHAPES[name]
     counts, repeats = [], []
     for factor in (1, 2):
         scaled = shape.scaled(params, factor)
-        cost = model_workload(name, scaled, occurrences=[occurrence])
+        cost = model_workload(name, scaled, occurrences=[occurrence], kernels=kernels)
         counts.append(cost.cases[0].kernels)
         repeats.append(shape.repeats(scaled, occurrence))
     return (counts[1] - counts[0]) / max(1, repeats[1] - repeats[0])
@@ -127,15 +127,16 @@ def kernels_per_repeat(name: str, params: Params, occurrence: int) -> float:
 # (workload, budget) pairs over CHECK_BYTES_PER_OUTPUT ("check bytes") or CHECK_SHARE ("check share") today,
 # and why (the script marks them; the tests expect them to fail that budget until the reason is gone).
 _GEMM_FP = (
-    "bf16, fp16 and fp32 blocks checked by one Triton kernel that reads each output once for its row and "
-    "column tiles, their verdicts and the fingerprint (sdcscan/checks/tile_verdicts.py): 1.5-1.7 bytes moved "
-    "per output byte (8.3-13.2 by torch ops), and by the model on an H200 bf16/fp16 spend 9.8% of the GEMMs' "
-    "time checking (38% by torch ops; measured on an H200 before three earlier savings: 911 ms of checks "
-    "against 504 ms of bf16 GEMMs a case), fp32 1.5%. One read of a 2-byte output is already 4.5% of its "
-    "GEMM, and the 48 kernels of each block of 32 (the kernel, each line's total, the tally) about 3.4%. fp64, checked in "
-    "fp64, stays on torch ops (6.1 bytes, 7.8%): there the checker's rounding is the output's, so the order "
-    "of the kernel's sums could move a residual against an e_max measured in torch's order. Not yet run on "
-    "a GPU"
+    "row and column tile sums, residual verdicts and the fingerprint by torch ops until a lent GPU has "
+    "matched the fused kernels: 9-16 bytes moved per output byte, and bf16/fp16 spend 47% of the GEMMs' time "
+    "checking by the model on an H200 (measured on an H200 before three savings: 911 ms of checks against "
+    "504 ms of bf16 GEMMs a case), fp32 10%, fp64 11%. Asked for (scripts/gpu_model.py --kernels fused), "
+    "one Triton kernel reads each bf16, fp16 or fp32 output once for its tiles, their verdicts and the "
+    "fingerprint (sdcscan/checks/tile_verdicts.py): 1.5-1.7 bytes, bf16/fp16 9.8% and fp32 1.5%. One read "
+    "of a 2-byte output is already 4.5% of its GEMM, and the 48 kernels of each block of 32 (the kernel, "
+    "each line's total, the tally) about 3.4%. fp64, checked in fp64, stays on torch ops (6.1 bytes, "
+    "7.8%): there the checker's rounding is the output's, so the order of the kernel's sums could move a "
+    "residual against an e_max measured in torch's order"
 )
 OVER_BUDGET: dict[tuple[str, str], str] = {
     ("gemm_int8", "check share"): (

@@ -17,13 +17,15 @@ from typing import Any
 import torch
 
 from sdcscan.calibration import measure as calibration
+from sdcscan.checks import keyed_sums
 from sdcscan.costmodel.counting import DEVICE, CostCounter, Tally, counting
 from sdcscan.outcomes import Case
 from sdcscan.profile import load_profile
-from sdcscan.workloads import load
+from sdcscan.workloads import SPECS, load
 from sdcscan.workloads.base import Context
 
 RUN_SEED = 20261127
+KEYS_MODELLED = 1 << 34  # fingerprint keys made ready on the meta device: more than any output's words
 CASE_PHASES = ("setup", "compute", "check", "case")  # "case": run() outside any timed phase
 Params = Mapping[str, Any]
 
@@ -145,11 +147,19 @@ class WorkloadCost:
     cases: tuple[CaseCost, ...]
 
 
-def model_workload(name: str, params: Params, *, occurrences: Sequence[int] | None = None) -> WorkloadCost:
+def model_workload(
+    name: str, params: Params, *, occurrences: Sequence[int] | None = None, kernels: str = "auto"
+) -> WorkloadCost:
     """Prepare `name` with `params` on the meta device and run one case of each kind (or the cases of
-    these `occurrences`)."""
+    these `occurrences`). `kernels`: the fused check kernels as a GPU takes them by default ("auto"), or
+    every one asked for ("fused"), the fingerprint's and a workload's `check_kernel` alike."""
     shape = SHAPES[name]
     wanted = range(shape.kinds(params)) if occurrences is None else occurrences
+    if kernels != "auto" and "check_kernel" in SPECS[name].defaults:
+        params = {**params, "check_kernel": kernels}
+    keyed_sums.choose(torch.device(DEVICE), kernels)
+    if not keyed_sums.chosen(torch.device(DEVICE)):  # torch's keyed product: keys a unit builds once
+        keyed_sums.fingerprint_keys(KEYS_MODELLED, torch.device(DEVICE))
     workload = load(name)(params)
     with counting() as counter, _stand_in_thresholds():
         ctx = ModelContext(counter, params)

@@ -20,7 +20,6 @@ import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from types import ModuleType
 from typing import TYPE_CHECKING, Literal, TypeAlias
 
 from sdcscan import faults
@@ -30,6 +29,7 @@ from sdcscan.errors import InputRefused
 from sdcscan.outcomes import CONSENSUS, Case, Outcome, OutcomeRecord
 from sdcscan.profile import Profile
 from sdcscan.report.document import UnitPacing
+from sdcscan.torch_setup import configure_torch
 from sdcscan.units import Unit, unit_class
 from sdcscan.workloads import SPECS
 
@@ -363,41 +363,6 @@ def _die_with_parent(run_pid: int) -> None:
 def _kill_self_when_readable(fd: int) -> None:
     select.select([fd], [], [])  # a pidfd becomes readable when its process exits
     os.kill(os.getpid(), signal.SIGKILL)
-
-
-def configure_torch(unit: Unit, threads: int) -> ModuleType:
-    """Pin to the unit's CPU and make torch deterministic before any computation."""
-    if unit.kind == "cpu" and hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, {unit.index})
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        os.environ[var] = str(threads)
-    os.environ.setdefault("MKL_DYNAMIC", "FALSE")
-    os.environ.setdefault("OMP_DYNAMIC", "FALSE")
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    import torch
-
-    torch.set_num_threads(threads)
-    _deterministic(torch)
-    if unit.kind == "cuda":
-        torch.cuda.set_device(unit.index)
-        torch.backends.cudnn.deterministic = True
-        torch.backends.cudnn.benchmark = False
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
-        torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
-        torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
-    return torch
-
-
-def _deterministic(torch: ModuleType) -> None:
-    """Deterministic algorithms on, without `torch.use_deterministic_algorithms`: that imports
-    torch._inductor to set its flag (1.1 s of every unit's start-up on a Xeon core, torch 2.13), and
-    sdcscan compiles nothing with inductor (its Triton kernels are its own)."""
-    setter = getattr(torch._C, "_set_deterministic_algorithms", None)
-    if setter is None:  # a torch without the private setter: the public call, at its cost
-        torch.use_deterministic_algorithms(True)
-    else:
-        setter(True, warn_only=False)
 
 
 def _outcome_dict(o: Outcome) -> OutcomeRecord:

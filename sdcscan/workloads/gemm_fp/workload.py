@@ -14,8 +14,9 @@ dtype from the run seed and takes their V-ABFT statistics once (`vabft.pool_stat
 permutations of them (rows of A, the inner index, columns of B) drawn from its seed, which costs two
 gathers and two matrix-vector products instead of drawing, encoding and summarising fresh operands on
 the host. The repeats write into a block of outputs that is checked and fingerprinted whole, so a small
-product pays a few eager ops per block rather than per repeat. On a GPU one Triton kernel checks and
-fingerprints a bf16, fp16 or fp32 block in one read of it (`check_kernel`, sdcscan/checks/tile_verdicts.py).
+product pays a few eager ops per block rather than per repeat. Where asked for (`check_kernel: fused`; a
+GPU's default once a lent GPU has matched it), one Triton kernel checks and fingerprints a bf16, fp16 or
+fp32 block in one read of it (sdcscan/checks/tile_verdicts.py).
 
 Every unit gets an e_max (`calibration.resolve`: a file, the cache, the shipped table or a fresh
 measurement, held against a ceiling the arithmetic sets). A unit whose e_max is refused reports each
