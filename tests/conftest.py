@@ -41,6 +41,19 @@ def _signal_handlers_restored() -> Iterator[None]:
     signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
+@pytest.fixture(autouse=True)
+def _cpu_affinity_kept() -> Iterator[None]:
+    """A worker pins its process to its unit's CPU (`sdcscan.torch_setup.configure_torch`). A test that
+    lets it pin pytest's own process fails here, at its source: every later test of that process, and
+    every command it spawns, would see one CPU ("unknown unit 'cpu:1'")."""
+    before = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    yield
+    if before is not None and os.sched_getaffinity(0) != before:
+        pinned = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, before)
+        pytest.fail(f"the test pinned pytest's process to CPUs {pinned}; restored to {sorted(before)}")
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _state_dir_of_the_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """In-process work (the self-test, workloads' `prepare`) writes to the state directory, e.g. gemm_fp's

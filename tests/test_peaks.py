@@ -12,6 +12,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+from sdcscan import torch_setup
 from sdcscan.errors import ReportError
 from sdcscan.judgement.assemble import judge_and_build
 from sdcscan.peaks import rates
@@ -306,7 +307,7 @@ def test_info_peaks_json_lists_every_workload_op_shape_rate_and_source(monkeypat
     from sdcscan.units import Unit
 
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
-    monkeypatch.setattr(worker, "configure_torch", lambda unit, threads: torch)
+    monkeypatch.setattr(torch_setup, "configure_torch", lambda unit, threads: torch)  # `info` pins no pytest
     monkeypatch.setattr(rates, "measure", _Counting(5e9))
     monkeypatch.setattr(
         "sdcscan.units.discover_units", lambda: [Unit("cpu:0", "cpu", 0, "m"), Unit("cpu:1", "cpu", 1, "m")]
