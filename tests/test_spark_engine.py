@@ -33,6 +33,9 @@ from tests.helpers.tools import missing_tool
 
 pytest.importorskip("duckdb")
 pytest.importorskip("pyarrow")
+# Spark's JVM takes both cores, as a launched world of four ranks does: these tests run on the pytest worker
+# of the worlds (tests/test_distributed_run.py), one at a time, so neither starves the other's start-up
+pytestmark = pytest.mark.xdist_group("launched_worlds")
 
 NOW = "2025-06-02T12:00:00Z"
 MASTER = "local[2]"

@@ -20,6 +20,9 @@ from tests.helpers.tools import missing_tool
 
 pytest.importorskip("pyspark")
 pytest.importorskip("duckdb")
+# Spark's JVM takes both cores, as a launched world of four ranks does: these tests run on the pytest worker
+# of the worlds (tests/test_distributed_run.py), one at a time, so neither starves the other's start-up
+pytestmark = pytest.mark.xdist_group("launched_worlds")
 
 OLD = "#!/bin/sh\necho 'openjdk version \"11.0.2\" 2019-01-15' >&2\n"
 HANGS = '#!/bin/sh\nif [ "$1" = "-version" ]; then echo \'openjdk version "17.0.9"\' >&2; exit 0; fi\nexec sleep 600\n'
