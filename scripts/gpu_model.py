@@ -58,6 +58,7 @@ def main() -> None:
         if wanted and name not in wanted:
             continue
         cost = model_workload(name, params, kernels=args.kernels)
+        per_repeat = budgets.kernels_per_repeat(name, params, kernels=args.kernels) if args.per_repeat else {}
         start = budgets.startup_figures(cost, rates)
         rows.append(
             {
@@ -84,9 +85,7 @@ def main() -> None:
                 "over_budget": _over(name, f),
             }
             if args.per_repeat:
-                row["kernels_per_repeat"] = round(
-                    budgets.kernels_per_repeat(name, params, case.occurrence, kernels=args.kernels), 2
-                )
+                row["kernels_per_repeat"] = round(per_repeat[case.occurrence], 2)
             rows.append(row)
     if args.json:
         for row in rows:

@@ -128,7 +128,7 @@ def test_a_per_repeat_python_loop_shows_in_the_kernels_per_repeat(monkeypatch: p
     """The old weighted row sums were a 16-step loop of GEMVs: a loop like it in every repeat adds 16
     kernels a repeat, past the workload's budget."""
     params = {**GemmInt8.spec.defaults, **INT8_PARAMS}
-    before = budgets.kernels_per_repeat("gemm_int8", params, 0)
+    before = budgets.kernels_per_repeat("gemm_int8", params)[0]
     shipped = GemmInt8._mm
 
     def sixteen_gemvs(self: GemmInt8, a: torch.Tensor, w: torch.Tensor, out: torch.Tensor) -> None:
@@ -138,7 +138,7 @@ def test_a_per_repeat_python_loop_shows_in_the_kernels_per_repeat(monkeypatch: p
             chunk @ weights[: chunk.shape[1]]
 
     monkeypatch.setattr(GemmInt8, "_mm", sixteen_gemvs)
-    after = budgets.kernels_per_repeat("gemm_int8", params, 0)
+    after = budgets.kernels_per_repeat("gemm_int8", params)[0]
     assert after - before == pytest.approx(18)  # the fp64 copy, the weights and 16 GEMVs
     assert before <= budgets.KERNELS_PER_REPEAT["gemm_int8"] < after
 

@@ -20,6 +20,10 @@ from sdcscan.costmodel.cases import SHAPES, WorkloadCost, gpu_params, model_work
 from sdcscan.costmodel.rates import GPUS, H200
 from sdcscan.profile import builtin_profile_names
 
+# The module caches what it models (`_modelled`, `_kernels_per_repeat`) in its process: one pytest worker runs
+# it all, so that each workload is prepared on the meta device once per size, not once per worker
+pytestmark = pytest.mark.xdist_group("cost_model")
+
 GEMMS = ("gemm_int8", "matmul_golden", "gemm_fp", "embbag_int8")  # one product (or lookup) per repeat
 
 
@@ -117,11 +121,16 @@ def _kinds() -> list[pytest.param]:
     return found
 
 
+@functools.cache
+def _kernels_per_repeat(name: str) -> dict[int, float]:
+    return budgets.kernels_per_repeat(name, gpu_params("doctor")[name])
+
+
 @pytest.mark.parametrize(("name", "occurrence"), _kinds())
 def test_a_case_launches_a_fixed_number_of_kernels_per_repeat(name: str, occurrence: int) -> None:
     """Kernels grow linearly with the repeats, by at most the workload's budget a repeat; a product's
     compute phase is that one product (or lookup) a repeat."""
-    per_repeat = budgets.kernels_per_repeat(name, gpu_params("doctor")[name], occurrence)
+    per_repeat = _kernels_per_repeat(name)[occurrence]
     assert 0 < per_repeat <= budgets.KERNELS_PER_REPEAT[name], per_repeat
     if name in GEMMS:
         case = _modelled("doctor", name).cases[occurrence]

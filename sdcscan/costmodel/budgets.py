@@ -111,17 +111,16 @@ def startup_figures(cost: WorkloadCost, rates: DeviceRates) -> StartupFigures:
     return StartupFigures(cost.name, device.host_s, device.kernels_s + device.waits_s, cost.prepare_host_s)
 
 
-def kernels_per_repeat(name: str, params: Params, occurrence: int, *, kernels: str = "auto") -> float:
-    """Kernels one more repeat adds to a case of this kind: the difference between the case at its
-    repeats and at twice as many, per repeat. A per-repeat Python loop of k operations adds k."""
+def kernels_per_repeat(name: str, params: Params, *, kernels: str = "auto") -> dict[int, float]:
+    """Kernels one more repeat adds to a case of each kind (occurrence -> kernels): the difference between
+    the cases at their repeats and at twice as many, per repeat. A per-repeat Python loop of k operations
+    adds k. Each kind of case is modelled once at each size (a workload prepares once a size)."""
     shape = SHAPES[name]
-    counts, repeats = [], []
-    for factor in (1, 2):
-        scaled = shape.scaled(params, factor)
-        cost = model_workload(name, scaled, occurrences=[occurrence], kernels=kernels)
-        counts.append(cost.cases[0].kernels)
-        repeats.append(shape.repeats(scaled, occurrence))
-    return (counts[1] - counts[0]) / max(1, repeats[1] - repeats[0])
+    sized = [model_workload(name, shape.scaled(params, factor), kernels=kernels) for factor in (1, 2)]
+    return {
+        once.occurrence: (twice.kernels - once.kernels) / max(1, twice.repeats - once.repeats)
+        for once, twice in zip(sized[0].cases, sized[1].cases, strict=True)
+    }
 
 
 # (workload, budget) pairs over CHECK_BYTES_PER_OUTPUT ("check bytes") or CHECK_SHARE ("check share") today,
