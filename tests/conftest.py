@@ -16,12 +16,6 @@ from pathlib import Path
 # language to the interpreter when it is first imported, and torch may import it early (the cost
 # model's flop counter does), so the choice is made here, before anything imports torch.
 os.environ.setdefault("TRITON_INTERPRET", "1")
-# Two pytest workers share the two cores (README's test command): each computes on one thread, and so do the
-# commands it starts, unless they set their own (a unit's worker does). torch's default, a thread per core
-# in each worker, had the two pools contend: beside a busy core a test of 400 gemm_fp cases took 26 s on two
-# threads and 20 s on one.
-if os.environ.get("PYTEST_XDIST_WORKER"):
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import pytest
 

@@ -124,9 +124,11 @@ def test_negative_control_on_the_unencoded_operand_stays_silent(dtype, table_pat
             assert ctx.injected is not None and outcome.status == STATUS_OK
 
 
-def test_a_table_without_this_device_means_a_fresh_calibration_not_a_weaker_check(tmp_path):
+def test_a_table_without_this_device_means_a_fresh_calibration_not_a_weaker_check(tmp_path, monkeypatch):
     """No entry for this CPU in the named file: the unit calibrates itself, says so, stays silent on
-    clean cases and still catches exponent flips with the V-ABFT threshold."""
+    clean cases and still catches exponent flips with the V-ABFT threshold. Its own state directory: a
+    test before it in the same process may have cached this calibration in the session's."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     path = tmp_path / "empty.json"
     path.write_text(json.dumps({"schema": calibrate.SCHEMA, "entries": []}))
     workload, ctx = make("float32", str(path))

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, NoReturn, TypeVar
 import click
 
 from sdcscan.cli.run_args import RunArgs
+from sdcscan.errors import EXIT_FAIL
 from sdcscan.report.document import Report
 
 if TYPE_CHECKING:  # for the types only: `sdcscan --help` imports neither the run core nor rich
@@ -160,11 +161,35 @@ def _as_launcher(args: RunArgs, opts: ScanOptions, dist: DistOptions, console: C
     interrupts.hold()
     for line in result.lines:
         console.print(line)
+    if result.cluster_report is None and args.nnodes == 1 and result.lines:
+        result = _written_from_what_the_ranks_left(args, opts, run_id, result, console)
     if result.cluster_report is None:
         console.print(f"exit {result.exit_code} (the cluster report is written on the node of rank 0)")
         interrupts.exit_untouchable(_late_signal(result.exit_code, console))
     _show(_load(result.cluster_report), args, console)
     interrupts.exit_untouchable(_late_signal(result.exit_code, console))
+
+
+def _written_from_what_the_ranks_left(
+    args: RunArgs, opts: ScanOptions, run_id: str, result: LaunchResult, console: Console
+) -> LaunchResult:
+    """A rank died before rank 0 wrote the cluster report (while the ranks were starting, rank 0 itself):
+    on a one-node launch the launcher writes it from what the ranks left, as after a stop, so the run
+    leaves its report at --out. Its code stays the launch's (3), or 1 where a rank's report failed a unit."""
+    from dataclasses import replace
+
+    from sdcscan.errors import ReportError
+    from sdcscan.launch.stopped import write_cluster_report
+
+    ranks = args.nproc_per_node or _default_ranks()
+    why = "rank {rank} ended without a report: a rank of the world died, and the launcher stopped the others"
+    try:
+        path = write_cluster_report(opts, run_id, ranks, interrupted_by=None, why=why)
+    except ReportError as err:
+        console.print(f"Error: the cluster report could not be written: {err}")
+        return result
+    code = EXIT_FAIL if _load(str(path))["verdict"] == "fail" else result.exit_code
+    return replace(result, exit_code=code, cluster_report=str(path))
 
 
 def _launch(

@@ -205,9 +205,8 @@ class GemmFp(SelftestMixin):
         ratio, bad_rows, bad_cols, first_bad = tally.read(totals)
         found_at: list[Mismatch] = []
         confirmed = 0
-        if (
-            first_bad >= 0 and tally.kept is not None
-        ):  # counts cover every repeat; nominated ones are confirmed
+        # The counts cover every repeat; the nominated repeats are confirmed.
+        if first_bad >= 0 and tally.kept is not None:
             # The clean pool's B: a B changed after its encoding (operand_b_encoded) is a fault too.
             clean_b = pool.case_operands(case.seed)[1]
             for r, out in tally.nominated or [(first_bad, tally.kept)]:
