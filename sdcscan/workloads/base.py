@@ -10,13 +10,14 @@ assembled from each workload's `sdcscan/workloads/<name>/spec.py`.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeGuard, TypeVar, runtime_checkable
 
 import torch
 
 from sdcscan import faults
+from sdcscan.checks import triton_kernels
 from sdcscan.outcomes import Case, Outcome
 from sdcscan.workloads import SPECS
 from sdcscan.workloads.workload_spec import WorkloadSpec
@@ -178,6 +179,16 @@ def has_selftest(cls: type[Workload]) -> TypeGuard[type[SelftestWorkload]]:
 # 256 MiB an fp64 4096^2 output was its own block, 29 kernels a repeat; 1 GiB holds 8). Not yet measured
 # on a GPU.
 CHECK_BLOCK_BYTES = {"cpu": 4 << 20, "cuda": 1 << 30}
+
+
+def takes_fused_kernel(ctx: Context, asked: str, workload: str, agrees: Callable[[], bool]) -> bool:
+    """Whether a workload's blocks go through its fused check kernel on this unit, as its `check_kernel`
+    asks (`triton_kernels.choose`, the start-up trial `agrees` included); a kernel asked for that cannot
+    run is a note on the unit, and the torch check runs."""
+    take, why = triton_kernels.choose(asked, ctx.device, workload, agrees)
+    if why:
+        ctx.note(why)
+    return take
 
 
 def check_block(device: torch.device, repeats: int, output_bytes: int) -> int:

@@ -29,12 +29,12 @@ from typing import Any, ClassVar
 
 import torch
 
-from sdcscan.checks import counter_rng, limits, triton_kernels
+from sdcscan.checks import counter_rng, limits
 from sdcscan.checks.digest import Fingerprint
 from sdcscan.checks.embbag import exact, exact_fused, id_pool, packing, realistic, table_families
 from sdcscan.checks.masks import count_true
 from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
-from sdcscan.workloads.base import Context, register
+from sdcscan.workloads.base import Context, register, takes_fused_kernel
 from sdcscan.workloads.embbag_int8.selftest_spec import SelftestMixin
 from sdcscan.workloads.embbag_int8.spec import FOUR_BIT_DIM_MULTIPLE, MAX_POOLING, MODES, SPEC
 from sdcscan.workloads.readout import float_of, read_once
@@ -105,14 +105,9 @@ class EmbbagInt8(SelftestMixin):
             ctx.note(f"embbag_int8: table scaled down from {p['rows']} to {rows} rows ({short} is short)")
         self.scratch = exact.Scratch(EXACT_BLOCK_BYTES.get(ctx.device.type))
         if p["mode"] == "exact":
-            self.fused, why = triton_kernels.choose(
-                p["check_kernel"],
-                ctx.device,
-                self.name,
-                lambda: exact_fused.agrees_on_a_small_output(ctx.device),
+            self.fused = takes_fused_kernel(
+                ctx, p["check_kernel"], self.name, lambda: exact_fused.agrees_on_a_small_output(ctx.device)
             )
-            if why:
-                ctx.note(why)
             # drawn on the unit's device by the counter generator: no host work
             tables = {
                 b: exact_table(ctx.run_seed ^ 0xE3BA6 ^ b, rows, p["dim"], b, ctx.device) for b in widths

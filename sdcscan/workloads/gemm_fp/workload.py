@@ -32,11 +32,11 @@ from typing import Any, ClassVar
 import torch
 
 from sdcscan.calibration import measure as calibration
-from sdcscan.checks import confirm, counter_rng, tile_verdicts, triton_kernels, vabft
+from sdcscan.checks import confirm, counter_rng, tile_verdicts, vabft
 from sdcscan.checks.digest import Fingerprint, RepeatDigest
 from sdcscan.errors import InputRefused
 from sdcscan.outcomes import STATUS_ERROR, STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
-from sdcscan.workloads.base import Context, check_block, register
+from sdcscan.workloads.base import Context, check_block, register, takes_fused_kernel
 from sdcscan.workloads.gemm_fp.selftest_spec import SelftestMixin
 from sdcscan.workloads.gemm_fp.spec import SPEC
 from sdcscan.workloads.readout import float_of, read_once
@@ -88,14 +88,9 @@ class GemmFp(SelftestMixin):
     def prepare(self, ctx: Context) -> None:
         """Resolve e_max per (dtype, checker, shape) on this device; note where each came from."""
         p = self.p
-        self.fused, why = triton_kernels.choose(
-            p["check_kernel"],
-            ctx.device,
-            self.name,
-            lambda: tile_verdicts.tried(ctx.device),
+        self.fused = takes_fused_kernel(
+            ctx, p["check_kernel"], self.name, lambda: tile_verdicts.tried(ctx.device)
         )
-        if why:
-            ctx.note(why)
         for slot, (dtype, chk) in enumerate(zip(p["dtypes"], p["checkers"], strict=True)):
             shape = tuple(p["shapes"][slot])
             found = calibration.resolve(ctx.device, dtype, chk, shape, p["calibration"])

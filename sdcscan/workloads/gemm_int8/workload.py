@@ -31,10 +31,10 @@ from typing import Any, ClassVar
 
 import torch
 
-from sdcscan.checks import counter_rng, int8, int8_block, limits, triton_kernels
+from sdcscan.checks import counter_rng, int8, int8_block, limits
 from sdcscan.checks.digest import Fingerprint
 from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome
-from sdcscan.workloads.base import Context, register
+from sdcscan.workloads.base import Context, register, takes_fused_kernel
 from sdcscan.workloads.gemm_int8.int_mm_path import cpu_takes_unsigned, takes_signed_path
 from sdcscan.workloads.gemm_int8.selftest_spec import SelftestMixin
 from sdcscan.workloads.gemm_int8.spec import MIN_K, PATHS, SPEC
@@ -133,14 +133,9 @@ class GemmInt8(SelftestMixin):
                 f"torch {torch.__version__} lacks; use path auto or signed"
             )
         self.multiple = int8.row_multiple(ctx.device)
-        self.fused, why = triton_kernels.choose(
-            self.p["check_kernel"],
-            ctx.device,
-            self.name,
-            lambda: int8_block.agrees_on_a_small_block(ctx.device),
+        self.fused = takes_fused_kernel(
+            ctx, self.p["check_kernel"], self.name, lambda: int8_block.agrees_on_a_small_block(ctx.device)
         )
-        if why:
-            ctx.note(why)
         bad = _probe(self._mm, ctx.device, self.signed)
         if bad:
             self.a_max = 127
