@@ -55,6 +55,17 @@ def _cpu_affinity_kept() -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True, scope="session")
+def _one_torch_thread_in_process() -> None:
+    """In-process products run as a unit runs them: one thread (`configure_torch` gives a CPU unit one).
+    It also keeps two pytest workers on two cores from oversubscribing them: with torch's default of
+    a thread per core, the zero-mean coverage test took 31 s beside one busy loop, against 14.5 s with
+    one thread (12 s alone). Tests that need more threads set and restore them themselves."""
+    import torch
+
+    torch.set_num_threads(1)
+
+
+@pytest.fixture(autouse=True, scope="session")
 def _state_dir_of_the_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """In-process work (the self-test, workloads' `prepare`) writes to the state directory, e.g. gemm_fp's
     calibration cache: one temporary state directory for the session, never the user's own."""

@@ -125,10 +125,13 @@ def test_negative_control_on_the_unencoded_operand_stays_silent(dtype, table_pat
 
 
 def test_a_table_without_this_device_means_a_fresh_calibration_not_a_weaker_check(tmp_path, monkeypatch):
-    """No entry for this CPU in the named file: the unit calibrates itself, says so, stays silent on
-    clean cases and still catches exponent flips with the V-ABFT threshold. Its own state directory: a
-    test before it in the same process may have cached this calibration in the session's."""
+    """No entry for this CPU in the named file, and none shipped: the unit calibrates itself, says so,
+    stays silent on clean cases and still catches exponent flips with the V-ABFT threshold. Its own
+    state directory: a test before it in the same process may have cached this calibration in the
+    session's. No shipped table: one measured on this CPU class with a unit's one thread matches a test
+    process that runs one thread too."""
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setattr(calibrate, "SHIPPED_TABLE", "data/no-such-table.json")
     path = tmp_path / "empty.json"
     path.write_text(json.dumps({"schema": calibrate.SCHEMA, "entries": []}))
     workload, ctx = make("float32", str(path))
