@@ -44,7 +44,7 @@ def main() -> None:
     args = ap.parse_args()
     from sdcscan.costmodel import budgets
     from sdcscan.costmodel.cases import gpu_params, model_workload
-    from sdcscan.costmodel.rates import DEVICES
+    from sdcscan.costmodel.device_rates import DEVICES
     from sdcscan.errors import ProfileError
 
     rates = DEVICES[args.device]

@@ -34,7 +34,7 @@ def main() -> None:
     os.environ.setdefault("XDG_STATE_HOME", tempfile.mkdtemp(prefix="model-vs-gpu-"))
     from sdcscan.costmodel import budgets
     from sdcscan.costmodel.cases import SHAPES, gpu_params, model_workload
-    from sdcscan.costmodel.rates import DEVICES
+    from sdcscan.costmodel.device_rates import DEVICES
     from sdcscan.outcomes import Case
     from sdcscan.profile import load_profile
     from sdcscan.run.plan import Plan

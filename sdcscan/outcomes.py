@@ -1,9 +1,11 @@
 """The words every part of sdcscan shares (DESIGN.md, "Vocabulary"), spelled once and free of torch.
 
-A workload turns a `Case` into an `Outcome` (with `Mismatch`es when a check fired); the parent
-judges outcomes with evidence of the kinds below and gives each unit and the run a `Verdict`, which
-carries its severity and its exit code. Two helpers every reader of units and files shares live here
-too: `unit_order` (cpu:2 before cpu:10) and `printable` (file text shown without terminal controls).
+A workload turns a `Case` into an `Outcome` (with `Mismatch`es when a check fired); the worker sends it
+as an `OutcomeRecord`, the runner journals it placed (`CaseOutcome`), and the parent judges the
+`CaseResult` of each main-pass case with evidence of the kinds below, giving each unit and the run a
+`Verdict`, which carries its severity and its exit code. Two helpers every reader of units and files
+shares live here too: `unit_order` (cpu:2 before cpu:10) and `printable` (file text shown without
+terminal controls).
 The parent process, `compare`, `report`, `export`, `status` and `history` import this module and never
 torch.
 """
@@ -154,6 +156,33 @@ class CaseOutcome(OutcomeRecord):
     index: int
     attempt: int  # 0: the main pass; re-runs count from 1
     workload: str
+
+
+@dataclass(frozen=True, slots=True)
+class CaseResult:
+    """One case of one unit as the judgement reads it: the parent's record of a main-pass case, and a
+    report's case columns read back as rows (`report.case_records`)."""
+
+    unit: str
+    index: int
+    workload: str
+    status: StatusWord
+    digest: str | None
+    seconds: float = 0.0
+    error: str | None = None  # the exception summary when status is error
+
+    @classmethod
+    def of(cls, record: CaseOutcome) -> CaseResult:
+        """The result of a journalled case (a journal rebuilt from disk may lack the optional fields)."""
+        return cls(
+            record["unit"],
+            record["index"],
+            record["workload"],
+            record["status"],
+            record.get("digest"),
+            record.get("seconds") or 0.0,
+            record.get("error"),
+        )
 
 
 # Text and order shared by every reader of units and files (torch-free, like the rest of this module).

@@ -83,3 +83,40 @@ def test_the_readmes_layout_names_every_top_level_module_and_package() -> None:
     present |= {p.name for p in package.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
     assert present - named == set(), "not in the README's layout"
     assert {n for n in named if (package / f"{n}.py").exists() or (package / n).is_dir()} == present
+
+
+def test_the_readmes_shapes_of_a_case_are_the_trees() -> None:
+    """The README's table of a case's shapes names, for each, a declaration that exists in the module it
+    names (a renamed or merged record fails here); at most eight shapes (issue 46), none named twice."""
+    import importlib
+
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("### A case on its way from the worker to the fleet")
+    table = [
+        line for line in readme[start : readme.index("###", start + 4)].splitlines() if line.startswith("| ")
+    ]
+    shapes = []
+    for line in table[1:]:  # below the header (the rule below it starts "|-")
+        shape, where = line.split("|")[1:3]
+        name, path = re.findall(r"`([^`]+)`", shape)[0], re.findall(r"`([^`]+)`", where)[0]
+        module = importlib.import_module("sdcscan." + path.removesuffix(".py").replace("/", "."))
+        assert name in (module.SCHEMA if name == "cases" else vars(module)), f"{name} is not in {path}"
+        shapes.append(name)
+    assert 0 < len(shapes) <= 8 and len(set(shapes)) == len(shapes), shapes
+
+
+def test_a_modules_name_says_one_thing() -> None:
+    """A module name names one thing in the library (issue 46: `assemble`, `steps` and `ops` named three
+    pairs of different things). The command line's halves repeat the name of what they drive (cli/run.py,
+    render/run.py), and every workload package has the same three files; nothing else repeats."""
+    package = ROOT / "sdcscan"
+    per_workload = {"spec", "workload", "selftest_spec"}
+    places: dict[str, list[str]] = {}
+    for path in package.rglob("*.py"):
+        parts = path.relative_to(package).parts
+        if path.name == "__init__.py" or parts[0] in ("cli", "render"):
+            continue
+        if parts[0] == "workloads" and len(parts) == 3 and path.stem in per_workload:
+            continue
+        places.setdefault(path.stem, []).append("/".join(parts))
+    assert {name: where for name, where in places.items() if len(where) > 1} == {}

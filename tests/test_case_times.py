@@ -3,7 +3,7 @@
 A case longer than its profile's case time makes a short run end before a unit finishes one, and one ten
 times its workload's median is killed as hung. The device-free cost model (sdcscan.costmodel) counts each
 case's products by dtype at the parameters a unit of the class gets (profile `class_params`), and the
-rates of sdcscan/costmodel/rates.py turn them into seconds: measured on this workplace's Xeon (AMX, and
+rates of sdcscan/costmodel/device_rates.py turn them into seconds: measured on this workplace's Xeon (AMX, and
 oneDNN held to AVX-512 and to AVX2) and taken from a real AVX2 EPYC's case times. The lower end (cases of
 at least 0.05 s) holds only as measured, with per-op overheads the model leaves out:
 `python scripts/bench_workloads.py --profile P` prints each kind's longest case on the CPU it runs on.
@@ -19,7 +19,7 @@ import pytest
 from sdcscan.checks import int8
 from sdcscan.costmodel.budgets import case_figures
 from sdcscan.costmodel.cases import SHAPES, WorkloadCost, cpu_params, model_workload
-from sdcscan.costmodel.rates import CPU_CLASS_RATES, DeviceRates
+from sdcscan.costmodel.device_rates import CPU_CLASS_RATES, DeviceRates
 from sdcscan.profile import builtin_profile_names, load_profile
 
 CASE_S = {"burnin": 5.0}  # the longest case a profile may plan, on any class; 2 s unless listed
@@ -73,7 +73,7 @@ def test_every_case_of_a_profile_fits_its_case_time_on_each_cpu_class(
 def test_the_model_reproduces_the_case_times_it_was_given() -> None:
     """The AVX2 EPYC's rates came from burnin's cases before its class layer: the model, run at those
     parameters, gives them back (bf16 about 50 s, fp32 about 2.3 s, int8 1e11 ops at about 1 GOP/s)."""
-    from sdcscan.costmodel.rates import EPYC_AVX2_CORE
+    from sdcscan.costmodel.device_rates import EPYC_AVX2_CORE
     from sdcscan.workloads import SPECS
 
     burnin = {w.name: w for w in load_profile("burnin").workloads}

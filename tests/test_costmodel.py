@@ -12,7 +12,7 @@ import torch
 from sdcscan.costmodel import budgets
 from sdcscan.costmodel.cases import model_workload
 from sdcscan.costmodel.counting import Tally, counting
-from sdcscan.costmodel.rates import H200, predict
+from sdcscan.costmodel.device_rates import H200, predict
 from sdcscan.workloads.gemm_int8.workload import GemmInt8
 
 META = torch.device("meta")

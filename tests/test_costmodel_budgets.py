@@ -17,7 +17,7 @@ import pytest
 from sdcscan.checks import triton_kernels
 from sdcscan.costmodel import budgets
 from sdcscan.costmodel.cases import SHAPES, WorkloadCost, gpu_params, model_workload
-from sdcscan.costmodel.rates import GPUS, H200
+from sdcscan.costmodel.device_rates import GPUS, H200
 from sdcscan.profile import builtin_profile_names
 
 # The module caches what it models (`_modelled`, `_kernels_per_repeat`) in its process: one pytest worker runs

@@ -17,8 +17,7 @@ import torch.distributed as dist
 
 from sdcscan.collectives import checked
 from sdcscan.collectives.attribution import Clean, HopBlame, RankBlame, Unattributed
-from sdcscan.collectives.checked import Group, Pick
-from sdcscan.collectives.ops import (
+from sdcscan.collectives.calls import (
     ALL_GATHER,
     ALL_REDUCE,
     BROADCAST,
@@ -27,6 +26,7 @@ from sdcscan.collectives.ops import (
     algorithm_bytes,
     bus_bandwidth,
 )
+from sdcscan.collectives.checked import Group, Pick
 from sdcscan.collectives.triage import STOP_ISOLATED, Node, Triage
 from sdcscan.errors import UsageError
 from tests.helpers.gloo_world import spawn_world

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -77,7 +78,7 @@ def test_judge_pass_fail_and_unjudged():
     index, plan = index_golden(g), (rep["run"]["profile"]["sha256"], rep["run"]["seed"])
     cases: dict[str, list[tuple[int, str | None, str]]] = {}
     for row in case_records(rep):
-        cases.setdefault(row["unit"], []).append((row["index"], row["digest"], row["workload"]))
+        cases.setdefault(row.unit, []).append((row.index, row.digest, row.workload))
     # As `sdcscan run --golden` judges each unit (judgement.assemble): the golden of its plan and cohort.
     j = {
         u["id"]: check_golden(u["id"], u["cohort"], index.get((plan, u["cohort"])), cases[u["id"]])
@@ -99,7 +100,7 @@ def run_with_golden(rep: dict[str, Any], golden: dict[str, Any], **kw: Any) -> d
     units = [
         {"id": u["id"], "kind": u["kind"], "model": u["model"], "cohort": u["cohort"]} for u in rep["units"]
     ]
-    outcomes = [{**row, "attempt": 0} for row in case_records(rep)]
+    outcomes = [{**dataclasses.asdict(row), "attempt": 0} for row in case_records(rep)]
     return judge_and_build(
         run=rep["run"],
         host=rep["host"],

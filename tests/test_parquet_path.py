@@ -27,7 +27,7 @@ from click.testing import CliRunner
 
 from sdcscan.cli import cli
 from sdcscan.errors import ReportError, UsageError
-from sdcscan.fleet import steps
+from sdcscan.fleet import sql_steps
 from sdcscan.fleet.compare import FleetSummary, Options, compare_from, summarize
 from sdcscan.fleet.golden import index_golden, load_golden
 from sdcscan.fleet.ingest import ingest
@@ -458,7 +458,7 @@ def test_compare_from_refuses_what_is_not_a_dataset(tmp_path: Path):
 def test_the_sql_is_portable():
     """The consensus SQL calls only functions every engine has (ANSI aggregates and windows), and no
     DuckDB-only syntax: it must run unchanged on Spark and Trino."""
-    texts = [sql for _, sql, _ in steps.STEPS] + list(steps.RESULTS.values())
+    texts = [sql for _, sql, _ in sql_steps.STEPS] + list(sql_steps.RESULTS.values())
     called = {m.upper() for t in texts for m in re.findall(r"\b([A-Za-z_]+)\s*\(", t)}
     keywords = {
         "IN",
@@ -490,8 +490,8 @@ def test_the_sql_is_portable():
             "STRUCT",
         ):
             assert duckdb_only not in upper, (duckdb_only, text)
-    script = steps.sql_script()
-    assert script.count("CREATE OR REPLACE TEMPORARY VIEW") == len(steps.STEPS)
+    script = sql_steps.sql_script()
+    assert script.count("CREATE OR REPLACE TEMPORARY VIEW") == len(sql_steps.STEPS)
 
 
 def test_the_docs_name_every_table_and_column():

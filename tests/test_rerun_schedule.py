@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sdcscan.judgement.evidence import CaseResult
 from sdcscan.judgement.verdict import retest_plan
+from sdcscan.outcomes import CaseResult
 from sdcscan.run.rerun_schedule import (
     MAX_RETEST_CASES,
     RETEST_MAX_S,

@@ -65,8 +65,8 @@ def test_same_seed_replays_identical_digests(run_cli, tmp_path):
     a = _report(run_cli("run", "--budget", "6s", "--seed", "1234", "--json"))
     b = _report(run_cli("run", "--budget", "6s", "--seed", "1234", "--json"))
     assert a["run"]["seed"] == b["run"]["seed"] == 1234 and a["run"]["seed_source"] == "cli"
-    da = {(r["unit"], r["index"]): r["digest"] for r in case_records(a)}
-    db = {(r["unit"], r["index"]): r["digest"] for r in case_records(b)}
+    da = {(r.unit, r.index): r.digest for r in case_records(a)}
+    db = {(r.unit, r.index): r.digest for r in case_records(b)}
     common = set(da) & set(db)
     assert len(common) >= 2
     assert all(da[k] == db[k] for k in common)

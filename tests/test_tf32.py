@@ -17,7 +17,7 @@ import torch
 from sdcscan.checks import tf32
 from sdcscan.checks.limits import TF32_EXACT_INT, TF32_SLOT
 from sdcscan.costmodel import counting
-from sdcscan.costmodel.rates import H100, H200, XEON_AMX_CORE, _work_rate
+from sdcscan.costmodel.device_rates import H100, H200, XEON_AMX_CORE, _work_rate
 from sdcscan.faults import FaultSpec
 from sdcscan.outcomes import UNCOVERED, Case
 from sdcscan.selftest.sweep import run_selftest

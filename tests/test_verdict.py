@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from sdcscan.judgement.evidence import BLAME_UNDECIDED, PROBLEM_NOT_SCREENED, CaseResult, Problem
+from sdcscan.judgement.evidence import BLAME_UNDECIDED, PROBLEM_NOT_SCREENED, Problem
 from sdcscan.judgement.retest import classify, unit_classification
 from sdcscan.judgement.verdict import find_disputes, judge, retest_plan
 from sdcscan.judgement.wording import findings, reason
+from sdcscan.outcomes import CaseResult
 
 RUN = {"profile": {"name": "quick", "sha256": "0" * 64}, "seed": 9}
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import torch
 
-from sdcscan.collectives import ops as collectives
+from sdcscan.collectives import calls as collectives
 from sdcscan.collectives.env import WireFault
 from sdcscan.collectives.world import World
 from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case, Outcome

@@ -32,8 +32,7 @@ from sdcscan.collectives.attribution import (
     blame_all_gather,
     blame_send_recv_ring,
 )
-from sdcscan.collectives.exact_data import bitwise_equal, block, contribution, expected_sum, wrong_elements
-from sdcscan.collectives.ops import (
+from sdcscan.collectives.calls import (
     ALL_GATHER,
     ALL_REDUCE,
     BROADCAST,
@@ -45,6 +44,7 @@ from sdcscan.collectives.ops import (
     reduce_scatter,
     send_to_receive_from,
 )
+from sdcscan.collectives.exact_data import bitwise_equal, block, contribution, expected_sum, wrong_elements
 from sdcscan.collectives.triage import Node, Triage
 
 COPIES = (ALL_GATHER, BROADCAST, SEND_RECV)  # the collectives whose blocks have a source to blame

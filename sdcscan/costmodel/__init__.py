@@ -8,6 +8,6 @@ hold every built-in profile to budgets (tests/test_costmodel_budgets.py); `scrip
 the table; a lent GPU confirms it (`scripts/gpu_check.sh`).
 
 - `counting`: the dispatch mode and its tallies.
-- `rates`: the rates of the device classes the model predicts for.
+- `device_rates`: the rates of the device classes the model predicts for.
 - `cases`: one workload's prepare and cases on the meta device, counted.
 """

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sdcscan.costmodel.cases import SHAPES, CaseCost, Params, WorkloadCost, model_workload
-from sdcscan.costmodel.rates import DeviceRates, predict
+from sdcscan.costmodel.device_rates import DeviceRates, predict
 
 WAITS_PER_CASE = 1  # the result read
 HOST_BYTES_PER_CASE = 64 << 10  # host tensor work a case may do: scalars (AdamW's step count), no data

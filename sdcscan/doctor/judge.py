@@ -137,11 +137,11 @@ def _digest_groups(
         cohorts = {u["id"]: u["cohort"] for u in report["units"]}
         per_case: dict[tuple[str, int], dict[str, str]] = defaultdict(dict)
         for rec in case_records(report):
-            if rec["unit"] in blamed or rec["status"] != STATUS_OK or rec["digest"] is None:
+            if rec.unit in blamed or rec.status != STATUS_OK or rec.digest is None:
                 continue
-            across_runs[(rec["unit"], rec["index"])][run] = rec["digest"]
-            per_case[(cohorts[rec["unit"]], rec["index"])][rec["unit"]] = rec["digest"]
-            workload_of[(rec["unit"], rec["index"])] = rec["workload"]
+            across_runs[(rec.unit, rec.index)][run] = rec.digest
+            per_case[(cohorts[rec.unit], rec.index)][rec.unit] = rec.digest
+            workload_of[(rec.unit, rec.index)] = rec.workload
         for (_, index), digests in per_case.items():
             if len(digests) > 1:
                 first = min(digests)

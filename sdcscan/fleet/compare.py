@@ -3,8 +3,8 @@ units, coverage.
 
 Every comparison runs the same way, whatever the input:
 
-    reports -> the tables `sdcscan ingest` writes -> the SQL steps (`fleet.steps`) in an engine
-            -> the one assembler (`fleet.assemble`) -> `FleetSummary`
+    reports -> the tables `sdcscan ingest` writes -> the SQL steps (`fleet.sql_steps`) in an engine
+            -> the one assembler (`fleet.decide`) -> `FleetSummary`
 
 `compare FILES` converts the files in worker processes and keeps the tables in memory, or, when they
 outgrow SPILL_BYTES, in a temporary dataset; `compare --from DIR` reads a dataset; `summarize` takes
@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from sdcscan.errors import UsageError
-from sdcscan.fleet.assemble import assemble
 from sdcscan.fleet.convert import convert_all, report_tables
 from sdcscan.fleet.dataset import DatasetWriter, check_marker
+from sdcscan.fleet.decide import decide
 from sdcscan.fleet.engine import DuckDB, Engine, duckdb_dataset, duckdb_tables, require_reports
 from sdcscan.fleet.inputs import expand_paths
 from sdcscan.fleet.model import HostReport, Skipped
@@ -65,7 +65,7 @@ def summarize(
     """
     opts = _checked(options)
     with judged_reports(reports, skipped=skipped, options=opts, engine=engine) as db:
-        return assemble(db, opts)
+        return decide(db, opts)
 
 
 @contextmanager
@@ -175,9 +175,9 @@ def compare_files(
             held.writer.write_skipped(skipped)
             held.writer.commit()
             with duckdb_dataset(held.root, opts.golden, settings) as db:
-                return assemble(db, opts)
+                return decide(db, opts)
         with duckdb_tables(held.tables(), skipped, opts.golden, settings) as db:
-            return assemble(db, opts)
+            return decide(db, opts)
 
 
 def compare_from(
@@ -201,7 +201,7 @@ def compare_from(
     Counter(0, progress).phase(JUDGING)
     with duckdb_dataset(root, opts.golden, engine or Engine()) as db:
         require_reports(db)
-        return assemble(db, opts)
+        return decide(db, opts)
 
 
 def _checked(options: Options | None) -> Options:

@@ -1,6 +1,6 @@
 """The fleet's vote: its constants and words. Hierarchical consensus inside one comparison group (one
 plan, one cohort): units vote within their host, hosts vote across the fleet, a golden overrules both.
-The rule is computed in SQL (`fleet.steps`), once; this module holds what the SQL and the evidence share.
+The rule is computed in SQL (`fleet.sql_steps`), once; this module holds what the SQL and the evidence share.
 
 Within a host, units vote as `sdcscan run` does: a case's digest is the strict majority of the host's
 units, and a host whose units tie abstains on that case. Units the host's own run named failing

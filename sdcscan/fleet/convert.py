@@ -138,7 +138,7 @@ def checked_measures(
     checked: Sequence[tuple[str, float, str]],
 ) -> list[tuple[str, list[tuple[str, float, str]]]]:
     """A unit's checked ops as two measures of whole numbers below 2^53, `checked_ops_high` (of 2^32) and
-    `checked_ops_low`: every engine sums their integer casts exactly, in any order (`fleet.steps.CHECKED_OPS`),
+    `checked_ops_low`: every engine sums their integer casts exactly, in any order (`fleet.sql_steps.CHECKED_OPS`),
     where a float sum would depend on the order of the rows."""
     parts = [(w, divmod(int(n), CHECKED_SPLIT), op) for w, n, op in checked]
     return [

@@ -1,7 +1,7 @@
 """Consensus findings from the engine's outcome rows: divergent units, partition groups, units their own
 run convicted, and undecided hosts.
 
-The votes are decided in SQL (`fleet.steps`); this module reads the few rows that name a dispute or an
+The votes are decided in SQL (`fleet.sql_steps`); this module reads the few rows that name a dispute or an
 undecided case, and writes the evidence a person reads: what the unit disputed, against which
 reference, and who stood on each side of its first disputed case.
 """
@@ -27,7 +27,7 @@ from sdcscan.fleet.records import (
     where_of,
     with_part,
 )
-from sdcscan.fleet.steps import (
+from sdcscan.fleet.sql_steps import (
     CASE_SIDES,
     CASE_TOTALS,
     GOLDEN_JUDGED_UNITS,

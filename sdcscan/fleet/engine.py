@@ -1,5 +1,5 @@
-"""Where the fleet rules run: the tables `sdcscan ingest` writes, every step of `fleet.steps` run over
-them, and the few ways the assembler (`fleet.assemble`) asks for rows.
+"""Where the fleet rules run: the tables `sdcscan ingest` writes, every step of `fleet.sql_steps` run over
+them, and the few ways the assembler (`fleet.decide`) asks for rows.
 
 `Rows` is that interface. DuckDB (here) implements it in-process, over a dataset directory
 (`duckdb_dataset`) or over Arrow tables in memory (`duckdb_tables`, what `compare FILES` and the
@@ -28,7 +28,7 @@ import numpy.typing as npt
 from sdcscan.errors import ReportError, UsageError
 from sdcscan.fleet.case_rows import digest_key
 from sdcscan.fleet.model import Skipped
-from sdcscan.fleet.steps import GOLDEN_COLUMNS, STEPS
+from sdcscan.fleet.sql_steps import GOLDEN_COLUMNS, STEPS
 from sdcscan.fleet.tables import MARKER, SCHEMA, SKIPPED_TABLE, TABLES, arrow, arrow_schema, comparison_group
 from sdcscan.outcomes import printable
 

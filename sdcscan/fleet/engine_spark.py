@@ -1,5 +1,5 @@
 """Spark as the engine of `compare --from DIR --engine spark`: the dataset `sdcscan ingest` writes, read
-by Spark, every step of `fleet.steps` run as a temporary view, and the `Rows` the assembler reads.
+by Spark, every step of `fleet.sql_steps` run as a temporary view, and the `Rows` the assembler reads.
 
 The steps are the text DuckDB runs (`fleet.engine`), so the document is the one DuckDB gives, byte for
 byte, and so are the assembler's queries. A fleet that outgrows one machine runs on a cluster (`master`) or a Spark Connect server (`remote`),
@@ -30,10 +30,10 @@ import numpy.typing as npt
 
 from sdcscan.errors import ReportError, UsageError
 from sdcscan.files import default_state_dir, make_state_dir
-from sdcscan.fleet.assemble import assemble
 from sdcscan.fleet.dataset import check_marker
+from sdcscan.fleet.decide import decide
 from sdcscan.fleet.engine import PROFILE_ENV, Rows, dataset_files, golden_rows, require_reports
-from sdcscan.fleet.steps import GOLDEN_COLUMNS, STEPS
+from sdcscan.fleet.sql_steps import GOLDEN_COLUMNS, STEPS
 from sdcscan.fleet.summary import FleetSummary, Options
 from sdcscan.fleet.tables import SCHEMA, SKIPPED_TABLE, TABLES
 from sdcscan.outcomes import printable
@@ -414,7 +414,7 @@ def compare_from_spark(
         check_marker(Path(root))
     with spark_dataset(root, opts.golden, master=master, remote=remote) as db:
         require_reports(db)
-        return assemble(db, opts)
+        return decide(db, opts)
 
 
 @contextmanager

@@ -1,5 +1,5 @@
 """`sdcscan golden record`: the fleet's reference digest of every (plan, cohort, case), as `compare` takes
-it with no golden (`fleet.steps`: the only digest, else the hosts' decision, one vote per host from its
+it with no golden (`fleet.sql_steps`: the only digest, else the hosts' decision, one vote per host from its
 newest report of the plan). A case the hosts do not settle is refused with the reason, so one many-unit
 host, or re-runs of one host, cannot write its digests into the golden."""
 
@@ -13,7 +13,7 @@ from sdcscan.fleet.consensus import why_undecided
 from sdcscan.fleet.golden import GOLDEN_VERSION, Golden, GoldenCases, GoldenPlan, RefusedCase
 from sdcscan.fleet.model import Extractor, HostReport, Skipped
 from sdcscan.fleet.records import duplicates
-from sdcscan.fleet.steps import CASE_REFERENCES, COMPARISON_GROUPS, GROUP_UNITS, OPEN_CASE_HOSTS
+from sdcscan.fleet.sql_steps import CASE_REFERENCES, COMPARISON_GROUPS, GROUP_UNITS, OPEN_CASE_HOSTS
 
 
 def record(reports: Iterable[object], *, min_votes: int = 1) -> Golden:

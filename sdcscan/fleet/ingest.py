@@ -3,7 +3,7 @@
 For fleets that outgrow one machine: the reports are read once (in parallel, as `compare` reads
 them, `fleet.convert`), and written as the fleet's tables (`fleet.tables`) in a dataset
 (`fleet.dataset`, which describes the layout). `compare --from DIR` then runs the steps over them
-(`fleet.steps`): DuckDB on one machine, or the same SQL on Spark over the same files
+(`fleet.sql_steps`): DuckDB on one machine, or the same SQL on Spark over the same files
 (docs/fleet_sql.md). Running ingest again on the same reports adds copies, which `compare --from`
 drops as duplicates exactly as `compare` drops repeated files.
 """

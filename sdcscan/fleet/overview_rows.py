@@ -3,7 +3,7 @@
 Nothing here judges: the healthy reference and the slow threshold are `fleet.slow`'s and `fleet.perf`'s,
 what covers a host is `fleet.host_coverage.not_covering`, and which units fail comes from the findings
 the assembler made. This module only counts and bins what the engine holds, with portable SQL (the
-same text on DuckDB and Spark, as `fleet.steps`), so it is computed only when a page is asked for.
+same text on DuckDB and Spark, as `fleet.sql_steps`), so it is computed only when a page is asked for.
 """
 
 from __future__ import annotations

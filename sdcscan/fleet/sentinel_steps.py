@@ -7,7 +7,7 @@ then builds the findings with `fleet.kernel_evidence`'s helpers, so the text is 
 whose section names an outlier come back to Python: a fleet of a million hosts with clean sections
 costs one row per CPU model. Like `compare`, nothing here changes the exit code.
 
-The steps are portable SQL; `fleet.steps` runs them after its own, in every engine.
+The steps are portable SQL; `fleet.sql_steps` runs them after its own, in every engine.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What `compare` returns: its options, the summary, and the records its JSON holds.
 
-`FleetSummary` is what every engine's rows become (`fleet.assemble`): the same reports give the same
+`FleetSummary` is what every engine's rows become (`fleet.decide`): the same reports give the same
 summary, whatever the input form, order or engine, so `compare --json` is byte-identical run to run.
 """
 
@@ -17,7 +17,7 @@ from sdcscan.fleet.findings import FleetFinding
 from sdcscan.fleet.model import Skipped
 
 if TYPE_CHECKING:
-    from sdcscan.fleet.checked import CheckedCohort
+    from sdcscan.fleet.checked_ops import CheckedCohort
     from sdcscan.fleet.golden import GoldenIndex
     from sdcscan.fleet.overview import FleetOverview
 

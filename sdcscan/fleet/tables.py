@@ -2,7 +2,7 @@
 
 The same tables hold a fleet whether `sdcscan ingest` wrote them as a Parquet dataset
 (`fleet.dataset`) or `compare FILES` holds them in memory (`fleet.convert`); every engine runs the steps
-(`fleet.steps`) over them. The dataset's layout and what each table holds are in `fleet.dataset`.
+(`fleet.sql_steps`) over them. The dataset's layout and what each table holds are in `fleet.dataset`.
 
 pyarrow is imported inside the functions that need it: importing this module costs nothing, and a
 missing pyarrow is a one-line usage error (`require_fleet_extra`).

@@ -15,12 +15,12 @@ from typing_extensions import NotRequired, TypedDict
 from sdcscan import __version__, proof
 from sdcscan.calibration.peers import held_thresholds, out_of_line
 from sdcscan.errors import EXIT_TERMINATED
-from sdcscan.judgement.evidence import CaseResult, GoldenCheck, GoldenEntry, Problem, check_golden
+from sdcscan.judgement.evidence import GoldenCheck, GoldenEntry, Problem, check_golden
 from sdcscan.judgement.retest import CLASSIFICATIONS, Retest, unit_classification
 from sdcscan.judgement.verdict import Dispute as CohortDispute
 from sdcscan.judgement.verdict import Judgement, judge
 from sdcscan.judgement.wording import finding, findings, reason
-from sdcscan.outcomes import STATUS_ERROR, STATUS_MISMATCH, STATUS_OK, CaseOutcome
+from sdcscan.outcomes import STATUS_ERROR, STATUS_MISMATCH, STATUS_OK, CaseOutcome, CaseResult
 from sdcscan.parts import describe
 from sdcscan.report.document import (
     Calibration,
@@ -99,7 +99,7 @@ def judge_and_build(
     """
     # A unit that never started has no cohort of its own; it is judged invalid, alone.
     cohort_of = {u["id"]: u["cohort"] or f"unstarted:{u['id']}" for u in units}
-    main = [_case_result(o) for o in outcomes if o.get("attempt", 0) == 0]
+    main = [CaseResult.of(o) for o in outcomes if o.get("attempt", 0) == 0]
     reruns: dict[tuple[str, int], list[str | None]] = {}
     for o in outcomes:
         if o.get("attempt", 0) > 0:
@@ -143,18 +143,6 @@ def _golden_checks(
     for r in sorted(main, key=lambda r: r.index):
         cases[r.unit].append((r.index, r.digest if r.status == STATUS_OK else None, r.workload))
     return {u: check_golden(u, c, golden.get(c), cases[u]) for u, c in cohort_of.items()}
-
-
-def _case_result(o: Outcome) -> CaseResult:
-    return CaseResult(
-        o["unit"],
-        o["index"],
-        o["workload"],
-        o["status"],
-        o.get("digest"),
-        o.get("seconds") or 0.0,
-        o.get("error"),
-    )
 
 
 def host_report(

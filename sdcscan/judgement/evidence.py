@@ -9,21 +9,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from sdcscan.judgement.retest import Retest
-from sdcscan.outcomes import Verdict
-
-
-@dataclass(frozen=True, slots=True)
-class CaseResult:
-    """One case as the parent recorded it."""
-
-    unit: str
-    index: int
-    workload: str
-    status: str  # one of outcomes.STATUSES
-    digest: str | None
-    seconds: float = 0.0
-    error: str | None = None  # the exception summary when status is error
-
+from sdcscan.outcomes import CaseResult, Verdict
 
 # What made a unit fail (Blame.kind).
 BLAME_INVARIANT = "invariant"  # its own checks fired

@@ -32,7 +32,6 @@ from sdcscan.judgement.evidence import (
     BLAME_UNDECIDED,
     PROBLEM_FAILS_ON_EVERY_PEER,
     Blame,
-    CaseResult,
     GoldenCheck,
     GoldenGap,
     Notice,
@@ -55,6 +54,7 @@ from sdcscan.outcomes import (
     STATUS_ERROR,
     STATUS_MISMATCH,
     STATUS_OK,
+    CaseResult,
     Verdict,
     unit_order,
 )

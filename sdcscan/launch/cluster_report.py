@@ -7,7 +7,7 @@ mismatches, disputes, errors, findings, telemetry) is renamed with it. Then the 
 rank can see alone:
 
 - a rank that wrote no report (it died, hung or timed out) is an `invalid` unit and a finding;
-- the digests of all ranks are compared by `sdcscan compare`'s rule (its engine, `fleet.assemble`:
+- the digests of all ranks are compared by `sdcscan compare`'s rule (its engine, `fleet.decide`:
   units vote within their host, each host casts one vote). A unit compare finds `divergent` fails;
   one compare leaves `undecided` cannot be judged (`invalid`): its digest disagrees and nobody can
   say who is right, which is neither a pass nor proof that it miscomputes;
@@ -29,13 +29,13 @@ from typing_extensions import TypedDict
 
 from sdcscan import proof
 from sdcscan.errors import ReportError
-from sdcscan.fleet.assemble import assemble
 from sdcscan.fleet.compare import judged_reports
 from sdcscan.fleet.consensus import FLEET, GOLDEN, HOST
+from sdcscan.fleet.decide import decide
 from sdcscan.fleet.engine import Rows
 from sdcscan.fleet.findings import FleetFinding
 from sdcscan.fleet.model import Extractor, HostReport
-from sdcscan.fleet.steps import CASE_REFERENCES, COMPARISON_GROUPS
+from sdcscan.fleet.sql_steps import CASE_REFERENCES, COMPARISON_GROUPS
 from sdcscan.fleet.summary import Options
 from sdcscan.judgement.wording import finding, replay_args
 from sdcscan.outcomes import Verdict, unit_order
@@ -165,7 +165,7 @@ def merge_rank_reports(
     docs = [(info, renamed[info.rank]) for info in ranks if info.rank in renamed]
     host_reports = _host_reports(docs)
     with judged_reports(host_reports) as db:  # one run of compare's engine for both questions
-        consensus = [f for f in assemble(db, Options()).findings if f.kind in ("divergent", "undecided")]
+        consensus = [f for f in decide(db, Options()).findings if f.kind in ("divergent", "undecided")]
         references = _references(db)
     rejudged, consensus_findings = _judge_consensus(consensus, {u["id"]: u for u in units}, docs)
     units = [_rejudged(u, rejudged[u["id"]]) if u["id"] in rejudged else u for u in units]

@@ -13,7 +13,6 @@ from sdcscan.report.validation import (
     CASE_COLUMNS,
     MAX_DEPTH,
     MAX_REPORT_BYTES,
-    CaseRecord,
     case_records,
     exit_code_disagreement,
     load_report,
@@ -23,6 +22,6 @@ from sdcscan.report.validation import (
 )
 
 __all__ = [
-    "CASE_COLUMNS", "MAX_DEPTH", "MAX_REPORT_BYTES", "SCHEMA_PATH", "SCHEMA_VERSION", "CaseRecord", "Report", "Unit",
+    "CASE_COLUMNS", "MAX_DEPTH", "MAX_REPORT_BYTES", "SCHEMA_PATH", "SCHEMA_VERSION", "Report", "Unit",
     "case_records", "exit_code_disagreement", "load_report", "shown", "validate_report", "verdict_exit_code",
 ]  # fmt: skip

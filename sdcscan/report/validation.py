@@ -23,20 +23,17 @@ import re
 from collections.abc import Callable
 from typing import Literal, cast
 
-from typing_extensions import TypedDict
-
 from sdcscan.errors import EXIT_TERMINATED, ReportError
 from sdcscan.files import read_json
-from sdcscan.outcomes import Verdict, printable
+from sdcscan.outcomes import CaseResult, Verdict, printable
 from sdcscan.proof import rate_bound
-from sdcscan.report.document import INT64_MAX, SCHEMA_VERSION, Cases, Checked, Range, Report, StatusWord
+from sdcscan.report.document import INT64_MAX, SCHEMA_VERSION, Cases, Checked, Range, Report
 from sdcscan.report.fields import Declared, declared, fields_of
 
 __all__ = [
     "CASE_COLUMNS",
     "MAX_DEPTH",
     "MAX_REPORT_BYTES",
-    "CaseRecord",
     "case_records",
     "exit_code_disagreement",
     "load_report",
@@ -56,30 +53,19 @@ INT64_MIN = -(2**63)  # what the history database (SQLite) can store, with docum
 NUMBER_LIMIT = 10**300  # an integer in a number field must still convert to a float
 
 
-class CaseRecord(TypedDict):
-    """One case of one unit, as a row (the report stores them column-wise)."""
-
-    unit: str
-    index: int
-    workload: str
-    digest: str | None
-    status: StatusWord
-    seconds: float
-
-
-def case_records(report: Report) -> list[CaseRecord]:
-    """The per-case records of every unit as rows."""
-    rows: list[CaseRecord] = []
+def case_records(report: Report) -> list[CaseResult]:
+    """The per-case records of every unit as rows (the report stores them column-wise)."""
+    rows: list[CaseResult] = []
     for unit in report["units"]:
         cols = unit["cases"]
         for i in range(len(cols["index"])):
             rows.append(
-                CaseRecord(
+                CaseResult(
                     unit=unit["id"],
                     index=cols["index"][i],
                     workload=cols["workload"][i],
-                    digest=cols["digest"][i],
                     status=cols["status"][i],
+                    digest=cols["digest"][i],
                     seconds=cols["seconds"][i],
                 )
             )

@@ -38,9 +38,8 @@ from sdcscan.events import (
     UnitReady,
 )
 from sdcscan.journal import Journal
-from sdcscan.judgement.evidence import CaseResult
 from sdcscan.judgement.verdict import retest_plan
-from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, CaseOutcome, OutcomeRecord
+from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, CaseOutcome, CaseResult, OutcomeRecord
 from sdcscan.report.document import UnitPacing
 from sdcscan.run.rerun_schedule import MAX_RETEST_CASES, RerunSchedule, retest_window
 from sdcscan.run.watchdog import OVERRUN_S, CaseInFlight, Watchdog
@@ -424,9 +423,7 @@ class Runner:
         self.journal.write(record)
         self.outcomes.append(record)
         if attempt == 0:
-            result = CaseResult(
-                uid, index, workload, out["status"], out["digest"], out["seconds"], out.get("error")
-            )
+            result = CaseResult.of(record)
             state.results.append(result)
             self.watchdog.case_finished(workload, result.seconds, state.unit.kind)
         else:

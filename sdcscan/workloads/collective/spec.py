@@ -32,7 +32,7 @@ SPEC = WorkloadSpec(
     fault_sites=("link",),
     tiny={"sizes": [257]},
     params={
-        # COLLECTIVES restates sdcscan.collectives.ops.COLLECTIVES (which imports torch);
+        # COLLECTIVES restates sdcscan.collectives.calls.COLLECTIVES (which imports torch);
         # tests/test_workload_collective.py checks it
         "collectives": ListOf(Choice(COLLECTIVES)),
         "dtypes": ListOf(Choice(DTYPES)),

@@ -32,8 +32,8 @@ import torch.distributed as dist
 
 from sdcscan.collectives import checked
 from sdcscan.collectives.attribution import Attribution, HopBlame, RankBlame, Unattributed
+from sdcscan.collectives.calls import BROADCAST, COLLECTIVES, algorithm_bytes, bus_bandwidth
 from sdcscan.collectives.checked import COPIES, BadHop, Data, Group, Pair, Pick
-from sdcscan.collectives.ops import BROADCAST, COLLECTIVES, algorithm_bytes, bus_bandwidth
 from sdcscan.collectives.triage import Node, Triage, reductive_triage
 from sdcscan.collectives.world import World, gather_from_all
 from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, Case, Mismatch, Outcome

@@ -1,5 +1,5 @@
 """What the checks of a fleet's passing units covered, per (profile, cohort, workload), and the bound that
-proves: the `checked` key of `compare --json` (the sums are the SQL's: `fleet.steps.CHECKED_OPS`).
+proves: the `checked` key of `compare --json` (the sums are the SQL's: `fleet.sql_steps.CHECKED_OPS`).
 
 The cohort's bound is the rule of three over all its passing units' checked ops (`sdcscan.proof`): it says
 how rarely a unit of that cohort can silently miscompute, on average over those units, if they fail
@@ -12,7 +12,7 @@ from typing_extensions import TypedDict
 
 from sdcscan import proof
 from sdcscan.fleet.engine import Rows
-from sdcscan.fleet.steps import CHECKED_OPS
+from sdcscan.fleet.sql_steps import CHECKED_OPS
 from sdcscan.fleet.tables import CHECKED_SPLIT
 
 

@@ -14,7 +14,7 @@ from itertools import groupby
 
 from sdcscan.errors import ReportError
 from sdcscan.fleet.calibration import calibration_findings
-from sdcscan.fleet.checked import checked_cohorts
+from sdcscan.fleet.checked_ops import checked_cohorts
 from sdcscan.fleet.divergence import Divergence
 from sdcscan.fleet.engine import Rows
 from sdcscan.fleet.findings import KINDS, Collector
@@ -36,12 +36,12 @@ from sdcscan.fleet.records import (
 )
 from sdcscan.fleet.sentinel_steps import sentinel_findings
 from sdcscan.fleet.slow import slow_findings
-from sdcscan.fleet.steps import COMPARISON_GROUPS, HOST_CALIBRATIONS, KEY_COLLISIONS
+from sdcscan.fleet.sql_steps import COMPARISON_GROUPS, HOST_CALIBRATIONS, KEY_COLLISIONS
 from sdcscan.fleet.summary import FleetSummary, Options, SupersededReport, options_record
 from sdcscan.timefmt import iso_utc
 
 
-def assemble(db: Rows, opts: Options) -> FleetSummary:
+def decide(db: Rows, opts: Options) -> FleetSummary:
     """The summary of the reports `db` holds (every step run), judged with `opts`.
 
     Raises:
