@@ -31,6 +31,10 @@ from sdcscan.collectives.triage import STOP_ISOLATED, Node, Triage
 from sdcscan.errors import UsageError
 from tests.helpers.gloo_world import spawn_world
 
+# The module's gloo worlds are spawned once, by its fixtures: its tests on one pytest worker, or each
+# worker would spawn them again (two worlds side by side took 14 s each, against 9 s for one)
+pytestmark = pytest.mark.xdist_group("distributed_collectives")
+
 WORLD = 4
 NUMEL = 257  # odd, so no element count lines up with a power of two by accident
 SEED = 13

@@ -43,6 +43,10 @@ from sdcscan.workloads.train_dp.workload import (
 )
 from tests.helpers.gloo_world import spawn_world
 
+# The module's gloo worlds are spawned once, by its fixtures: its tests on one pytest worker, or each
+# worker would spawn them again (two worlds side by side took 14 s each, against 9 s for one)
+pytestmark = pytest.mark.xdist_group("workload_train_dp")
+
 WORLD = 4
 CASES = (0, 1, 2)
 STARTUP_S = 120  # the whole world, spawn to results; each collective is bounded by the 30 s group timeout
