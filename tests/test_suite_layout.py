@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import os
 from pathlib import Path
 
 import pytest
@@ -39,3 +40,13 @@ def test_the_guard_recognises_test_modules():
     assert not any(
         map(is_test_module, ["tests.helpers.reports", "pytest", "sdcscan.report", "_pytest.fixtures"])
     )
+
+
+@pytest.mark.xdist_group("suite_layout")
+def test_under_loadgroup_a_tests_group_is_in_its_node_id(request: pytest.FixtureRequest) -> None:
+    """The suite relies on `--dist loadgroup` keeping an xdist_group on one worker (worlds and Spark never
+    side by side, a module's gloo world spawned once). pytest-xdist sends the group in the node id; a
+    pytest that ignores the change (9.2, pytest-dev/pytest-xdist#1386) spreads every group silently."""
+    if "PYTEST_XDIST_WORKER" not in os.environ or not request.config.getvalue("loadgroup"):
+        pytest.skip("not a pytest-xdist worker under --dist loadgroup")
+    assert request.node.nodeid.endswith("@suite_layout"), request.node.nodeid
