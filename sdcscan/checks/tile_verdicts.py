@@ -17,8 +17,9 @@ fp64), whose rounding, 2^-8 to 2^-24 relative, then dominates every residual: on
 products with this CPU's e_max, the kernel's order moved no residual by more than 1.7e-4 of its threshold
 (fp16 on N(0,1) operands; bf16 1.2e-5; fp32 in fp64 and |N|+0.5 operands not at all), against the
 factor of 2 calibration leaves (scripts/tile_sum_order.py). fp64 checked in fp64 keeps the torch ops:
-there the checker's rounding of a long total is as large as the product's own. The statistical verdicts only nominate a repeat; gemm_fp convicts an element once
-fp64 confirms it (sdcscan/checks/confirm.py), so a kernel that nominated wrongly could not fail a unit.
+there the checker's rounding of a long total is as large as the product's own. The statistical verdicts
+only nominate a repeat; gemm_fp convicts an element once fp64 confirms it (sdcscan/checks/confirm.py), so
+a kernel that nominated wrongly could not fail a unit.
 The fingerprints are sums mod 2^64: the kernel's are the torch path's bit for bit.
 
 Which path a case takes is gemm_fp's `check_kernel` (sdcscan/checks/triton_kernels.py), decided once per
