@@ -123,7 +123,7 @@ def _kinds() -> list[pytest.param]:
 
 @functools.cache
 def _kernels_per_repeat(name: str) -> dict[int, float]:
-    return budgets.kernels_per_repeat(name, gpu_params("doctor")[name])
+    return budgets.kernels_per_repeat(name, gpu_params("doctor")[name], modelled=_modelled("doctor", name))
 
 
 @pytest.mark.parametrize(("name", "occurrence"), _kinds())

@@ -137,10 +137,12 @@ def test_the_harness_sees_errors_and_requests(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_ten_thousand_host_page_is_small_and_quick(tmp_path: Path) -> None:
-    """A 10,000-host fleet (8 units, 100 cases each): the page is under 5 MB and paints in under 2 s."""
+    """A 10,000-host fleet (8 units, 16 cases each): the page is under 5 MB and paints in under 2 s. The
+    page follows the hosts and units, not the cases (129.0 kB with 16 cases, 129.8 kB with 100), and 16
+    take 9 s of the suite less to simulate and compare."""
     out = tmp_path / "fleet"
     load_script("simulate_fleet").main(
-        ["--hosts", "10000", "--units", "8", "--cases", "100", "--out", str(out), "--seed", "1"]
+        ["--hosts", "10000", "--units", "8", "--cases", "16", "--out", str(out), "--seed", "1"]
     )
     opts = Options(hosts=read_hosts(str(out / "hosts.txt")), now=parse_iso_utc(NOW), overview=True)
     summary = compare_files([str(out / "reports")], opts)

@@ -111,15 +111,19 @@ def startup_figures(cost: WorkloadCost, rates: DeviceRates) -> StartupFigures:
     return StartupFigures(cost.name, device.host_s, device.kernels_s + device.waits_s, cost.prepare_host_s)
 
 
-def kernels_per_repeat(name: str, params: Params, *, kernels: str = "auto") -> dict[int, float]:
+def kernels_per_repeat(
+    name: str, params: Params, *, kernels: str = "auto", modelled: WorkloadCost | None = None
+) -> dict[int, float]:
     """Kernels one more repeat adds to a case of each kind (occurrence -> kernels): the difference between
     the cases at their repeats and at twice as many, per repeat. A per-repeat Python loop of k operations
-    adds k. Each kind of case is modelled once at each size (a workload prepares once a size)."""
+    adds k. Each kind of case is modelled once at each size (a workload prepares once a size); `modelled`,
+    the cases at `params` where a caller has them already, saves the first size (a third of the work)."""
     shape = SHAPES[name]
-    sized = [model_workload(name, shape.scaled(params, factor), kernels=kernels) for factor in (1, 2)]
+    once = modelled or model_workload(name, shape.scaled(params, 1), kernels=kernels)
+    twice = model_workload(name, shape.scaled(params, 2), kernels=kernels)
     return {
-        once.occurrence: (twice.kernels - once.kernels) / max(1, twice.repeats - once.repeats)
-        for once, twice in zip(sized[0].cases, sized[1].cases, strict=True)
+        a.occurrence: (b.kernels - a.kernels) / max(1, b.repeats - a.repeats)
+        for a, b in zip(once.cases, twice.cases, strict=True)
     }
 
 
