@@ -2,7 +2,8 @@
 # The GPU check to run when a GPU machine is at hand for a short while, as one command of about 9
 # minutes (issue 42): install; the cost model's predictions beside warm cases (scripts/model_vs_gpu.py);
 # torch._int_mm at inner dimensions and widths 8192, 8200 and 8224/8256, the fused check kernels (the fingerprint's and gemm_fp's too) compiled, bit for bit
-# against the torch checks and timed (scripts/check_fused.py, into int_mm.jsonl); a 30 s gemm_int8-only
+# against the torch checks and timed (scripts/check_fused.py, into int_mm.jsonl); whether the fp8 slots'
+# products of small integers are exact up to k = 8,192 (scripts/check_fp8.py, into int_mm.jsonl); a 30 s gemm_int8-only
 # run sampled every 100 ms; a GPU unit's start-up (scripts/bench_startup.py); then `sdcscan doctor` with what remains of 520 s.
 # Everything goes under OUT (default ./gpu-check), eight files at most: gpu_check.log, model_vs_gpu.jsonl,
 # int_mm.jsonl, int8_run.json, startup.jsonl, and the doctor's doctor.json, doctor.md, reports.tar.gz.
@@ -29,6 +30,9 @@ timeout 60 python3 scripts/bench_int_mm_width.py --unit cuda:0 > "$out/int_mm.js
 step "fused check kernels"
 timeout 120 python3 scripts/check_fused.py --unit cuda:0 --profile doctor >> "$out/int_mm.jsonl" 2>> "$log"
 echo "fused check exit $?" >> "$log"
+step "fp8 exactness"
+timeout 60 python3 scripts/check_fp8.py --unit cuda:0 >> "$out/int_mm.jsonl" 2>> "$log"
+echo "fp8 check exit $?" >> "$log"
 step "gemm_int8 for 30 s, telemetry every 100 ms"
 timeout 90 python3 -m sdcscan run -p doctor --units cuda:0 --workloads gemm_int8 --budget 30s \
     --telemetry-interval 0.1 --no-history -o "$out/int8_run.json" >> "$log" 2>&1
