@@ -24,8 +24,9 @@
 #   "sdcscan:") -> resumed; a node drained for any other reason is left drained
 # This script exits 1 after draining, else 0.
 #
-# GPU nodes: a GPU unit needs 37-46 s to start (README "On a GPU"), more than the healthcheck's 20 s
-# budget, so with the healthcheck profile on a node with a GPU (/dev/nvidia0) this check screens the
+# GPU nodes: a GPU unit took 37-46 s to start, and 13.55 s on an H200 since issue 42 (README "On a GPU":
+# the doctor profile, a fresh state directory), most of the healthcheck's 20 s budget; so with the
+# healthcheck profile on a node with a GPU (/dev/nvidia0) this check screens the
 # CPUs only (`--units cpu`) and sdcscan-screen.sbatch, whose profile is longer, screens the GPUs.
 #
 # Environment: SDCSCAN (command, default sdcscan), SDCSCAN_PROFILE (default healthcheck),
