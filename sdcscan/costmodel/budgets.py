@@ -119,7 +119,9 @@ def kernels_per_repeat(
     adds k. Each kind of case is modelled once at each size (a workload prepares once a size); `modelled`,
     the cases at `params` where a caller has them already, saves the first size (a third of the work)."""
     shape = SHAPES[name]
-    once = modelled or model_workload(name, shape.scaled(params, 1), kernels=kernels)
+    once = (
+        modelled if modelled is not None else model_workload(name, shape.scaled(params, 1), kernels=kernels)
+    )
     twice = model_workload(name, shape.scaled(params, 2), kernels=kernels)
     return {
         a.occurrence: (b.kernels - a.kernels) / max(1, b.repeats - a.repeats)

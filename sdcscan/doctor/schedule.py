@@ -29,8 +29,8 @@ INJECTIONS = ("bitflip", "nan", "hang", "crash")
 # Every drill strikes every case, so its outcome does not hang on how many cases a slow host finishes:
 # at rate 0.5 the doctor's seed first struck cpu:0's NaN drill at its sixth case, and a loaded CI host
 # ended that 9 s run after fewer (exit 0, doctor untrusted). A hang or a crash in the first case also
-# lets the watchdog, not chance, decide how long those drills take. Intermittent faults are the
-# re-run schedule's tests' to show, where a run's length is not the host's to decide.
+# lets the watchdog, not chance, decide how long those drills take. That intermittent faults are
+# caught, the re-run schedule's own tests show, where the host does not decide how long a run is.
 RESERVE_S = 2.0  # kept for judging, the summary and the bundles at the end (under 0.1 s on a 2-vCPU Xeon)
 RUN_START_S = 1.0  # a run's budget counts from its own start: leave its interpreter's exit this long
 SELFTEST_START_S = 3.0  # importing torch and preparing each variant, outside the selftest's budget
