@@ -25,6 +25,21 @@ def _tally(body: Callable[[], Any]) -> Tally:
     return counter.tally
 
 
+@pytest.mark.parametrize("slot", ["float8_e4m3fn", "float8_e5m2"])
+def test_an_fp8_product_into_out_is_one_kernel_of_its_fp8_flops(slot: str) -> None:
+    """matmul_golden's fp8 slots write `_scaled_mm` into `out=`, which has no Meta kernel in torch 2.13:
+    the model still counts one product, its FLOPs at B's fp8 type (not its fp32 scales')."""
+    from sdcscan.checks import fp8
+
+    def body() -> None:
+        a8, b8 = fp8.operands(torch.ones(32, 64, device=META), torch.ones(64, 16, device=META), slot)
+        out = torch.empty(32, 16, device=META)
+        assert fp8.scaled_mm(a8, b8, out=out) is out
+
+    products = [k for k in _tally(body).kernels if k.op == "_scaled_mm"]
+    assert [(k.flops, k.flop_dtype) for k in products] == [(2.0 * 32 * 64 * 16, slot)]
+
+
 def test_device_work_launches_kernels_and_never_waits() -> None:
     """Products, reductions, copies within the device and views: kernels, no wait, no host work."""
 

@@ -59,6 +59,9 @@ _WAITS: dict[Any, tuple[str, Callable[..., Any]]] = {
     aten.masked_select.default: ("masked_select", lambda t, m: t.new_empty(0)),
 }
 _COPIES = {aten._to_copy.default, aten.copy_.default, aten._copy_from.default}
+# `out=` variants without a Meta kernel in torch (2.13: matmul_golden's fp8 product): their functional op
+# runs instead, for its checks of shapes and types, and `out`, already of the result's shape, is returned.
+_FUNCTIONAL_OF = {aten._scaled_mm.out: aten._scaled_mm.default}
 
 
 def _bag_read(packed: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor, *rest: Any) -> int:
@@ -181,7 +184,7 @@ class CostCounter(TorchDispatchMode):
             return True if id(args[0]) in self._all_true else answer(*args)
         if func in _COPIES:
             return self._copy(func, args, kwargs)
-        out = func(*args, **kwargs)
+        out = _call(func, args, kwargs)
         if func in _FREE or getattr(func, "is_view", False):
             return out
         if func.overloadpacket is aten.all and isinstance(out, torch.Tensor) and not out.dim():
@@ -297,6 +300,15 @@ def _widening_copy(func: Any, args: tuple[Any, ...], out: Any) -> Kernel | None:
     return Kernel("_to_copy", count * source.element_size(), count * out.element_size())
 
 
+def _call(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """`func` on the meta device, or its functional op where torch has no Meta kernel for it."""
+    functional = _FUNCTIONAL_OF.get(func)
+    if functional is None:
+        return func(*args, **kwargs)
+    functional(*args, **{k: v for k, v in kwargs.items() if k != "out"})
+    return kwargs["out"]
+
+
 def _name(func: Any) -> str:
     return str(func.overloadpacket.__name__)
 
@@ -316,7 +328,8 @@ def _flops(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -
         return 2.0 * matrix.numel(), str(matrix.dtype).removeprefix("torch.")
     if packet in flop_registry:
         flops = flop_registry[packet](*args, **kwargs, out_val=out)  # the registry takes tensors' shapes
-        operand = _tensors(args)[-1]  # B of mm/bmm, of addmm/baddbmm after the bias
+        # B of mm/bmm, of addmm/baddbmm after the bias, of _scaled_mm before its scales
+        operand = args[1] if packet is aten._scaled_mm else _tensors(args)[-1]
         kind = str(operand.dtype).removeprefix("torch.")
         # fp32 products with TF32 allowed (matmul_golden's TF32 slot) run at the TF32 rate on a GPU
         return float(flops), f"{kind}/tf32" if operand.dtype == torch.float32 and tf32.allowed() else kind

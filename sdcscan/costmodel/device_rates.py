@@ -131,8 +131,17 @@ def _cpu_core(name: str, flops: Mapping[str, float]) -> DeviceRates:
 XEON_AVX512_CORE = _cpu_core(
     "xeon-avx512-core", {"float32": 168e9, "float64": 91e9, "bfloat16": 36e9, "float16": 1.0e9, "int8": 207e9}
 )
+# fp8: torch's CPU `_scaled_mm` (matmul_golden's fp8 slots) on a 2-vCPU AVX-512-BF16 AMD EPYC, one thread,
+# torch 2.13.0, 256x1024x256: 29-55 GFLOP/s (e4m3 x e4m3 the slower), the lower taken for both slots.
 XEON_AVX512_BF16_CORE = _cpu_core(
-    "xeon-avx512-bf16-core", {**XEON_AVX512_CORE.matrix_flops_per_s, "bfloat16": 104e9, "int8": 409e9}
+    "xeon-avx512-bf16-core",
+    {
+        **XEON_AVX512_CORE.matrix_flops_per_s,
+        "bfloat16": 104e9,
+        "int8": 409e9,
+        "float8_e4m3fn": 29e9,
+        "float8_e5m2": 29e9,
+    },
 )
 # The same core emulating AVX2 (`ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2`), as above: bf16 0.74
 # GFLOP/s, fp16 0.90, `_int_mm` 39 GOPS; fp32 181 and fp64 96 (MKL still uses AVX-512). Not an AVX2 CPU:

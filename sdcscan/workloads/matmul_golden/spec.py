@@ -12,8 +12,8 @@ from sdcscan.outcomes import CONSENSUS, INVARIANT, REPEAT
 from sdcscan.workloads.params import Choice, Int, ListOf, one_per_dtype
 from sdcscan.workloads.workload_spec import Coverage, PlainOp, Quality, WorkloadSpec
 
-# The fp8 slots (opt-in: no profile lists them yet) multiply fp8 operands into fp32 (sdcscan.checks.fp8);
-# the TF32 slot multiplies fp32 operands in TF32 (sdcscan.checks.tf32).
+# The fp8 slots (quick's plan for AVX-512-BF16 CPUs; no GPU plan yet) multiply fp8 operands into fp32
+# (sdcscan.checks.fp8); the TF32 slot multiplies fp32 operands in TF32 (sdcscan.checks.tf32).
 DTYPES = ("float32", "float64", "bfloat16", "float16", TF32_SLOT, *FP8_SLOTS)
 REFERENCES = ("direct", "kronecker")
 EXACT_LIMIT = 2**24  # k * max_abs^2 below it keeps every fp32 partial sum exact
