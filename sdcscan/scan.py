@@ -59,6 +59,7 @@ class ScanOptions:
     argv: list[str] = field(default_factory=list)
     param_overrides: dict[str, dict[str, object]] = field(default_factory=dict)
     retest: int | None = None  # re-runs per failing case (None: the profile's)
+    cases: int | None = None  # each unit stops after cases 0..cases-1 (None: when the budget ends)
     golden: str | os.PathLike[str] | None = None  # judge digests against this golden file
     started: float = field(default_factory=time.time)  # the budget counts from here (the command's start)
     background: bool | None = None  # Ripple mode (None: the profile's)
@@ -233,6 +234,7 @@ def run_and_judge(opts: ScanOptions, setup: Setup, on_event: EventSink) -> Repor
         "seed": seed,
         "seed_source": setup.seed_source,
         "budget_s": budget,
+        **({} if opts.cases is None else {"cases_per_unit": opts.cases}),
         "started_at": iso_utc(started),
         "argv": opts.argv,
         "workloads": [w.name for w in profile.workloads],
@@ -259,6 +261,7 @@ def run_and_judge(opts: ScanOptions, setup: Setup, on_event: EventSink) -> Repor
             opts.param_overrides,
             background=setup.background,
             rank=opts.rank,
+            cases=opts.cases,
         )
         for u in setup.units
     ]

@@ -278,8 +278,9 @@ def test_the_allotter_gives_each_item_its_floor_and_shares_the_rest_so_a_long_it
     allot.took("selftest", first, 30.0)  # the self-test overran: later items lose spare time, not floors
     second = allot.take("determinism 1", now=30.0)
     room = 70.0 - (floors - schedule.MIN_DETERMINISM_RUN_S - overrun) - overrun
+    det, later = schedule.WEIGHT_DETERMINISM_RUN, 1 - schedule.WEIGHT_SELFTEST  # its and those still to come
     assert second == pytest.approx(
-        schedule.MIN_DETERMINISM_RUN_S + (room - schedule.MIN_DETERMINISM_RUN_S) * 0.18 / 0.84
+        schedule.MIN_DETERMINISM_RUN_S + (room - schedule.MIN_DETERMINISM_RUN_S) * det / later
     )
     assert second >= schedule.MIN_DETERMINISM_RUN_S
 
@@ -427,7 +428,7 @@ def fake_stack(monkeypatch):
 
 
 class _Plan:
-    workloads = tuple(type("W", (), {"name": w})() for w in WORKLOADS)
+    workloads = tuple(type("W", (), {"name": w, "weight": 1})() for w in WORKLOADS)
 
 
 def _setup(tmp_path: Path, budget_s: float = 300.0) -> Setup:
@@ -448,6 +449,10 @@ def test_a_clean_checkup_passes_and_writes_five_files(fake_stack, tmp_path):
         "speed",
     ]
     assert [c[0] for c in children.calls] == ["selftest"] + ["run"] * 6
+    # The determinism runs run the same cases however slow the host (a loaded CI host's time-bound runs
+    # ran one workload each); the drills run until their budgets end.
+    cases = [c[c.index("--cases") + 1] if "--cases" in c else None for c in children.calls[1:]]
+    assert cases == [str(schedule.DETERMINISM_ROUNDS * len(WORKLOADS))] * 2 + [None] * 4
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted([SUMMARY, MARKDOWN, *BUNDLES])
     assert json.loads((tmp_path / "out" / SUMMARY).read_text())["exit_code"] == 0
     assert "| injection | ok |" in (tmp_path / "out" / MARKDOWN).read_text()

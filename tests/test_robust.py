@@ -212,6 +212,7 @@ def test_budget_too_short_for_one_case_is_invalid_not_pass(run_cli, tmp_path):
         (["run", "--units", "bogus"], 2),
         (["run", "--budget", "1e999s"], 2),
         (["run", "--budget", "31d"], 2),  # past the 30-day cap of a profile's budget
+        (["run", "--distributed", "--standalone", "--cases", "5"], 2),  # ranks cannot stop at a count
         (["report"], 2),
         (["report", "nosuch.json"], 3),
         (["report", "--from-journal", "nosuch.jsonl"], 3),

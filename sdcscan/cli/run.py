@@ -50,6 +50,13 @@ if TYPE_CHECKING:  # for the types only: `sdcscan --help` imports neither the ru
     "wrong address); hang, crash, raise. Distributed: RANK:KIND with link, update, hang, crash.",
 )
 @click.option(
+    "--cases",
+    type=click.IntRange(1, 10**9),
+    help="Stop each unit after cases 0 to N-1 of the plan (sooner if the budget ends first): two runs "
+    "with the same seed and --cases run the same cases, however fast the host (default: as many as "
+    "the budget holds).",
+)
+@click.option(
     "--retest",
     type=click.IntRange(0, 128),
     help="Re-runs of each failing case on its unit (default: the profile's, 3; 0: off).",
@@ -219,6 +226,9 @@ def _options(args: RunArgs, started: float, *, on_note: Callable[[str], None] | 
         check_not_distributed(args)
     # A distributed run's injections name ranks (RANK:KIND), parsed with its other options.
     injections = [] if args.distributed else [parse_inject(s) for s in args.inject]
+    if args.distributed and args.cases is not None:
+        # Ranks agree on every distributed case; one that stopped at its count would strand its peers.
+        raise UsageError("--cases does not combine with --distributed: the ranks run until the budget ends")
     if args.units_spec is not None:
         parse_units_spec(args.units_spec)
     profile = load_profile(args.profile)
@@ -256,6 +266,7 @@ def _options(args: RunArgs, started: float, *, on_note: Callable[[str], None] | 
         argv=sys.argv[1:],
         param_overrides=overrides,
         retest=args.retest,
+        cases=args.cases,
         golden=args.golden_path,
         started=started,
         background=args.background,

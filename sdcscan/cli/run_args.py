@@ -26,6 +26,7 @@ class RunArgs:
     as_json: bool
     hostname: str | None
     inject: tuple[str, ...]
+    cases: int | None
     retest: int | None
     calibration: str | None
     golden_path: str | None

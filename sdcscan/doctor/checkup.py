@@ -173,7 +173,7 @@ class _Doctor:
         step.seconds = time.monotonic() - t0
 
     def _launch(
-        self, step: Step, label: str, profile: str, inject: list[str]
+        self, step: Step, label: str, profile: str, inject: list[str], cases: int | None = None
     ) -> tuple[Report | None, ChildResult, float] | None:
         """One `sdcscan run` on the doctor's units: (its report or None, how it ended, its bound), or
         None when too little time is left for it (said on the step)."""
@@ -183,15 +183,19 @@ class _Doctor:
             step.skipped.append(f"{label}: {seconds:.0f} s left, this run needs {floor:.0f}")
             return None
         out = self.work / f"{_slug(label)}.json"
-        plan = schedule.run_plan(self.setup.units, seconds, str(out), profile=profile, inject=inject)
+        plan = schedule.run_plan(
+            self.setup.units, seconds, str(out), profile=profile, inject=inject, cases=cases
+        )
         bound = end_bound_s(plan.budget_s) + RUN_SLACK_S
         result = self.child(label, plan.argv(), bound + RUN_SLACK_S)
         self.allot.took("run", seconds, result.seconds)
         return _read_report(out), result, bound
 
     def _clean_run(self, step: Step, label: str) -> Report | None:
-        """A run of the doctor's plan without injections; its report, or None with the reason on the step."""
-        launched = self._launch(step, label, schedule.PROFILE, [])
+        """A run of the doctor's plan without injections, the same cases every time; its report, or None
+        with the reason on the step."""
+        cases = schedule.determinism_cases(load_profile(schedule.PROFILE))
+        launched = self._launch(step, label, schedule.PROFILE, [], cases)
         if launched is None:
             return None
         report, result, bound = launched

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from sdcscan.errors import UsageError
+from sdcscan.profile import Profile
+from sdcscan.run.plan import cases_per_round
 from sdcscan.units import Unit, select_units
 
 DEFAULT_BUDGET_S = 300.0
@@ -31,6 +33,14 @@ INJECTIONS = ("bitflip", "nan", "hang", "crash")
 # ended that 9 s run after fewer (exit 0, doctor untrusted). A hang or a crash in the first case also
 # lets the watchdog, not chance, decide how long those drills take. That intermittent faults are
 # caught, the re-run schedule's own tests show, where the host does not decide how long a run is.
+
+# The determinism runs run these rounds of the plan on every unit (`sdcscan run --cases`), not as many
+# as their time holds: on a loaded CI host two runs of about 15 s (30.6 s together) had only train's case
+# in common, start-up taking most of each, so no other workload ran in both (doctor untrusted). A fixed count compares every workload
+# however slow the host; a fast host ends early and leaves the rest of its share to the drills. The
+# first round also carries each workload's first-case warm-up; three more dilute it in the speed table.
+DETERMINISM_ROUNDS = 4
+
 RESERVE_S = 2.0  # kept for judging, the summary and the bundles at the end (under 0.1 s on a 2-vCPU Xeon)
 RUN_START_S = 1.0  # a run's budget counts from its own start: leave its interpreter's exit this long
 SELFTEST_START_S = 3.0  # importing torch and preparing each variant, outside the selftest's budget
@@ -48,10 +58,11 @@ MIN_DRILL_S = {"bitflip": 7.0, "nan": 7.0, "hang": 9.0, "crash": 7.0}
 # 0-1.5 s on the Xeon and the CI host.
 RUN_OVERRUN_S = 1.0
 
-# Shares of the time beyond the floors; the items run in this order.
+# Shares of the time beyond the floors; the items run in this order. A determinism run that finishes its
+# rounds early hands what it did not use on, so its share bounds a slow host's run more than it spends.
 WEIGHT_SELFTEST = 0.16  # all kinds together
-WEIGHT_DETERMINISM_RUN = 0.18  # each of two runs
-WEIGHT_DRILL_RUN = 0.12  # each of four runs
+WEIGHT_DETERMINISM_RUN = 0.3  # each of two runs
+WEIGHT_DRILL_RUN = 0.06  # each of four runs
 
 
 def doctor_units(found: Sequence[Unit], spec: str | None) -> list[Unit]:
@@ -168,6 +179,7 @@ class RunPlan:
     budget_s: int  # whole seconds: `--budget` as the child gets it
     out: str
     inject: tuple[str, ...] = ()
+    cases: int | None = None  # `--cases`: the same cases in every run, however fast the host
 
     def argv(self) -> list[str]:
         """The child's command line (after `sdcscan`)."""
@@ -175,15 +187,29 @@ class RunPlan:
         argv += ["--budget", f"{self.budget_s}s", "-o", self.out, "--no-history"]
         for spec in self.inject:
             argv += ["--inject", spec]
+        if self.cases is not None:
+            argv += ["--cases", str(self.cases)]
         return argv
 
 
 def run_plan(
-    units: Sequence[Unit], seconds: float, out: str, *, profile: str = PROFILE, inject: Sequence[str] = ()
+    units: Sequence[Unit],
+    seconds: float,
+    out: str,
+    *,
+    profile: str = PROFILE,
+    inject: Sequence[str] = (),
+    cases: int | None = None,
 ) -> RunPlan:
-    """`sdcscan run` of the doctor's fixed plan on `units` for about `seconds`, its report at `out`."""
+    """`sdcscan run` of the doctor's fixed plan on `units` for at most `seconds` (and `cases` cases a
+    unit, where given), its report at `out`."""
     budget_s = max(1, int(seconds - RUN_START_S))
-    return RunPlan(tuple(u.id for u in units), profile, budget_s, out, tuple(inject))
+    return RunPlan(tuple(u.id for u in units), profile, budget_s, out, tuple(inject), cases)
+
+
+def determinism_cases(profile: Profile) -> int:
+    """Cases a determinism run runs on each unit: DETERMINISM_ROUNDS rounds of `profile`'s plan."""
+    return DETERMINISM_ROUNDS * cases_per_round(profile)
 
 
 def injection_specs(kind: str, struck: Sequence[Unit]) -> list[str]:

@@ -156,9 +156,11 @@ def render_header(report: Report, console: Console) -> None:
     profile = _fields(run.get("profile"))
     duration = run.get("duration_s")
     took = f"{duration:.0f} s of " if isinstance(duration, (int, float)) else ""
+    cases = f", at most {run['cases_per_unit']} cases a unit" if "cases_per_unit" in run else ""
     lines = (
         f"sdcscan report: host {host.get('hostname')}, profile {profile.get('name')}, seed {run.get('seed')} "
-        f"({run.get('seed_source')}), started {run.get('started_at')}, {took}a {run.get('budget_s')} s budget",
+        f"({run.get('seed_source')}), started {run.get('started_at')}, {took}a {run.get('budget_s')} s budget"
+        f"{cases}",
         f"software: sdcscan {_fields(report['tool']).get('version')}, torch {software.get('torch')}, CUDA "
         f"{software.get('cuda') or 'none'}, CPU ISA {software.get('cpu_capability')}; CPU {host.get('cpu_model')}",
     )

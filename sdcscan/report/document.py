@@ -194,6 +194,15 @@ class Run(TypedDict):
     seed: Annotated[int, Range(low=0, high=INT64_MAX)]
     budget_s: Annotated[float, Range(above=0)]
     duration_s: Seconds
+    cases_per_unit: NotRequired[
+        Annotated[
+            int,
+            Range(low=1),
+            Doc(
+                "`--cases`: each unit stopped after this many cases of the plan, or sooner at the budget's end."
+            ),
+        ]
+    ]
     seed_source: NotRequired[Annotated[Literal["cli", "profile", "week"], WRITTEN, UNCHECKED]]
     started_at: NotRequired[Annotated[str | None, WRITTEN]]
     ended_at: NotRequired[Annotated[str | None, WRITTEN]]

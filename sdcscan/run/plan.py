@@ -27,6 +27,11 @@ def _hash_int(text: str) -> int:
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little") >> 1
 
 
+def cases_per_round(profile: Profile) -> int:
+    """Cases in one round of the plan's weighted round robin: each workload `weight` times."""
+    return sum(w.weight for w in profile.workloads)
+
+
 class Plan:
     """Cases of a profile for one run seed and one device kind and class (GPU units, and CPUs of a class
     the profile sizes for, may use other parameters)."""

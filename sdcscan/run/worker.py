@@ -76,6 +76,7 @@ class WorkerConfig:
     run_pid: int = field(default_factory=os.getpid)  # the sdcscan parent: built there, so its pid
     background: bool = False  # Ripple mode: lowest priority, cases only in the unit's idle gaps
     rank: RankSetup | None = None  # a distributed run: this worker is one rank of the world
+    cases: int | None = None  # `--cases`: stop after cases 0..cases-1 (None: run until the deadline)
 
 
 def worker_main(cfg: WorkerConfig, conn: Connection[WorkerMessage, Command]) -> None:
@@ -179,13 +180,16 @@ class _Engine:
 
     def run_plan(self, deadline: float) -> str:
         """Cases 0, 1, 2, … until the next one would likely end after `deadline` (by this process's clock),
-        or until the parent says stop (it was interrupted): then within one case, not at the deadline.
+        or `cfg.cases` of them ran, or the parent says stop (it was interrupted): then within one case,
+        not at the deadline.
 
         Returns:
-            "done" at the deadline, "stopped" when told to stop.
+            "done" at the deadline or the case count, "stopped" when told to stop.
         """
         index = 0
         while not self.stop_requested():
+            if self.cfg.cases is not None and index >= self.cfg.cases:
+                return "done"  # never distributed (refused by `sdcscan run`): no peer waits on this rank
             workload = self.plan.workload_of(index)
             expected = self.mean_s.get(workload, 0.0)
             lockstep_case = self.lockstep is not None and workload in self.lockstep.distributed
