@@ -65,7 +65,7 @@ def test_ctrl_c_mid_step_exits_130_with_a_partial_summary_and_no_process_left(tm
         env=_env(tmp_path),
         cwd=tmp_path,
     )
-    time.sleep(random.uniform(8.0, 25.0))  # inside the self-test or a determinism run
+    time.sleep(random.uniform(8.0, 25.0))  # inside the self-test, a determinism run or the first drill
     descendants = psutil.Process(proc.pid).children(recursive=True)
     os.kill(proc.pid, signal.SIGINT)
     _, stderr = proc.communicate(timeout=60)
