@@ -25,6 +25,7 @@ from sdcscan.doctor.checkup import Setup, checkup
 from sdcscan.doctor.children import ChildResult
 from sdcscan.doctor.steps import Step, exit_code
 from sdcscan.errors import EXIT_FAIL, EXIT_INVALID, EXIT_PASS
+from sdcscan.profile import load_profile
 from sdcscan.selftest.sweep import run_selftest
 from sdcscan.units import Unit
 from sdcscan.workloads import SPECS
@@ -335,6 +336,14 @@ def test_every_drill_strikes_the_first_case_of_every_unit_so_a_slow_host_cannot_
         assert all(
             faults.draws(injection, case_seed) for case_seed in range(schedule.SEED, schedule.SEED + 64)
         )
+
+
+def test_the_determinism_runs_run_four_rounds_on_cpus_and_forty_where_a_gpu_is_among_the_units():
+    """Enough GPU cases for its speed table's telemetry; on CPUs few, so a loaded host still ends them."""
+    profile = load_profile(schedule.PROFILE)
+    gpu = Unit("cuda:0", "cuda", 0, "GPU")
+    assert schedule.determinism_cases(profile, [CPU0, CPU1]) == 4 * len(profile.workloads) == 20
+    assert schedule.determinism_cases(profile, [CPU0, gpu]) == 40 * len(profile.workloads)
 
 
 def test_the_default_units_are_two_of_each_kind():

@@ -52,6 +52,7 @@ if TYPE_CHECKING:  # for the types only: `sdcscan --help` imports neither the ru
 @click.option(
     "--cases",
     type=click.IntRange(1, 10**9),
+    metavar="N",
     help="Stop each unit after cases 0 to N-1 of the plan (sooner if the budget ends first): two runs "
     "with the same seed and --cases run the same cases, however fast the host (default: as many as "
     "the budget holds).",

@@ -194,7 +194,7 @@ class _Doctor:
     def _clean_run(self, step: Step, label: str) -> Report | None:
         """A run of the doctor's plan without injections, the same cases every time; its report, or None
         with the reason on the step."""
-        cases = schedule.determinism_cases(load_profile(schedule.PROFILE))
+        cases = schedule.determinism_cases(load_profile(schedule.PROFILE), self.setup.units)
         launched = self._launch(step, label, schedule.PROFILE, [], cases)
         if launched is None:
             return None

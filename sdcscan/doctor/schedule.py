@@ -40,6 +40,11 @@ INJECTIONS = ("bitflip", "nan", "hang", "crash")
 # however slow the host; a fast host ends early and leaves the rest of its share to the drills. The
 # first round also carries each workload's first-case warm-up; three more dilute it in the speed table.
 DETERMINISM_ROUNDS = 4
+# With a GPU among the units, more: its speed table shows NVML samples (one a second) over case time, and
+# four rounds of GPU cases (0.1-0.4 s each by the doctor profile's projections) would give it a few
+# samples, warm-up included. Forty rounds are about as long as the 60 s runs the H200 passed with; the
+# budget still bounds them, so a short --budget cuts them, not the drills' floors.
+DETERMINISM_ROUNDS_GPU = 40
 
 RESERVE_S = 2.0  # kept for judging, the summary and the bundles at the end (under 0.1 s on a 2-vCPU Xeon)
 RUN_START_S = 1.0  # a run's budget counts from its own start: leave its interpreter's exit this long
@@ -207,9 +212,11 @@ def run_plan(
     return RunPlan(tuple(u.id for u in units), profile, budget_s, out, tuple(inject), cases)
 
 
-def determinism_cases(profile: Profile) -> int:
-    """Cases a determinism run runs on each unit: DETERMINISM_ROUNDS rounds of `profile`'s plan."""
-    return DETERMINISM_ROUNDS * cases_per_round(profile)
+def determinism_cases(profile: Profile, units: Sequence[Unit]) -> int:
+    """Cases a determinism run runs on each of `units`: DETERMINISM_ROUNDS rounds of `profile`'s plan, or
+    DETERMINISM_ROUNDS_GPU where a GPU is among them."""
+    rounds = DETERMINISM_ROUNDS_GPU if any(u.kind == "cuda" for u in units) else DETERMINISM_ROUNDS
+    return rounds * cases_per_round(profile)
 
 
 def injection_specs(kind: str, struck: Sequence[Unit]) -> list[str]:
