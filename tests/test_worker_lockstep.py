@@ -57,9 +57,8 @@ def _engine(
     engine.mean_s = dict(mean_s)
     engine.lockstep = lockstep
     engine.gate = None
-    engine.cfg = SimpleNamespace(
-        unit=SimpleNamespace(id="cpu:0"), cases=None
-    )  # a distributed run: no --cases
+    # A distributed rank: `sdcscan run` refuses --cases with --distributed.
+    engine.cfg = SimpleNamespace(unit=SimpleNamespace(id="cpu:0"), cases=None)
     engine.stopped = False
     engine.conn = SimpleNamespace(poll=lambda: False, send=lambda msg: None)
     ran: list[tuple[int, str]] = []
