@@ -135,12 +135,14 @@ class _Doctor:
     def determinism(self) -> None:
         step = self.step("determinism")
         t0 = time.monotonic()
+        profile = load_profile(schedule.PROFILE)
+        cases = schedule.determinism_cases(profile, self.setup.units)  # both runs: the same cases
         for n in (1, 2):
-            report = self._clean_run(step, f"determinism {n}")
+            report = self._clean_run(step, f"determinism {n}", cases)
             if report is not None:
                 self.det_reports.append(report)
         if len(self.det_reports) == 2:
-            workloads = [w.name for w in load_profile(schedule.PROFILE).workloads]
+            workloads = [w.name for w in profile.workloads]
             verdict = judge.determinism(self.det_reports, workloads)
             step.findings += verdict.findings
             step.reasons += verdict.reasons
@@ -191,10 +193,9 @@ class _Doctor:
         self.allot.took("run", seconds, result.seconds)
         return _read_report(out), result, bound
 
-    def _clean_run(self, step: Step, label: str) -> Report | None:
-        """A run of the doctor's plan without injections, the same cases every time; its report, or None
-        with the reason on the step."""
-        cases = schedule.determinism_cases(load_profile(schedule.PROFILE), self.setup.units)
+    def _clean_run(self, step: Step, label: str, cases: int) -> Report | None:
+        """A run of `cases` cases a unit of the doctor's plan without injections; its report, or None with
+        the reason on the step."""
         launched = self._launch(step, label, schedule.PROFILE, [], cases)
         if launched is None:
             return None
