@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import torch
 
+from sdcscan.checks.limits import FP8_SLOTS
 from sdcscan.costmodel import budgets
 from sdcscan.costmodel.cases import model_workload
 from sdcscan.costmodel.counting import Tally, counting
@@ -38,6 +39,13 @@ def test_an_fp8_product_into_out_is_one_kernel_of_its_fp8_flops(slot: str) -> No
 
     products = [k for k in _tally(body).kernels if k.op == "_scaled_mm"]
     assert [(k.flops, k.flop_dtype) for k in products] == [(2.0 * 32 * 64 * 16, slot)]
+
+
+def test_an_fp8_repeat_of_matmul_golden_launches_its_product_and_nothing_else() -> None:
+    """The unit scale `_scaled_mm` takes is made once in prepare, not a kernel per repeat (issue 44): an
+    fp8 repeat costs what an fp32 one does."""
+    params = {"m": 64, "k": 128, "n": 64, "dtypes": ["float32", *FP8_SLOTS], "repeats": [4, 4, 4]}
+    assert budgets.kernels_per_repeat("matmul_golden", params) == {0: 1.0, 1: 1.0, 2: 1.0}
 
 
 def test_device_work_launches_kernels_and_never_waits() -> None:

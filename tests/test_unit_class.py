@@ -130,3 +130,19 @@ def test_a_run_sizes_its_cases_for_the_class_of_the_unit_it_runs_on(tmp_path) ->
     assert "baseline" in per_case and len(per_case) == 2, per_case  # an x86 CPU is above baseline unpinned
     (other,) = set(per_case) - {"baseline"}
     assert per_case["baseline"] == 256 * 1024 * 256 and per_case[other] == 2 * 256 * 1024 * 256
+
+
+def test_quick_runs_one_product_of_each_fp8_slot_on_every_class_without_amx() -> None:
+    """Without AMX torch's CPU `_scaled_mm` converts to fp32 and multiplies there (a few ms a product), so
+    every class below amx runs both fp8 slots once a case; with AMX it calls oneDNN's fp8 kernel (0.14
+    GFLOP/s measured), and amx runs none (issue 44)."""
+    from sdcscan.checks.limits import FP8_SLOTS
+    from sdcscan.profile import load_profile
+
+    golden = next(w for w in load_profile("quick").workloads if w.name == "matmul_golden")
+    for cls in CPU_CLASSES:
+        params = golden.params_for("cpu", cls)
+        fp8_repeats = {
+            d: r for d, r in zip(params["dtypes"], params["repeats"], strict=True) if d in FP8_SLOTS
+        }
+        assert fp8_repeats == ({} if cls == "amx" else dict.fromkeys(FP8_SLOTS, 1)), cls

@@ -32,9 +32,18 @@ def operands(a: torch.Tensor, b: torch.Tensor, slot: str) -> tuple[torch.Tensor,
     return a.to(a_type), b.t().contiguous().to(b_type).t()
 
 
-def scaled_mm(a8: torch.Tensor, b8: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-    """A·B in fp32 with unit scales (`out`, when given, receives it)."""
-    one = torch.ones((), dtype=torch.float32, device=a8.device)
+def unit_scale(device: torch.device) -> torch.Tensor:
+    """The scale 1.0 `_scaled_mm` takes for A and for B: made once by a caller that multiplies often, so
+    a repeat launches its product and nothing else."""
+    return torch.ones((), dtype=torch.float32, device=device)
+
+
+def scaled_mm(
+    a8: torch.Tensor, b8: torch.Tensor, out: torch.Tensor | None = None, *, scale: torch.Tensor | None = None
+) -> torch.Tensor:
+    """A·B in fp32 with unit scales (`out`, when given, receives it; `scale`, when given, is `unit_scale`'s
+    tensor on A's device, else one is made)."""
+    one = unit_scale(a8.device) if scale is None else scale
     if out is None:
         return torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=torch.float32)
     return torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=torch.float32, out=out)

@@ -125,11 +125,29 @@ def _cpu_core(name: str, flops: Mapping[str, float]) -> DeviceRates:
     )
 
 
+def _fp8_without_amx(fp32_flops_per_s: float) -> dict[str, float]:
+    """fp8 rates of a CPU without AMX, from its fp32 rate. There torch's `_scaled_mm` converts both
+    operands to fp32 and multiplies in fp32 (torch 2.13; its profile shows the copies and the fp32
+    product, no oneDNN call): on the 2-vCPU AVX-512-BF16 EPYC, one thread, 256x1024x256, e4m3 ran at
+    0.28-0.45 of fp32's rate and e5m2 at 0.55-0.59, the same with `ATEN_CPU_CAPABILITY=avx2`. A quarter
+    of fp32 is taken for both slots."""
+    return {"float8_e4m3fn": 0.25 * fp32_flops_per_s, "float8_e5m2": 0.25 * fp32_flops_per_s}
+
+
 # The same core with oneDNN held below AMX (`ONEDNN_MAX_CPU_ISA`), 128x4096x256 products and `_int_mm` at
 # 64x8192x1024 (best of 3, `torch.set_num_threads(1)`): AVX512_CORE (no bf16 units) bf16 36 GFLOP/s,
-# AVX512_CORE_BF16 104; fp16 1.0 in both (emulated); fp32 and fp64 as with AMX.
+# AVX512_CORE_BF16 104; fp16 1.0 in both (emulated); fp32 and fp64 as with AMX. fp8 as a CPU of the
+# class without AMX runs it (`_fp8_without_amx`).
 XEON_AVX512_CORE = _cpu_core(
-    "xeon-avx512-core", {"float32": 168e9, "float64": 91e9, "bfloat16": 36e9, "float16": 1.0e9, "int8": 207e9}
+    "xeon-avx512-core",
+    {
+        "float32": 168e9,
+        "float64": 91e9,
+        "bfloat16": 36e9,
+        "float16": 1.0e9,
+        "int8": 207e9,
+        **_fp8_without_amx(168e9),
+    },
 )
 # fp8: torch's CPU `_scaled_mm` (matmul_golden's fp8 slots) on a 2-vCPU AVX-512-BF16 AMD EPYC, one thread,
 # torch 2.13.0, 256x1024x256: 29-55 GFLOP/s (e4m3 x e4m3 the slower), the lower taken for both slots.
@@ -147,14 +165,30 @@ XEON_AVX512_BF16_CORE = _cpu_core(
 # GFLOP/s, fp16 0.90, `_int_mm` 39 GOPS; fp32 181 and fp64 96 (MKL still uses AVX-512). Not an AVX2 CPU:
 AVX2_EMULATED_CORE = _cpu_core(
     "xeon-avx2-emulated",
-    {"float32": 181e9, "float64": 96e9, "bfloat16": 0.74e9, "float16": 0.90e9, "int8": 39e9},
+    {
+        "float32": 181e9,
+        "float64": 96e9,
+        "bfloat16": 0.74e9,
+        "float16": 0.90e9,
+        "int8": 39e9,
+        **_fp8_without_amx(181e9),
+    },
 )
 # A real AVX2 CPU (2-vCPU AMD EPYC, no AVX-512, torch 2.13.0+cpu), from the case times issue 43 reports:
 # burnin's gemm_fp bf16 case (64 products of 128x4096x256, 17.2 GFLOP) about 50 s, its fp32 case (32 of
 # 512x4096x512, 68.7 GFLOP) 2.3 s, its first gemm_int8 case (1e11 ops) "at about 1 GOP/s". fp16 is taken
-# as bf16 (both emulated), fp64 as half fp32, memory as the Xeon's: assumptions, not measurements.
+# as bf16 (both emulated), fp64 as half fp32, fp8 from fp32 (`_fp8_without_amx`), memory as the Xeon's:
+# assumptions, not measurements.
 EPYC_AVX2_CORE = _cpu_core(
-    "epyc-avx2-core", {"float32": 30e9, "float64": 15e9, "bfloat16": 0.34e9, "float16": 0.34e9, "int8": 1.0e9}
+    "epyc-avx2-core",
+    {
+        "float32": 30e9,
+        "float64": 15e9,
+        "bfloat16": 0.34e9,
+        "float16": 0.34e9,
+        "int8": 1.0e9,
+        **_fp8_without_amx(30e9),
+    },
 )
 DEVICES = {
     rates.name: rates

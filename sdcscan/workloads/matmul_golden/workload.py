@@ -89,6 +89,7 @@ class MatmulGolden(SelftestMixin):
             b0 = torch.randint(-lim, lim + 1, (p["k"], p["n"]), generator=g, dtype=torch.int64)
             ref0 = golden_reference(a0, b0)  # exact, on the CPU, independent of the unit's float units
         self.uncovered = _uncovered(p, ctx.device)
+        self.fp8_scale = fp8.unit_scale(ctx.device)  # once, not a kernel per fp8 repeat
         for slot, why in self.uncovered.items():
             ctx.note(f"matmul_golden: {slot} is not covered on this unit ({why}); its cases check nothing")
         # Kept as fp32 (exact for these small integers): permuting 4-byte words per case is cheap.
@@ -124,7 +125,7 @@ class MatmulGolden(SelftestMixin):
             count = min(block, repeats - first)
             for r in range(first, first + count):
                 with ctx.phase("compute"):
-                    _product(name, a, b, outputs[r - first])
+                    _product(name, a, b, outputs[r - first], self.fp8_scale)
                 ctx.fault("output", outputs[r - first], repeat=r, repeats=repeats)
             with ctx.phase("check"):
                 tally.add_block(outputs[:count], first)
@@ -163,10 +164,11 @@ class MatmulGolden(SelftestMixin):
         return a, b, ref
 
 
-def _product(slot: str, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
-    """One repeat's product A·B into `out`, taken as the slot's datapath takes it."""
+def _product(slot: str, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, fp8_scale: torch.Tensor) -> None:
+    """One repeat's product A·B into `out`, taken as the slot's datapath takes it (fp8 with unit scales,
+    `fp8_scale`)."""
     if slot in fp8.OPERANDS:
-        fp8.scaled_mm(a, b, out=out)
+        fp8.scaled_mm(a, b, out=out, scale=fp8_scale)
     elif slot == TF32_SLOT:
         with tf32.products(a.device):
             torch.matmul(a, b, out=out)
