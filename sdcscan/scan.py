@@ -188,7 +188,8 @@ def _check_capacity(opts: ScanOptions, chosen: list[units.Unit]) -> None:
     `sdcscan.run.capacity`."""
     capacity.check_host_fits(opts.profile, chosen)
     files = (("--out", opts.out), ("--junit", opts.outputs.junit), ("--prom", opts.outputs.prom))
-    capacity.check_disk_space(capacity.run_claims(len(chosen), opts.budget, journal_dir(opts), files))
+    claims = capacity.run_claims(len(chosen), opts.budget, journal_dir(opts), files, opts.cases)
+    capacity.check_disk_space(claims)
     capacity.reserve_open_files(len(chosen))
     capacity.check_tasks(len(chosen), opts.profile.threads_per_unit)
     capacity.check_cpu_quota(len(chosen))

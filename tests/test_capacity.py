@@ -10,6 +10,7 @@ no journal file), naming the parameter or limit, what the run needs and what the
 from __future__ import annotations
 
 import os
+import re
 import resource
 import shlex
 import subprocess
@@ -162,6 +163,40 @@ def test_a_state_directory_on_a_nearly_full_tmpfs_is_refused_before_any_work(tmp
     line = _refused_before_work(done, tmp_path)
     assert line.startswith(f"Error: not enough free space on {state}: ")
     assert "kB free, and this run may write" in line and "the journal of up to 1201 cases" in line
+
+
+def test_a_case_count_bounds_the_journal_claim_with_room_for_re_runs(tmp_path):
+    """`--cases` caps the cases a unit runs, so the claim is that count and the re-run window's worth of
+    the shortest cases (30 s: 600), not a whole budget's; a budget shorter than the count still rules."""
+
+    def cases_claimed(budget_s: float, cases: int | None) -> str:
+        return capacity.run_claims(2, budget_s, tmp_path, [], cases)[0].what
+
+    assert cases_claimed(86_400.0, None) == "the journal of up to 3456002 cases"
+    assert cases_claimed(86_400.0, 20) == "the journal of up to 1240 cases"  # 2 units x (20 + 600)
+    assert cases_claimed(10.0, 1000) == cases_claimed(10.0, None) == "the journal of up to 402 cases"
+
+
+@pytest.mark.slow
+def test_a_run_of_a_few_cases_with_a_day_s_budget_fits_a_small_state_directory(tmp_path):
+    """On a 2 MiB tmpfs a day's budget cannot promise room for its journal (refused before any work),
+    but the same run with `--cases 3` needs a few hundred kB: it runs its three cases and passes."""
+    if not can_mount_tmpfs(tmp_path):
+        pytest.skip("cannot mount a tmpfs in a private mount namespace here")
+    state = tmp_path / "state"
+    state.mkdir()
+    env = {**child_env(), "XDG_STATE_HOME": str(state)}
+
+    def run(*extra: str) -> subprocess.CompletedProcess[str]:
+        args = ["run", "--budget", "24h", "--units", ONE, "--no-history", *extra]
+        cmd = on_tmpfs(state, "2m", sdcscan_cmd(*args))
+        return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180, cwd=tmp_path)
+
+    assert "the journal of up to 1728001 cases" in _refused_before_work(run(), tmp_path)
+    done = run("--cases", "3")  # its journal on the tmpfs
+    assert done.returncode == 0, done.stderr
+    assert f"journal: {state}" in done.stderr  # the summary is on stderr
+    assert re.search(rf"^ {ONE} +pass +3 ", done.stderr, re.MULTILINE), done.stderr
 
 
 def test_claims_on_one_filesystem_add_up_and_name_every_file(tmp_path, monkeypatch):

@@ -22,6 +22,7 @@ from typing import Any
 
 from sdcscan.errors import ProfileError, UsageError
 from sdcscan.profile import Profile, WorkloadEntry
+from sdcscan.run.rerun_schedule import retest_window
 from sdcscan.units import Unit, cpu_units
 from sdcscan.workloads import SPECS, WorkloadSpec
 from sdcscan.workloads.params import shown
@@ -340,10 +341,18 @@ def run_claims(
     budget_s: float,
     journal_dir: Path,
     outputs: Sequence[tuple[str, str | os.PathLike[str] | None]],
+    cases_per_unit: int | None = None,
 ) -> list[DiskClaim]:
     """What a run of `units` units for `budget_s` may write: its journal and each output given
-    (`(option, path)`; the report at `--out`, the small JUnit and Prometheus files at theirs)."""
-    cases = units * int(budget_s / MIN_CASE_S + 1)
+    (`(option, path)`; the report at `--out`, the small JUnit and Prometheus files at theirs).
+
+    A unit runs at most budget / MIN_CASE_S cases, or with `--cases` (`cases_per_unit`) that many and
+    the re-runs of its failing ones: at most the re-run window's worth of the shortest cases. A run of
+    20 cases a unit with a day's budget claims kilobytes, not the gigabytes of a day of cases."""
+    per_unit = int(budget_s / MIN_CASE_S + 1)
+    if cases_per_unit is not None:
+        per_unit = min(per_unit, cases_per_unit + int(retest_window(budget_s) / MIN_CASE_S))
+    cases = units * per_unit
     claims = [
         DiskClaim(
             f"the journal of up to {cases} cases",
