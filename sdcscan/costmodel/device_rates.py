@@ -128,9 +128,9 @@ def _cpu_core(name: str, flops: Mapping[str, float]) -> DeviceRates:
 def _fp8_without_amx(fp32_flops_per_s: float) -> dict[str, float]:
     """fp8 rates of a CPU without AMX, from its fp32 rate. There torch's `_scaled_mm` converts both
     operands to fp32 and multiplies in fp32 (torch 2.13 calls oneDNN only where the CPU has AMX-INT8,
-    or AMX-FP16 for two fp8 types; the profile shows the copies and the fp32 product): on the 2-vCPU AVX-512-BF16 EPYC, one thread, 256x1024x256, e4m3 ran at
-    0.28-0.45 of fp32's rate and e5m2 at 0.55-0.59, the same with `ATEN_CPU_CAPABILITY=avx2`. A quarter
-    of fp32 is taken for both slots."""
+    or AMX-FP16 for two fp8 types; the profile shows the copies and the fp32 product): on the 2-vCPU
+    AVX-512-BF16 EPYC, one thread, 256x1024x256, e4m3 ran at 0.28-0.45 of fp32's rate and e5m2 at
+    0.55-0.59, the same with `ATEN_CPU_CAPABILITY=avx2`. A quarter of fp32 is taken for both slots."""
     return {"float8_e4m3fn": 0.25 * fp32_flops_per_s, "float8_e5m2": 0.25 * fp32_flops_per_s}
 
 
