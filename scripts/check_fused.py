@@ -7,13 +7,14 @@ and struck, and the same verdict and digest for whole cases. The fingerprint's o
 (sdcscan/checks/keyed_sums.py), which a GPU unit takes by default after a start-up trial, is held
 to the torch sums the same way on a block of gemm_fp's bf16 outputs, and gemm_fp's block check
 (sdcscan/checks/tile_verdicts.py) to the torch verdicts and fingerprints on a block of its GPU cases'
-bf16 outputs, clean and struck (its ratio within 10^-3 of torch's). Prints one JSON line per output shape
-(equal, what differed, and milliseconds of each path by device events, median of `--repeats` after a
-warm-up) and one per case of the profile's gemm_int8, embbag_int8 and gemm_fp with each kernel, then
-{"cases_equal": ...}. On a CPU it runs the kernels in Triton's interpreter (TRITON_INTERPRET=1, small
+bf16 outputs, clean and struck (its ratio within 10^-3 of torch's), and matmul_golden's comparison
+(sdcscan/checks/golden_compare.py) to torch's bad elements per row on a block of bf16 outputs. Prints
+one JSON line per output shape (equal, what differed, and milliseconds of each path by device events,
+median of `--repeats` after a warm-up) and one per case of the profile's gemm_int8, embbag_int8, gemm_fp
+and matmul_golden with each kernel, then {"cases_equal": ...}. On a CPU it runs the kernels in Triton's interpreter (TRITON_INTERPRET=1, small
 shapes only: the tests run it so).
 Usage: python scripts/check_fused.py [--unit cuda:0] [--rows 65536] [--bags 200000] [--words 16777216]
-    [--tiles 8,4096,4096,4096] [--profile doctor]
+    [--tiles 8,4096,4096,4096] [--golden 8,8192,8192] [--profile doctor]
 """
 
 from __future__ import annotations
@@ -52,6 +53,11 @@ def main() -> None:
         default="8,4096,4096,4096",
         help="repeats,m,k,n of a block of gemm_fp's bf16 outputs (the GPU profiles': 4096³)",
     )
+    ap.add_argument(
+        "--golden",
+        default="8,8192,8192",
+        help="repeats,m,n of a block of matmul_golden's bf16 outputs (the GPU profiles': 8192²)",
+    )
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--profile", default="doctor", help="whose cases to run with both kernels")
     ap.add_argument("--cases", type=int, default=2, help="cases of each workload and kernel (0: none)")
@@ -71,9 +77,11 @@ def main() -> None:
     print(json.dumps(_fingerprints(torch, device, args.words, args.repeats)), flush=True)
     tiles = tuple(int(v) for v in args.tiles.split(","))
     print(json.dumps(_fp_tiles(torch, device, tiles, args.repeats)), flush=True)
+    golden = tuple(int(v) for v in args.golden.split(","))
+    print(json.dumps(_golden_block(torch, device, golden, args.repeats)), flush=True)
     found = [
         line
-        for name in ("gemm_int8", "embbag_int8", "gemm_fp")
+        for name in ("gemm_int8", "embbag_int8", "gemm_fp", "matmul_golden")
         for line in _cases(device, args.profile, name, args.cases)
     ]
     for line in found:
@@ -208,6 +216,42 @@ def _fp_tiles(torch: Any, device: Any, shape: tuple[int, ...], repeats: int) -> 
     fused_s = _timed(torch, device, lambda: tile_verdicts.by_kernel(block, exp), repeats)
     torch_s = _timed(torch, device, by_torch, repeats)
     return _timing("gemm_fp", device, [r, m, n], differ, fused_s, torch_s, block.numel() * 2)
+
+
+def _golden_block(torch: Any, device: Any, shape: tuple[int, ...], repeats: int) -> dict[str, Any]:
+    """A block of matmul_golden's bf16 outputs: the kernel's bad elements per repeat and row equal torch's,
+    clean and struck (a low bit, a negated value, NaN, an infinity, and -0.0 where +0.0 is expected: not
+    bad)."""
+    from sdcscan.checks import golden_compare
+
+    r, m, n = shape
+    g = torch.Generator(device=device).manual_seed(m * n + r)
+    expected = torch.randint(-4096, 4097, (m, n), generator=g, device=device).to(torch.bfloat16)
+    expected[0, :8], expected[1, 1] = 0.0, 3.0
+    block = expected.expand(r, m, n).clone()
+    struck = block.clone()
+    struck.view(torch.int16)[r - 1, m // 2, n // 3] ^= 1
+    struck[r // 2, m - 1, n - 1] = float("nan")
+    struck[r // 2, 1, 0] = float("inf")
+    struck[0, 1, 1] = -3.0  # a sign bit
+    struck[0, 0, :8] = -0.0
+    differ = []
+    for label, tried in (("clean", block), ("struck", struck)):
+        fused = torch.zeros((r, m), dtype=torch.int64, device=device)
+        reference = torch.zeros_like(fused)
+        golden_compare.by_kernel(tried, expected, fused)
+        golden_compare.by_torch(tried, expected, reference)
+        if not torch.equal(fused, reference):
+            differ.append(f"{label}: counts")
+        caught = [1 if i == 0 else 0 for i in range(r)]
+        caught[r // 2] += 2
+        caught[r - 1] += 1
+        if fused.sum(1).tolist() != (caught if label == "struck" else [0] * r):
+            differ.append(f"{label}: caught")
+    counts = torch.zeros((r, m), dtype=torch.int64, device=device)
+    fused_s = _timed(torch, device, lambda: golden_compare.by_kernel(block, expected, counts), repeats)
+    torch_s = _timed(torch, device, lambda: golden_compare.by_torch(block, expected, counts), repeats)
+    return _timing("matmul_golden", device, [r, m, n], differ, fused_s, torch_s, block.numel() * 2)
 
 
 def _timing(

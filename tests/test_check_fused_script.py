@@ -35,6 +35,8 @@ def test_the_gpu_confirmation_script_compares_outputs_and_cases_with_both_kernel
         "40",
         "--tiles",
         "3,40,16,48",
+        "--golden",
+        "3,40,300",
         "--repeats",
         "1",
     ]
@@ -54,11 +56,12 @@ def test_the_gpu_confirmation_script_compares_outputs_and_cases_with_both_kernel
         ("embbag_int8", [40, 64], True),
         ("fingerprint", [8, 40], True),
         ("gemm_fp", [3, 40, 48], True),
+        ("matmul_golden", [3, 40, 300], True),
     ]
     cases = [line for line in lines if "case" in line]
     assert [(c["workload"], c["check_kernel"]) for c in cases] == [
         (name, kernel)
-        for name in ("gemm_int8", "embbag_int8", "gemm_fp")
+        for name in ("gemm_int8", "embbag_int8", "gemm_fp", "matmul_golden")
         for kernel in ("torch", "torch", "fused", "fused")
     ]
     assert lines[-1] == {"cases_equal": True}

@@ -153,6 +153,7 @@ FUSED_OPS = {
     "gemm_int8": "int8_block_partials",
     "embbag_int8": "embbag_exact_partials",
     "gemm_fp": "fp_tile_partials",
+    "matmul_golden": "golden_bad_partials",
     "train": "keyed_partials",
 }
 

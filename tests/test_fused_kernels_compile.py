@@ -25,6 +25,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource, compile
 from sdcscan.checks import keyed_sums, fingerprint_triton, int8_block, int8_triton
 from sdcscan.checks import tile_verdicts, tile_verdicts_triton
+from sdcscan.checks import golden_compare, golden_compare_triton
 from sdcscan.checks.embbag import exact_fused, exact_triton
 
 # Each kernel's runtime arguments as int8_triton.partials, exact_triton.partials and
@@ -40,6 +41,8 @@ TILES = dict(bits_ptr="*i16", rows_ptr="*fp32", row_t_ptr="*fp64", cols_ptr="*fp
              col_sums="i32")
 TILES_FP32 = TILES | dict(bits_ptr="*i32", rows_ptr="*fp64", cols_ptr="*fp64", row_part_ptr="*fp64",
                           col_part_ptr="*fp64")
+GOLDEN = dict(outputs_ptr="*i16", expected_ptr="*i16", partials_ptr="*i64", repeats="i32", m="i32", n="i32")
+GOLDEN_FP64 = GOLDEN | dict(outputs_ptr="*i64", expected_ptr="*i64")
 kernels = {
     "int8_block": (int8_triton._kernel, INT8, int8_block.NUM_WARPS,
                    dict(ROWS=int8_block.ROWS, WORDS=int8_block.WORDS, ROW_TILES=int8_block.ROW_TILES)),
@@ -53,6 +56,13 @@ kernels = {
     "fp_tiles_fp32": (tile_verdicts_triton._kernel, TILES_FP32, tile_verdicts.NUM_WARPS,
                       dict(FLOAT=tl.float32, UINT=tl.uint32, ACC=tl.float64, PER_WORD=2, TILE=8,
                            BM=tile_verdicts.BLOCK[0], BN=tile_verdicts.BLOCK[1])),
+    # matmul_golden's comparison: bf16 outputs (the tensor-core slots) and fp64 ones (the widest)
+    "golden_bf16": (golden_compare_triton._kernel, GOLDEN, golden_compare.NUM_WARPS,
+                    dict(FLOAT=tl.bfloat16, COMPARED=tl.float32, BM=golden_compare.BLOCK[0],
+                         BN=golden_compare.BLOCK[1])),
+    "golden_fp64": (golden_compare_triton._kernel, GOLDEN_FP64, golden_compare.NUM_WARPS,
+                    dict(FLOAT=tl.float64, COMPARED=tl.float64, BM=golden_compare.BLOCK[0],
+                         BN=golden_compare.BLOCK[1])),
 }
 capability = int(sys.argv[1])
 cuobjdump = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
@@ -86,6 +96,8 @@ def test_each_fused_kernel_compiles_to_a_cubin(capability: int) -> None:
         "fingerprint",
         "fp_tiles_bf16",
         "fp_tiles_fp32",
+        "golden_bf16",
+        "golden_fp64",
     } and all(k["cubin"] for k in found.values())
     if capability == 90 and "reg" in found["int8_block"]:
         # On an H200 the int8 kernel at 255 registers and a 248-byte spill ran at 745 GB/s (int8_block.py):
@@ -95,3 +107,6 @@ def test_each_fused_kernel_compiles_to_a_cubin(capability: int) -> None:
         # gemm_fp's block check: 134 (bf16) and 150 (fp32) registers at 32 x 32 outputs a program of 4
         # warps, three programs an SM; 64 x 64 by 4 warps held 255 and spilled 1,376 bytes
         assert found["fp_tiles_bf16"]["stack"] == found["fp_tiles_fp32"]["stack"] == 0, found
+        # matmul_golden's comparison: a 16 x 256 tile of the expected output held across the block's
+        # repeats, 121 (bf16) and 126 (fp64) registers and no spill
+        assert found["golden_bf16"]["stack"] == found["golden_fp64"]["stack"] == 0, found

@@ -263,7 +263,11 @@ def test_an_fp8_slot_is_exact_on_clean_cases_and_fails_a_struck_one(slot: str) -
     clean case passes with no tolerance; one flipped low mantissa bit of one output element fails it."""
     params = {**FP8_SHAPE, "dtypes": [slot], "repeats": [2]}
     clean = _run(params, None)
-    assert clean.status == "ok" and clean.detail == {"dtype": slot, "bad_elements": 0}
+    assert clean.status == "ok" and clean.detail == {
+        "dtype": slot,
+        "bad_elements": 0,
+        "check_kernel": "torch",
+    }
     hit = _run(params, FaultSpec("bitflip", "output", seed=3, element=5 * 48 + 7, bit=0, repeat=1))
     assert hit.status == "mismatch" and hit.detail["bad_elements"] == 1
     assert hit.mismatches[0].where == f"{slot} out[5, 7] (repeat 1)"

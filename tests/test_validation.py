@@ -80,6 +80,7 @@ BAD_PARAMS = [
     ("gemm_int8", {"check_kernel": "triton"}, "check_kernel", "one of auto, torch, fused"),
     ("embbag_int8", {"check_kernel": 1}, "check_kernel", "one of auto, torch, fused"),
     ("gemm_fp", {"check_kernel": "cuda"}, "check_kernel", "one of auto, torch, fused"),
+    ("matmul_golden", {"check_kernel": "gpu"}, "check_kernel", "one of auto, torch, fused"),
     ("embbag_int8", {"mode": "sum"}, "mode", "one of exact, realistic"),
     ("embbag_int8", {"rows": 0}, "rows", "integer >= 1"),
     ("embbag_int8", {"dim": 10}, "dim", "multiple of 4"),

@@ -39,8 +39,10 @@ _MATMUL_GOLDEN = (
     "expected product (134 MB, beyond a GPU's L2 cache) again for each output, and writes a flag byte: 3.1 "
     "bytes moved per output byte, memory-bound beside a tensor-core product, 7.2% on an H200 and 10.2% on "
     "an H100 by the model. Measured on an H200 before the flags were counted in uint8 groups "
-    "(checks/masks.py): 94 ms a case, 33% of it; a comparison that takes each tile of the expected product "
-    "once for every output of a block needs a fused kernel"
+    "(checks/masks.py): 94 ms a case, 33% of it. Asked for (scripts/gpu_model.py --kernels fused), one "
+    "Triton kernel holds each tile of the expected product while it compares a block's outputs with it "
+    "(sdcscan/checks/golden_compare.py): 1.2 bytes, bf16/fp16 2.9% on an H200 and 4.0% on an H100; the GPU "
+    "default once a lent GPU has matched it"
 )
 STATED_SHARE: dict[str, tuple[float, str]] = {"matmul_golden": (0.11, _MATMUL_GOLDEN)}
 

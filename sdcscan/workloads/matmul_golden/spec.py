@@ -7,7 +7,14 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from sdcscan.checks.limits import FP8_DIMENSION_MULTIPLE, FP8_EXACT_INT, FP8_SLOTS, TF32_EXACT_INT, TF32_SLOT
+from sdcscan.checks.limits import (
+    CHECK_KERNELS,
+    FP8_DIMENSION_MULTIPLE,
+    FP8_EXACT_INT,
+    FP8_SLOTS,
+    TF32_EXACT_INT,
+    TF32_SLOT,
+)
 from sdcscan.outcomes import CONSENSUS, INVARIANT, REPEAT
 from sdcscan.workloads.params import Choice, Int, ListOf, one_per_dtype
 from sdcscan.workloads.workload_spec import Coverage, PlainOp, Quality, WorkloadSpec
@@ -117,6 +124,7 @@ SPEC = WorkloadSpec(
         # multiply-adds: minutes at 8192^3); kronecker: Kronecker-structured ones whose exact
         # product is two small matmuls (GPU-sized shapes; golden_kronecker_split)
         "reference": "direct",
+        "check_kernel": "auto",
     },
     fault_sites=("output",),
     data_version=3,  # 2: repeats digested by device-side fingerprints (issue 10); 3: permutations
@@ -131,6 +139,9 @@ SPEC = WorkloadSpec(
         "dtypes": ListOf(Choice(DTYPES)),  # cases cycle through them: empty divides by 0
         "repeats": ListOf(Int(1)),  # per dtype; 0 repeats compute nothing to compare
         "reference": Choice(REFERENCES),
+        # the comparison by torch ops or by one fused kernel (sdcscan/checks/golden_compare.py); "auto"
+        # takes the kernel on a GPU once a lent GPU has matched it (sdcscan/checks/triton_kernels.py)
+        "check_kernel": Choice(CHECK_KERNELS),
     },
     rules=(_rules,),
     memory=_memory,

@@ -28,12 +28,11 @@ from typing import Any, ClassVar
 
 import torch
 
-from sdcscan.checks import counter_rng, fp8, tf32
+from sdcscan.checks import counter_rng, fp8, golden_compare, tf32
 from sdcscan.checks.digest import Fingerprint
 from sdcscan.checks.limits import TF32_SLOT
-from sdcscan.checks.masks import count_true
 from sdcscan.outcomes import STATUS_MISMATCH, STATUS_OK, UNCOVERED, Case, Mismatch, Outcome
-from sdcscan.workloads.base import Context, check_block, register
+from sdcscan.workloads.base import Context, check_block, register, takes_fused_kernel
 from sdcscan.workloads.matmul_golden.selftest_spec import SelftestMixin
 from sdcscan.workloads.matmul_golden.spec import DTYPES as DTYPE_NAMES
 from sdcscan.workloads.matmul_golden.spec import REFERENCES, SPEC, golden_kronecker_split
@@ -71,6 +70,7 @@ class MatmulGolden(SelftestMixin):
             except ValueError as err:
                 raise ValueError(f"matmul_golden: {err}") from None
         self.uncovered: dict[str, str] = {}  # slot -> why this unit cannot run it (no such datapath)
+        self.fused = False  # blocks compared by the fused kernel (prepare)
         self.a0: torch.Tensor | None = None  # pool operands and their exact product, built by prepare
         self.b0: torch.Tensor | None = None
         self.ref0: torch.Tensor | None = None
@@ -89,6 +89,9 @@ class MatmulGolden(SelftestMixin):
             b0 = torch.randint(-lim, lim + 1, (p["k"], p["n"]), generator=g, dtype=torch.int64)
             ref0 = golden_reference(a0, b0)  # exact, on the CPU, independent of the unit's float units
         self.uncovered = _uncovered(p, ctx.device)
+        self.fused = takes_fused_kernel(
+            ctx, p["check_kernel"], self.name, lambda: golden_compare.tried(ctx.device)
+        )
         self.fp8_scale = fp8.unit_scale(ctx.device)  # once, not a kernel per fp8 repeat
         for slot, why in self.uncovered.items():
             ctx.note(f"matmul_golden: {slot} is not covered on this unit ({why}); its cases check nothing")
@@ -114,7 +117,7 @@ class MatmulGolden(SelftestMixin):
             a, b, ref = self._case_operands(ctx, case)
             a, b = fp8.operands(a, b, name) if name in fp8.OPERANDS else (a.to(dtype), b.to(dtype))
             expected = ref.to(dtype)  # exact in fp32; one RNE rounding to dtype
-            tally = BadElements(expected, repeats)
+            tally = BadElements(expected, repeats, fused=self.fused)
         # Repeats write into a block of outputs, compared together (issue 10: a comparison and a
         # fingerprint per repeat cost 6.5% of fp32 cases of 256 x 1024 x 256 on a core).
         m, n = expected.shape
@@ -139,7 +142,11 @@ class MatmulGolden(SelftestMixin):
             mismatches=mismatches,
             ops=2.0 * p["m"] * p["n"] * p["k"] * repeats,
             ops_unit="flop",
-            detail={"dtype": name, "bad_elements": bad_total},
+            detail={
+                "dtype": name,
+                "bad_elements": bad_total,
+                "check_kernel": "fused" if self.fused else "torch",
+            },
         )
 
     def _case_operands(self, ctx: Context, case: Case) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -206,10 +213,21 @@ class BadElements:
     An element is bad when its value differs (NaN differs from everything): +0.0 and -0.0 are the same
     result, as they were to the `torch.equal` this replaces. An all-zero row of A with its sign flipped
     makes every product -0.0, and a kernel may sum those to -0.0 where the reference holds +0.0.
+
+    `fused`: the bad elements per row are counted by golden_compare's kernel, one read of each output and
+    of each tile of the expected one, instead of by torch ops (the same counts).
     """
 
-    def __init__(self, expected: torch.Tensor, repeats: int, *, every_repeat: bool | None = None) -> None:
+    def __init__(
+        self,
+        expected: torch.Tensor,
+        repeats: int,
+        *,
+        every_repeat: bool | None = None,
+        fused: bool = False,
+    ) -> None:
         self.expected = expected  # (m, n)
+        self._count_bad = golden_compare.by_kernel if fused else golden_compare.by_torch
         m, n = expected.shape
         keep, device = min(MAX_RECORDED, m), expected.device
         self._rows = torch.arange(m, device=device)
@@ -227,7 +245,7 @@ class BadElements:
             return  # their row counts stay 0
         count, n = outputs.shape[0], outputs.shape[2]
         per_row = self._per_row[first : first + count]
-        count_true(outputs != self.expected, out=per_row)  # (count, m); no int64 copy of the flags
+        self._count_bad(outputs, self.expected, per_row)  # (count, m)
         # Rows in order, bad ones first; the last row stands in where fewer rows are bad (findings
         # drops rows without a bad element).
         last = self.expected.shape[0] - 1
