@@ -11,8 +11,8 @@ bf16 outputs, clean and struck (its ratio within 10^-3 of torch's), and matmul_g
 (sdcscan/checks/golden_compare.py) to torch's bad elements per row on a block of bf16 outputs. Prints
 one JSON line per output shape (equal, what differed, and milliseconds of each path by device events,
 median of `--repeats` after a warm-up) and one per case of the profile's gemm_int8, embbag_int8, gemm_fp
-and matmul_golden with each kernel, then {"cases_equal": ...}. On a CPU it runs the kernels in Triton's interpreter (TRITON_INTERPRET=1, small
-shapes only: the tests run it so).
+and matmul_golden with each kernel, then {"cases_equal": ...}. On a CPU it runs the kernels in Triton's
+interpreter (TRITON_INTERPRET=1, small shapes only: the tests run it so).
 Usage: python scripts/check_fused.py [--unit cuda:0] [--rows 65536] [--bags 200000] [--words 16777216]
     [--tiles 8,4096,4096,4096] [--golden 8,8192,8192] [--profile doctor]
 """
@@ -235,18 +235,19 @@ def _golden_block(torch: Any, device: Any, shape: tuple[int, ...], repeats: int)
     struck[r // 2, 1, 0] = float("inf")
     struck[0, 1, 1] = -3.0  # a sign bit
     struck[0, 0, :8] = -0.0
+    caught = [0] * r  # bad elements a repeat of the struck block holds
+    caught[0] += 1
+    caught[r // 2] += 2
+    caught[r - 1] += 1
     differ = []
-    for label, tried in (("clean", block), ("struck", struck)):
+    for label, tried, bad in (("clean", block, [0] * r), ("struck", struck, caught)):
         fused = torch.zeros((r, m), dtype=torch.int64, device=device)
         reference = torch.zeros_like(fused)
         golden_compare.by_kernel(tried, expected, fused)
         golden_compare.by_torch(tried, expected, reference)
         if not torch.equal(fused, reference):
             differ.append(f"{label}: counts")
-        caught = [1 if i == 0 else 0 for i in range(r)]
-        caught[r // 2] += 2
-        caught[r - 1] += 1
-        if fused.sum(1).tolist() != (caught if label == "struck" else [0] * r):
+        if fused.sum(1).tolist() != bad:
             differ.append(f"{label}: caught")
     counts = torch.zeros((r, m), dtype=torch.int64, device=device)
     fused_s = _timed(torch, device, lambda: golden_compare.by_kernel(block, expected, counts), repeats)

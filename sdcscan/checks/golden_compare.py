@@ -17,6 +17,8 @@ yet, so "auto" keeps the torch ops on a GPU too; scripts/check_fused.py compares
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from sdcscan.checks.masks import count_true
@@ -24,7 +26,6 @@ from sdcscan.checks.masks import count_true
 BLOCK = (16, 256)  # outputs a program compares in each repeat: rows by columns
 NUM_WARPS = 4
 COVERED = (torch.bfloat16, torch.float16, torch.float32, torch.float64)  # every slot's output dtype
-_TRIED: dict[torch.device, bool] = {}  # device -> whether the kernel agreed with torch there (`tried`)
 
 
 def by_torch(outputs: torch.Tensor, expected: torch.Tensor, out: torch.Tensor) -> None:
@@ -38,12 +39,11 @@ def by_kernel(outputs: torch.Tensor, expected: torch.Tensor, out: torch.Tensor) 
     torch.sum(torch.ops.sdcscan.golden_bad_partials(outputs, expected), -1, out=out)
 
 
+@functools.cache
 def tried(device: torch.device) -> bool:
     """`agrees_on_a_small_block` on `device`, run once a process: matmul_golden prepares once a unit, but
     the self-test makes many."""
-    if device not in _TRIED:
-        _TRIED[device] = agrees_on_a_small_block(device)
-    return _TRIED[device]
+    return agrees_on_a_small_block(device)
 
 
 def agrees_on_a_small_block(device: torch.device) -> bool:

@@ -52,13 +52,12 @@ def _kernel(
     inside = (rows[:, None] < m) & (cols[None, :] < n)
     at = rows[:, None] * n + cols[None, :]
     expected = tl.load(expected_ptr + at, mask=inside, other=0).to(FLOAT, bitcast=True).to(COMPARED)
+    m64 = m.to(tl.int64)  # a block of outputs passes 2^31 elements (32 repeats of 8192^2)
     for r in range(repeats):
-        # in int64: a block of outputs passes 2^31 elements (32 repeats of 8192^2)
-        bits = tl.load(outputs_ptr + r * m.to(tl.int64) * n + at, mask=inside, other=0)
-        got = bits.to(FLOAT, bitcast=True).to(COMPARED)
-        bad = (got != expected) & inside
+        bits = tl.load(outputs_ptr + r * m64 * n + at, mask=inside, other=0)
+        bad = (bits.to(FLOAT, bitcast=True).to(COMPARED) != expected) & inside
         counts = tl.sum(bad.to(tl.int64), axis=1)
-        tl.store(partials_ptr + (r * m.to(tl.int64) + rows) * nb + cb, counts, mask=rows < m)
+        tl.store(partials_ptr + (r * m64 + rows) * nb + cb, counts, mask=rows < m)
 
 
 def partials(

@@ -29,6 +29,7 @@ has run the kernel yet, so "auto" keeps the torch ops on a GPU too; scripts/chec
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -41,7 +42,6 @@ BLOCK = (32, 32)  # outputs a program covers: rows by columns
 NUM_WARPS = 4
 # The output dtypes the kernel reads, and the checker each needs to be taken (module docstring).
 COVERED = {torch.bfloat16: torch.float32, torch.float16: torch.float32, torch.float32: torch.float64}
-_TRIED: dict[torch.device, bool] = {}  # device -> whether the kernel agreed with torch there (`tried`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,12 +104,11 @@ def by_kernel(outs: torch.Tensor, exp: vabft.Expected) -> BlockVerdict:
     )
 
 
+@functools.cache
 def tried(device: torch.device) -> bool:
     """`agrees_on_a_small_block` on `device`, run once a process: gemm_fp prepares once a unit, but the
     self-test and library callers make many."""
-    if device not in _TRIED:
-        _TRIED[device] = agrees_on_a_small_block(device)
-    return _TRIED[device]
+    return agrees_on_a_small_block(device)
 
 
 def agrees_on_a_small_block(device: torch.device) -> bool:

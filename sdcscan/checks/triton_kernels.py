@@ -1,12 +1,13 @@
 """Where sdcscan's Triton check kernels can run, and the switch that asks for them.
 
 A fused check kernel (sdcscan/checks/int8_block.py, sdcscan/checks/embbag/exact_fused.py,
-sdcscan/checks/tile_verdicts.py, sdcscan/checks/keyed_sums.py, sdcscan/checks/golden_compare.py) gives the same results as the torch ops it
-replaces, in one read of the outputs. A workload's `check_kernel` parameter chooses: "auto" (the default)
-runs it on a GPU where Triton is installed once a lent GPU has matched it (MATCHED_ON_A_GPU), "fused"
-wherever `unavailable` finds nothing in the way (a CPU too, in Triton's interpreter: the tests), "torch"
-never. Where a kernel asked for cannot run, the torch check runs and the unit's notes say why. The cost
-model's meta device stands for a GPU: it counts what "auto" takes there.
+sdcscan/checks/tile_verdicts.py, sdcscan/checks/keyed_sums.py, sdcscan/checks/golden_compare.py) gives
+the same results as the torch ops it replaces, in one read of the outputs. A workload's `check_kernel`
+parameter chooses: "auto" (the default) runs it on a GPU where Triton is installed once a lent GPU has
+matched it (MATCHED_ON_A_GPU), "fused" wherever `unavailable` finds nothing in the way (a CPU too, in
+Triton's interpreter: the tests), "torch" never. Where a kernel asked for cannot run, the torch check
+runs and the unit's notes say why. The cost model's meta device stands for a GPU: it counts what "auto"
+takes there.
 """
 
 from __future__ import annotations

@@ -36,9 +36,10 @@ INJECTIONS = ("bitflip", "nan", "hang", "crash")
 
 # The determinism runs run these rounds of the plan on every unit (`sdcscan run --cases`), not as many
 # as their time holds: on a loaded CI host two runs of about 15 s (30.6 s together) had only train's case
-# in common, start-up taking most of each, so no other workload ran in both (doctor untrusted). A fixed count compares every workload
-# however slow the host; a fast host ends early and leaves the rest of its share to the drills. The
-# first round also carries each workload's first-case warm-up; three more dilute it in the speed table.
+# in common, start-up taking most of each, so no other workload ran in both (doctor untrusted). A fixed
+# count compares every workload however slow the host; a fast host ends early and leaves the rest of its
+# share to the drills. The first round also carries each workload's first-case warm-up; three more
+# dilute it in the speed table.
 DETERMINISM_ROUNDS = 4
 # With a GPU among the units, more: its speed table shows NVML samples (one a second) over case time, and
 # four rounds of GPU cases (0.1-0.4 s each by the doctor profile's projections) would give it a few
